@@ -1,0 +1,1 @@
+"""Sources and sinks: collections, files, PySpark (arrive with their own issue)."""

@@ -1,0 +1,1 @@
+"""The LINQ-like operator library, built on the vertex API (arrives with its own issue)."""

@@ -1,0 +1,156 @@
+"""Antichains: sets of mutually incomparable elements, the shape of every frontier."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+from progress.summary import PathSummary
+from progress.timestamp import Timestamp, less_equal
+
+T = TypeVar("T", Timestamp, PathSummary)
+
+
+def partial_le(a: Any, b: Any) -> bool:
+    """The partial order antichains use: product order on timestamps, else ``less_equal``."""
+    if type(a) is tuple:
+        return less_equal(a, b)
+    return bool(a.less_equal(b))
+
+
+class Antichain(Generic[T]):
+    """The minimal elements of the set of everything inserted.
+
+    ``less_equal(t)`` asks whether ``t`` is at or beyond the antichain (some element is
+    ``<= t``): for a frontier, whether a time may still be seen.
+    """
+
+    __slots__ = ("_elements",)
+
+    def __init__(self, elements: Iterable[T] = ()) -> None:
+        self._elements: list[T] = []
+        for element in elements:
+            self.insert(element)
+
+    def insert(self, element: T) -> bool:
+        """Insert ``element`` unless some element is ``<=`` it; return whether it was."""
+        for existing in self._elements:
+            if partial_le(existing, element):
+                return False
+        self._elements = [e for e in self._elements if not partial_le(element, e)]
+        self._elements.append(element)
+        return True
+
+    def less_equal(self, element: T) -> bool:
+        """Some element of the antichain is ``<= element``."""
+        return any(partial_le(e, element) for e in self._elements)
+
+    def less_than(self, element: T) -> bool:
+        """Some element of the antichain is strictly ``< element``."""
+        return any(e != element and partial_le(e, element) for e in self._elements)
+
+    def dominates(self, other: Antichain[T]) -> bool:
+        """Every element of ``other`` is at or beyond this antichain."""
+        return all(self.less_equal(e) for e in other._elements)
+
+    @property
+    def elements(self) -> tuple[T, ...]:
+        return tuple(self._elements)
+
+    def is_empty(self) -> bool:
+        return not self._elements
+
+    def __len__(self) -> int:
+        return len(self._elements)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._elements)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Antichain):
+            return NotImplemented
+        return set(self._elements) == set(other._elements)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Antichain({sorted(self._elements)!r})"
+
+
+class MutableAntichain:
+    """Occurrence counts of timestamps, and the frontier of those with a positive count.
+
+    Counts may go negative for a while (an update can arrive before the one it
+    cancels); only positive counts are live. ``update_iter`` reports how the frontier
+    moved as ``(time, +1)`` for an element that joined it and ``(time, -1)`` for one
+    that left it, which is what the tracker propagates.
+    """
+
+    __slots__ = ("_counts", "_frontier")
+
+    def __init__(self) -> None:
+        self._counts: dict[Timestamp, int] = {}
+        self._frontier: list[Timestamp] = []
+
+    def update_iter(self, updates: Iterable[tuple[Timestamp, int]]) -> list[tuple[Timestamp, int]]:
+        """Apply ``(time, delta)`` updates; return the frontier changes they caused."""
+        counts = self._counts
+        frontier = self._frontier
+        rebuild = False
+        for time, delta in updates:
+            if not delta:
+                continue
+            value = counts.get(time, 0) + delta
+            if value:
+                counts[time] = value
+            else:
+                del counts[time]
+            if rebuild:
+                continue
+            if delta > 0:
+                if value > 0 and not any(less_equal(f, time) for f in frontier):
+                    rebuild = True
+            elif value <= 0 and time in frontier:
+                rebuild = True
+        if not rebuild:
+            return []
+        return self._rebuild()
+
+    def update(self, time: Timestamp, delta: int) -> list[tuple[Timestamp, int]]:
+        """Apply one update; return the frontier changes."""
+        return self.update_iter(((time, delta),))
+
+    def _rebuild(self) -> list[tuple[Timestamp, int]]:
+        fresh: list[Timestamp] = []
+        # Lexicographic order extends the product order, so a time is minimal iff no
+        # already-kept (lexicographically smaller) time is <= it.
+        for time in sorted(t for t, c in self._counts.items() if c > 0):
+            if not any(less_equal(f, time) for f in fresh):
+                fresh.append(time)
+        old = self._frontier
+        changes = [(t, -1) for t in old if t not in fresh]
+        changes.extend((t, 1) for t in fresh if t not in old)
+        self._frontier = fresh
+        return changes
+
+    def frontier(self) -> tuple[Timestamp, ...]:
+        """The minimal live times, in lexicographic order."""
+        return tuple(self._frontier)
+
+    def less_equal(self, time: Timestamp) -> bool:
+        """Some live time is ``<= time``."""
+        return any(less_equal(f, time) for f in self._frontier)
+
+    def less_than(self, time: Timestamp) -> bool:
+        """Some live time is strictly ``< time``."""
+        return any(f != time and less_equal(f, time) for f in self._frontier)
+
+    def count_for(self, time: Timestamp) -> int:
+        return self._counts.get(time, 0)
+
+    def is_empty(self) -> bool:
+        """No live time."""
+        return not self._frontier
+
+    def __repr__(self) -> str:
+        return f"MutableAntichain(frontier={self._frontier!r})"

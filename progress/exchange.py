@@ -1,0 +1,215 @@
+"""The progress exchange protocol: how workers agree on occurrence counts.
+
+Every worker keeps a *view* of the global occurrence counts. A worker's step (receive
+some messages, send some, keep or drop capabilities) yields one batch of updates;
+the batch is broadcast to every worker, the sender included, and receivers apply
+each sender's batches in sequence order. Two rules keep every view safe (never
+ahead of the truth):
+
+1. A step's updates travel as one atomic batch, so the increments a step makes are
+   never seen without the decrements that justify them.
+2. Batches from one sender are applied in the order they were sent (``seq``); a
+   batch that arrives early waits for its predecessors.
+
+*Accumulation* (Naiad's local accumulation) holds a worker's batches back and merges
+them, so that a message sent and consumed between two flushes never costs traffic.
+Holding back is safe while every held increment at ``p`` is justified: some ``q != p``
+that could result in ``p`` is either held back as a decrement (so every view still
+counts it) or a capability this worker owns (so it stays live until this worker says
+otherwise, through this same buffer). The buffer is also flushed as soon as one of
+its decrements is at a pointstamp in the view's frontier, since others may be
+waiting on exactly that pointstamp.
+
+The view keeps Naiad's bookkeeping: an occurrence count per pointstamp and, for each
+live one, a *precursor count*, the number of other live pointstamps that could result
+in it. The live pointstamps with no precursor are the global frontier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from progress.change_batch import ChangeBatch
+from progress.location import Pointstamp
+from progress.reachability import Graph
+
+Update = tuple[Pointstamp, int]
+
+
+@dataclass(frozen=True)
+class ProgressBatch:
+    """One flush of one worker's updates: ``seq`` counts that sender's batches from 0."""
+
+    sender: int
+    seq: int
+    updates: tuple[Update, ...]
+
+
+class ProgressView:
+    """A worker's view of global occurrence counts, with Naiad's precursor counts."""
+
+    def __init__(self, graph: Graph, initial: Iterable[Update] = ()) -> None:
+        self.graph = graph
+        self._occurrence: dict[Pointstamp, int] = {}
+        self._precursors: dict[Pointstamp, int] = {}  # live pointstamps only
+        self.apply(initial)
+
+    def apply(self, updates: Iterable[Update]) -> None:
+        """Apply updates, keeping precursor counts of the live pointstamps exact."""
+        occurrence = self._occurrence
+        for ps, delta in updates:
+            if not delta:
+                continue
+            before = occurrence.get(ps, 0)
+            after = before + delta
+            if after:
+                occurrence[ps] = after
+            else:
+                del occurrence[ps]
+            if before <= 0 < after:
+                self._activate(ps)
+            elif after <= 0 < before:
+                self._deactivate(ps)
+
+    def _activate(self, ps: Pointstamp) -> None:
+        reach = self.graph.could_result_in
+        count = 0
+        for other in self._precursors:
+            if reach(other, ps):
+                count += 1
+            if reach(ps, other):
+                self._precursors[other] += 1
+        self._precursors[ps] = count
+
+    def _deactivate(self, ps: Pointstamp) -> None:
+        del self._precursors[ps]
+        reach = self.graph.could_result_in
+        for other in self._precursors:
+            if reach(ps, other):
+                self._precursors[other] -= 1
+
+    def count(self, ps: Pointstamp) -> int:
+        """Occurrence count of ``ps`` in this view (may be negative for a while)."""
+        return self._occurrence.get(ps, 0)
+
+    def counts(self) -> dict[Pointstamp, int]:
+        """All non-zero occurrence counts."""
+        return dict(self._occurrence)
+
+    def live(self) -> list[Pointstamp]:
+        """Pointstamps with a positive count."""
+        return list(self._precursors)
+
+    def precursor_count(self, ps: Pointstamp) -> int:
+        """How many other live pointstamps could result in live ``ps``."""
+        return self._precursors[ps]
+
+    def frontier(self) -> list[Pointstamp]:
+        """The live pointstamps that nothing else live could result in."""
+        return [ps for ps, n in self._precursors.items() if n == 0]
+
+    def in_frontier(self, ps: Pointstamp) -> bool:
+        return self._precursors.get(ps) == 0
+
+    def could_be_reached(self, ps: Pointstamp) -> bool:
+        """Some live pointstamp (``ps`` itself included) could result in ``ps``."""
+        reach = self.graph.could_result_in
+        return any(reach(live, ps) for live in self._precursors)
+
+
+class WorkerProgress:
+    """One worker's end of the protocol: its view, its outgoing buffer, its receive order."""
+
+    def __init__(
+        self,
+        worker: int,
+        peers: int,
+        graph: Graph,
+        initial: Sequence[Update] = (),
+        accumulate: bool = True,
+    ) -> None:
+        if not 0 <= worker < peers:
+            raise ValueError(f"worker index {worker} is not in 0..{peers - 1}")
+        self.worker = worker
+        self.peers = peers
+        self.graph = graph
+        self.accumulate = accumulate
+        self.view = ProgressView(graph, initial)
+        self._buffer: ChangeBatch[Pointstamp] = ChangeBatch()
+        self._owned: ChangeBatch[Pointstamp] = ChangeBatch()
+        self._next_send = 0
+        self._next_recv = [0] * peers
+        self._early: dict[tuple[int, int], ProgressBatch] = {}
+
+    # -- sending -------------------------------------------------------------------------
+    def record(self, updates: Iterable[Update]) -> None:
+        """Record one step's updates; they leave together in the next flush."""
+        for ps, delta in updates:
+            self._buffer.update(ps, delta)
+            if ps[0].is_source:
+                self._owned.update(ps, delta)
+
+    def pending(self) -> list[Update]:
+        """Updates recorded but not yet flushed."""
+        return self._buffer.items()
+
+    def owned(self, ps: Pointstamp) -> int:
+        """This worker's own capability count at ``ps`` (flushed or not)."""
+        return self._owned.get(ps)
+
+    def must_flush(self) -> bool:
+        """Whether holding the buffer back any longer would be unsafe or stall others."""
+        if self._buffer.is_empty():
+            return False
+        if not self.accumulate:
+            return True
+        held = self._buffer.items()
+        for ps, delta in held:
+            if delta < 0 and self.view.in_frontier(ps):
+                return True
+        reach = self.graph.could_result_in
+        owned = self._owned.items()
+        for ps, delta in held:
+            if delta <= 0:
+                continue
+            justified = any(q != ps and d < 0 and reach(q, ps) for q, d in held) or any(
+                q != ps and c > 0 and reach(q, ps) for q, c in owned
+            )
+            if not justified:
+                return True
+        return False
+
+    def flush(self, force: bool = False) -> ProgressBatch | None:
+        """The batch to broadcast now (to every worker, this one included), if any."""
+        if self._buffer.is_empty() or not (force or self.must_flush()):
+            return None
+        batch = ProgressBatch(self.worker, self._next_send, tuple(self._buffer.drain()))
+        self._next_send += 1
+        return batch
+
+    # -- receiving ---------------------------------------------------------------------
+    def receive(self, batch: ProgressBatch) -> list[Update]:
+        """Accept a batch; apply it and any successors it unblocks, in per-sender order.
+
+        Returns the updates applied, in order, for the worker's tracker.
+        """
+        sender = batch.sender
+        expected = self._next_recv[sender]
+        if batch.seq < expected or (sender, batch.seq) in self._early:
+            raise ValueError(
+                f"worker {self.worker}: duplicate progress batch {batch.seq} from worker {sender}"
+            )
+        self._early[(sender, batch.seq)] = batch
+        applied: list[Update] = []
+        while (sender, expected) in self._early:
+            ready = self._early.pop((sender, expected))
+            self.view.apply(ready.updates)
+            applied.extend(ready.updates)
+            expected += 1
+        self._next_recv[sender] = expected
+        return applied
+
+    def waiting(self) -> int:
+        """Batches received ahead of a missing predecessor."""
+        return len(self._early)

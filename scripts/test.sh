@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: set up, lint (ruff), type-check (mypy), then the test suite.
+# HYPOTHESIS_PROFILE=ci selects the deeper property-test profile (.ci/run sets it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/python -m pytest "$@"

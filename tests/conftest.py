@@ -1,0 +1,34 @@
+"""Test-session set-up: hypothesis profiles.
+
+``dev`` (the default) is fast for the edit-test loop; ``ci`` goes deeper and is what
+``.ci/run`` selects through ``HYPOTHESIS_PROFILE=ci``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "dev",
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci",
+    max_examples=600,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+STATE_MACHINE_EXAMPLES = {"dev": 200, "ci": 2000}
+"""State-machine runs per profile (the issue asks for at least 2,000 in CI)."""
+
+
+def state_machine_examples() -> int:
+    """How many state-machine examples the active profile runs."""
+    return STATE_MACHINE_EXAMPLES.get(os.environ.get("HYPOTHESIS_PROFILE", "dev"), 200)
