@@ -126,18 +126,24 @@ class WorkerProgress:
         worker: int,
         peers: int,
         graph: Graph,
-        initial: Sequence[Update] = (),
+        capabilities: Sequence[Pointstamp] = (),
         accumulate: bool = True,
     ) -> None:
+        """``capabilities``: what every worker holds at the start (each worker builds the
+        same dataflow, so each starts with one of each; every view starts knowing all)."""
         if not 0 <= worker < peers:
             raise ValueError(f"worker index {worker} is not in 0..{peers - 1}")
+        for loc, time in capabilities:
+            if not loc.is_source:
+                raise ValueError(f"capabilities are held at sources (outputs), not {loc!r}")
+            graph.check_time(loc, time)
         self.worker = worker
         self.peers = peers
         self.graph = graph
         self.accumulate = accumulate
-        self.view = ProgressView(graph, initial)
+        self.view = ProgressView(graph, [(ps, peers) for ps in capabilities])
         self._buffer: ChangeBatch[Pointstamp] = ChangeBatch()
-        self._owned: ChangeBatch[Pointstamp] = ChangeBatch()
+        self._owned: ChangeBatch[Pointstamp] = ChangeBatch((ps, 1) for ps in capabilities)
         self._next_send = 0
         self._next_recv = [0] * peers
         self._early: dict[tuple[int, int], ProgressBatch] = {}
@@ -210,6 +216,6 @@ class WorkerProgress:
         self._next_recv[sender] = expected
         return applied
 
-    def waiting(self) -> int:
-        """Batches received ahead of a missing predecessor."""
-        return len(self._early)
+    def early_batches(self) -> list[ProgressBatch]:
+        """Batches received ahead of a missing predecessor, not yet applied."""
+        return list(self._early.values())
