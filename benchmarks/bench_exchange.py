@@ -100,12 +100,15 @@ class Cluster:
         self.bytes = 0
         self.updates = 0
 
-    def step(self, worker: int, updates: Sequence[Update]) -> None:
-        """One worker step: record its updates, flush, broadcast the batch if any."""
+    def step(self, worker: int, updates: Sequence[Update], idle: bool = True) -> None:
+        """One worker step: record its updates, flush, broadcast the batch if any.
+
+        ``idle``: the worker has no more work queued in this scheduling round.
+        """
         if updates:
             self.workers[worker].record(updates)
             self.truth.extend(updates)
-        self._send(self.workers[worker].flush())
+        self._send(self.workers[worker].flush(idle=idle))
 
     def _send(self, batch: ProgressBatch | None) -> None:
         if batch is None:
@@ -153,6 +156,8 @@ class Cluster:
 SCHEDULES = {
     "late": "the input downgrades last, after its epoch's records are consumed",
     "eager": "the input downgrades in the step that sends (a source that moves on at once)",
+    "eager-round": "eager, and each worker runs its epoch's operators in one scheduling round, "
+    "idle only after the last",
 }
 
 
@@ -163,7 +168,8 @@ def simulate(
 
     ``schedule`` is a key of ``SCHEDULES``: when the input capability moves on.
     """
-    eager = schedule == "eager"
+    eager = schedule.startswith("eager")
+    busy = schedule != "eager-round"  # idle after every step unless rounds are modelled
     rng = random.Random(seed)
     c = Cluster(workers, accumulate, check)
     cap, map_in, count_in, sink_in = source(INPUT), target(MAP), target(COUNT), target(SINK)
@@ -179,19 +185,19 @@ def simulate(
         for w in range(workers):  # 1. send: k records at (e,) to random workers' map
             for _ in range(k):
                 at_map[rng.randrange(workers)] += 1
-            c.step(w, [((map_in, t), 1)] * k + (downgrade if eager else []))
+            c.step(w, [((map_in, t), 1)] * k + (downgrade if eager else []), idle=busy)
         c.deliver()
         for w in range(workers):  # 2. map: consume, send on to random workers' count
             m = at_map[w]
             for _ in range(m):
                 at_count[rng.randrange(workers)] += 1
-            c.step(w, [((map_in, t), -1)] * m + [((count_in, t), 1)] * m)
+            c.step(w, [((map_in, t), -1)] * m + [((count_in, t), 1)] * m, idle=busy)
         c.deliver()
         for w in range(workers):  # 3. count: consume, send one result to its own sink
             n = at_count[w]
             if n:
                 at_sink[w] = 1
-            c.step(w, [((count_in, t), -1)] * n + [((sink_in, t), 1)] * at_sink[w])
+            c.step(w, [((count_in, t), -1)] * n + [((sink_in, t), 1)] * at_sink[w], idle=busy)
         c.deliver()
         for w in range(workers):  # 4. sink: consume
             c.step(w, [((sink_in, t), -1)] * at_sink[w])

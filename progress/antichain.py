@@ -95,7 +95,7 @@ class MutableAntichain:
     def update_iter(self, updates: Iterable[tuple[Timestamp, int]]) -> list[tuple[Timestamp, int]]:
         """Apply ``(time, delta)`` updates; return the frontier changes they caused."""
         counts = self._counts
-        frontier = self._frontier
+        old = frontier = self._frontier
         rebuild = False
         for time, delta in updates:
             if not delta:
@@ -108,30 +108,35 @@ class MutableAntichain:
             if rebuild:
                 continue
             if delta > 0:
+                # A live time that nothing in the frontier is <= joins it, evicting what it
+                # is <= to; no other element's status changes.
                 if value > 0 and not any(less_equal(f, time) for f in frontier):
-                    rebuild = True
+                    frontier = [f for f in frontier if not less_equal(time, f)]
+                    frontier.append(time)
+                    frontier.sort()
             elif value <= 0 and time in frontier:
-                rebuild = True
-        if not rebuild:
+                rebuild = True  # times it hid may surface: recompute from the counts
+        if rebuild:
+            frontier = self._minimal()
+        if frontier is old:
             return []
-        return self._rebuild()
+        self._frontier = frontier
+        changes = [(t, -1) for t in old if t not in frontier]
+        changes.extend((t, 1) for t in frontier if t not in old)
+        return changes
 
     def update(self, time: Timestamp, delta: int) -> list[tuple[Timestamp, int]]:
         """Apply one update; return the frontier changes."""
         return self.update_iter(((time, delta),))
 
-    def _rebuild(self) -> list[tuple[Timestamp, int]]:
+    def _minimal(self) -> list[Timestamp]:
         fresh: list[Timestamp] = []
         # Lexicographic order extends the product order, so a time is minimal iff no
         # already-kept (lexicographically smaller) time is <= it.
         for time in sorted(t for t, c in self._counts.items() if c > 0):
             if not any(less_equal(f, time) for f in fresh):
                 fresh.append(time)
-        old = self._frontier
-        changes = [(t, -1) for t in old if t not in fresh]
-        changes.extend((t, 1) for t in fresh if t not in old)
-        self._frontier = fresh
-        return changes
+        return fresh
 
     def frontier(self) -> tuple[Timestamp, ...]:
         """The minimal live times, in lexicographic order."""

@@ -16,9 +16,10 @@ them, so that a message sent and consumed between two flushes never costs traffi
 Holding back is safe while every held increment at ``p`` is justified: some ``q != p``
 that could result in ``p`` is either held back as a decrement (so every view still
 counts it) or a capability this worker owns (so it stays live until this worker says
-otherwise, through this same buffer). The buffer is also flushed as soon as one of
-its decrements is at a pointstamp in the view's frontier, since others may be
-waiting on exactly that pointstamp.
+otherwise, through this same buffer). Safety aside, a worker about to go idle
+flushes as soon as one of its held decrements is at a pointstamp in the view's
+frontier, since others may be waiting on exactly that pointstamp; a worker with more
+local work in the same scheduling round keeps accumulating and flushes at its end.
 
 The view keeps Naiad's bookkeeping: an occurrence count per pointstamp and, for each
 live one, a *precursor count*, the number of other live pointstamps that could result
@@ -164,16 +165,21 @@ class WorkerProgress:
         """This worker's own capability count at ``ps`` (flushed or not)."""
         return self._owned.get(ps)
 
-    def must_flush(self) -> bool:
-        """Whether holding the buffer back any longer would be unsafe or stall others."""
+    def must_flush(self, idle: bool = True) -> bool:
+        """Whether holding the buffer back any longer would be unsafe or stall others.
+
+        ``idle``: the worker has no more local work this round. Only then does a held
+        decrement at a frontier pointstamp force a flush (liveness); safety never waits.
+        """
         if self._buffer.is_empty():
             return False
         if not self.accumulate:
             return True
         held = self._buffer.items()
-        for ps, delta in held:
-            if delta < 0 and self.view.in_frontier(ps):
-                return True
+        if idle:
+            for ps, delta in held:
+                if delta < 0 and self.view.in_frontier(ps):
+                    return True
         reach = self.graph.could_result_in
         owned = self._owned.items()
         for ps, delta in held:
@@ -186,9 +192,13 @@ class WorkerProgress:
                 return True
         return False
 
-    def flush(self, force: bool = False) -> ProgressBatch | None:
-        """The batch to broadcast now (to every worker, this one included), if any."""
-        if self._buffer.is_empty() or not (force or self.must_flush()):
+    def flush(self, force: bool = False, idle: bool = True) -> ProgressBatch | None:
+        """The batch to broadcast now (to every worker, this one included), if any.
+
+        Call it after every step, with ``idle=False`` while the worker still has work
+        queued for this scheduling round.
+        """
+        if self._buffer.is_empty() or not (force or self.must_flush(idle)):
             return None
         batch = ProgressBatch(self.worker, self._next_send, tuple(self._buffer.drain()))
         self._next_send += 1
