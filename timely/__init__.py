@@ -1,3 +1,42 @@
-"""timely: timely dataflow in Python on Ray (the runtime arrives with its own issue)."""
+"""timely: timely dataflow in Python, with Naiad-style progress tracking, on Ray.
+
+Build a :class:`Dataflow`, place vertices on its streams, and ``run`` it on workers.
+"""
+
+from timely.channels import broadcast, exchange, pipeline, stable_hash
+from timely.dataflow import Dataflow, Feedback, InputHandle, Probe, Scope, Stream
+from timely.errors import (
+    ConfigError,
+    GraphBuildError,
+    TimelyError,
+    UserFunctionError,
+    WorkerDied,
+)
+from timely.runtime import Results, Session
+from timely.sources import Source
+from timely.vertex import Capability, Vertex
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Capability",
+    "ConfigError",
+    "Dataflow",
+    "Feedback",
+    "GraphBuildError",
+    "InputHandle",
+    "Probe",
+    "Results",
+    "Scope",
+    "Session",
+    "Source",
+    "Stream",
+    "TimelyError",
+    "UserFunctionError",
+    "Vertex",
+    "WorkerDied",
+    "broadcast",
+    "exchange",
+    "pipeline",
+    "stable_hash",
+]

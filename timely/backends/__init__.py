@@ -1,0 +1,1 @@
+"""Backends that host workers: ``inline`` (one process, seeded scheduler) and ``ray``."""

@@ -1,0 +1,142 @@
+"""Channels: how records travel from an output to an input across workers.
+
+``pipeline`` keeps records on the worker that made them; ``exchange(key)`` sends each
+record to the worker ``stable_hash(key(record)) % workers``; ``broadcast`` sends every
+record to every worker. The hash must be the same in every process and every run
+(Python's ``hash`` of ``str`` is salted per process), so that a key's records meet on
+one worker and a replay routes them the same way.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: spreads nearby integers over the whole range."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def stable_hash(value: Any) -> int:
+    """A 64-bit hash that is the same in every process and run.
+
+    Supports None, bool, int, float, str, bytes, and tuples/frozensets of those (and
+    numpy scalars through ``.item()``). Anything else raises ``TypeError``.
+    """
+    if value is None:
+        return 0x5BD1E995
+    if isinstance(value, bool):
+        return _mix(0xB001 + int(value))
+    if isinstance(value, int):
+        return _mix(value & _MASK) ^ (0 if value >= 0 else 0xDEADBEEF)
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        return _mix(zlib.crc32(data) | (len(data) << 32))
+    if isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+        return _mix(zlib.crc32(data) ^ 0xB7E5 | (len(data) << 32))
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 2**63:
+            return stable_hash(int(value))  # 1.0 and 1 meet, as they are equal
+        return _mix(struct.unpack("<q", struct.pack("<d", value))[0] & _MASK)
+    if isinstance(value, tuple):
+        h = 0x345678 + len(value)
+        for item in value:
+            h = _mix(h ^ stable_hash(item))
+        return h
+    if isinstance(value, frozenset):
+        acc = 0
+        for item in value:
+            acc ^= stable_hash(item)
+        return _mix(acc ^ 0xF5E7)
+    item = getattr(value, "item", None)
+    if callable(item) and type(value).__module__ == "numpy":
+        return stable_hash(item())
+    raise TypeError(
+        f"exchange key {value!r} of type {type(value).__name__} has no stable hash; "
+        "return None, bool, int, float, str, bytes or a tuple of those from the key function"
+    )
+
+
+class Channel:
+    """How records move along one edge."""
+
+    kind = "pipeline"
+
+    def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
+        """Split ``records`` by destination worker."""
+        return {here: records}
+
+    def __repr__(self) -> str:
+        return self.kind
+
+
+class Pipeline(Channel):
+    """Records stay on the worker that produced them."""
+
+
+@dataclass(repr=False)
+class Exchange(Channel):
+    """Records go to the worker that owns their key."""
+
+    key: Callable[[Any], Any]
+    kind = "exchange"
+
+    def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
+        if workers == 1:
+            return {here: records}
+        out: dict[int, list[Any]] = {}
+        key = self.key
+        for record in records:
+            out.setdefault(stable_hash(key(record)) % workers, []).append(record)
+        return out
+
+
+class Broadcast(Channel):
+    """Every worker receives every record."""
+
+    kind = "broadcast"
+
+    def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
+        return {w: records for w in range(workers)}
+
+
+def pipeline() -> Channel:
+    """Keep records on their worker."""
+    return Pipeline()
+
+
+def exchange(key: Callable[[Any], Any]) -> Channel:
+    """Partition records by ``stable_hash(key(record))``."""
+    if not callable(key):
+        raise TypeError(
+            f"exchange needs a key function record -> hashable value, got {key!r}; "
+            "for example exchange(lambda r: r[0])"
+        )
+    return Exchange(key)
+
+
+def broadcast() -> Channel:
+    """Send every record to every worker."""
+    return Broadcast()
+
+
+class Gather(Channel):
+    """Every record goes to one worker (outputs that the driver reads)."""
+
+    kind = "gather"
+
+    def __init__(self, worker: int = 0) -> None:
+        self.worker = worker
+
+    def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
+        return {self.worker: records}

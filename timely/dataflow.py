@@ -1,0 +1,503 @@
+"""The logical graph a user builds: ``Dataflow``, ``Stream``, loop scopes and inputs."""
+
+from __future__ import annotations
+
+import inspect as _inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from progress import GraphError, PathSummary
+from timely.channels import Channel, Gather, broadcast, exchange, pipeline
+from timely.errors import GraphBuildError, function_location
+from timely.plan import EdgeSpec, Plan, VertexSpec
+from timely.vertex import Vertex
+
+if TYPE_CHECKING:
+    from timely.runtime import Results, Session
+    from timely.sources import Source
+
+VertexFactory = Callable[[], Vertex]
+
+
+class Scope:
+    """A loop scope: timestamps inside carry one more counter than outside."""
+
+    def __init__(self, flow: Dataflow, parent: Scope | None, name: str, max_iters: int | None):
+        self.flow = flow
+        self.parent = parent
+        self.name = name
+        self.max_iters = max_iters
+        self.depth: int = 0 if parent is None else parent.depth + 1
+        self._feedbacks: list[Feedback] = []
+
+    def feedback(self, step: int = 1, name: str | None = None) -> tuple[Feedback, Stream]:
+        """A stream that carries what is later ``connect``-ed to it, ``step`` iterations on."""
+        if self.parent is None:
+            raise GraphBuildError("feedback needs a loop scope: use flow.loop() to make one")
+        handle = Feedback(self, step, name or f"{self.name}.feedback{len(self._feedbacks)}")
+        self._feedbacks.append(handle)
+        return handle, handle.stream
+
+    def __repr__(self) -> str:
+        return f"Scope({self.name!r}, depth={self.depth})"
+
+
+class Feedback:
+    """The far end of a loop: records connected here re-enter the loop one iteration later."""
+
+    def __init__(self, scope: Scope, step: int, name: str) -> None:
+        from timely.system import FeedbackVertex
+
+        self.scope = scope
+        self.connected = False
+        d = scope.depth
+        internal = {(0, 0): PathSummary.feedback(step) if step > 0 else PathSummary.identity()}
+        limit = scope.max_iters
+        self.vertex = scope.flow._add_vertex(
+            name,
+            lambda: FeedbackVertex(step, limit),
+            (d,),
+            (d,),
+            internal=internal,
+            where="feedback",
+            kind="feedback",
+        )
+        self.stream = Stream(scope.flow, self.vertex, 0, scope)
+
+    def connect(self, stream: Stream) -> None:
+        """Feed ``stream`` (inside the loop) back to the loop's head."""
+        if self.connected:
+            raise GraphBuildError(f"feedback {self.stream.name!r} is already connected")
+        stream._check_scope(self.scope, "connect to this loop's feedback")
+        self.scope.flow._edges.append(
+            EdgeSpec(stream.vertex, stream.port, self.vertex, 0, pipeline())
+        )
+        self.connected = True
+
+
+class Stream:
+    """Batches of timestamped records flowing out of one vertex output."""
+
+    def __init__(self, flow: Dataflow, vertex: int, port: int, scope: Scope) -> None:
+        self.flow = flow
+        self.vertex = vertex
+        self.port = port
+        self.scope = scope
+
+    @property
+    def name(self) -> str:
+        return self.flow._vertices[self.vertex].name
+
+    def _check_scope(self, scope: Scope, what: str) -> None:
+        if self.flow is not scope.flow:
+            raise GraphBuildError(
+                f"stream {self.name!r} belongs to dataflow {self.flow.name!r}, not "
+                f"{scope.flow.name!r}; build each dataflow from its own inputs"
+            )
+        if self.scope is not scope:
+            raise GraphBuildError(
+                f"cannot {what}: stream {self.name!r} is in scope {self.scope.name!r} but the "
+                f"step is in {scope.name!r}; bring it in with .enter(loop) or out with .leave()"
+            )
+
+    # -- placing vertices -----------------------------------------------------------------
+    def unary(
+        self,
+        vertex: VertexFactory | type[Vertex],
+        name: str | None = None,
+        channel: Channel | None = None,
+        outputs: int = 1,
+    ) -> Stream:
+        """Place a vertex with this stream as its one input; return its first output."""
+        streams = self.flow.vertex([(self, channel)], vertex, name=name, outputs=outputs)
+        return streams[0]
+
+    def binary(
+        self,
+        other: Stream,
+        vertex: VertexFactory | type[Vertex],
+        name: str | None = None,
+        channels: tuple[Channel | None, Channel | None] = (None, None),
+        outputs: int = 1,
+    ) -> Stream:
+        """Place a two-input vertex fed by this stream (input 0) and ``other`` (input 1)."""
+        ins = [(self, channels[0]), (other, channels[1])]
+        return self.flow.vertex(ins, vertex, name=name, outputs=outputs)[0]
+
+    def concat(self, *others: Stream, name: str | None = None) -> Stream:
+        """All records of this stream and ``others``, times unchanged."""
+        from timely.system import Concat
+
+        ins: list[tuple[Stream, Channel | None]] = [(s, None) for s in (self, *others)]
+        return self.flow.vertex(ins, Concat, name=name or "concat", where="concat")[0]
+
+    def exchange(self, key: Callable[[Any], Any], name: str | None = None) -> Stream:
+        """Repartition: each record moves to the worker that owns ``key(record)``."""
+        from timely.system import Forward
+
+        return self.unary(Forward, name=name or "exchange", channel=exchange(key))
+
+    def broadcast(self, name: str | None = None) -> Stream:
+        """Every worker receives every record."""
+        from timely.system import Forward
+
+        return self.unary(Forward, name=name or "broadcast", channel=broadcast())
+
+    def inspect(self, f: Callable[[Any], Any], name: str | None = None) -> Stream:
+        """Call ``f(record)`` on every record (on its worker) and pass records on unchanged."""
+        from timely.system import Inspect
+
+        return self.flow.vertex(
+            [(self, None)], lambda: Inspect(f), name=name or "inspect", where=function_location(f)
+        )[0]
+
+    # -- loops ----------------------------------------------------------------------------
+    def enter(self, scope: Scope) -> Stream:
+        """This stream inside the loop ``scope`` (its records start at iteration 0)."""
+        from timely.system import Forward
+
+        if scope.parent is None or self.scope is not scope.parent:
+            raise GraphBuildError(
+                f"stream {self.name!r} in scope {self.scope.name!r} can only enter a loop "
+                f"made in that scope; {scope.name!r} was made in "
+                f"{scope.parent.name if scope.parent else 'no scope'!r}"
+            )
+        d = self.scope.depth
+        v = self.flow._add_vertex(
+            f"{scope.name}.enter",
+            Forward,
+            (d,),
+            (d + 1,),
+            internal={(0, 0): PathSummary.ingress()},
+            where="enter",
+            kind="ingress",
+        )
+        self.flow._edges.append(EdgeSpec(self.vertex, self.port, v, 0, pipeline()))
+        return Stream(self.flow, v, 0, scope)
+
+    def leave(self) -> Stream:
+        """This stream outside its loop (the loop counter is dropped)."""
+        from timely.system import Forward
+
+        scope = self.scope
+        if scope.parent is None:
+            raise GraphBuildError(f"stream {self.name!r} is not inside a loop; nothing to leave")
+        d = scope.depth
+        v = self.flow._add_vertex(
+            f"{scope.name}.leave",
+            Forward,
+            (d,),
+            (d - 1,),
+            internal={(0, 0): PathSummary.egress()},
+            where="leave",
+            kind="egress",
+        )
+        self.flow._edges.append(EdgeSpec(self.vertex, self.port, v, 0, pipeline()))
+        return Stream(self.flow, v, 0, scope.parent)
+
+    def iterate(
+        self,
+        body: Callable[[Stream], Stream],
+        max_iters: int | None = None,
+        name: str = "iterate",
+    ) -> Stream:
+        """Apply ``body`` again and again: each round's output is fed back and also leaves.
+
+        Records go round until ``body`` emits none for them, or ``max_iters`` rounds.
+        The result holds every round's output, at the epoch its input came in.
+        """
+        if max_iters is not None and max_iters < 1:
+            raise GraphBuildError(f"iterate: max_iters must be >= 1, got {max_iters}")
+        loop = self.flow.loop(name=name, parent=self.scope, max_iters=max_iters)
+        handle, again = loop.feedback()
+        result = body(self.enter(loop).concat(again, name=f"{name}.head"))
+        if not isinstance(result, Stream):
+            raise GraphBuildError(f"iterate: the body must return a Stream, got {result!r}")
+        handle.connect(result)
+        return result.leave()
+
+    # -- outputs --------------------------------------------------------------------------
+    def _top_level(self, what: str) -> None:
+        if self.scope.depth:
+            raise GraphBuildError(
+                f"{what} reads whole epochs: call .leave() to bring {self.name!r} out of "
+                f"loop {self.scope.name!r} first"
+            )
+
+    def subscribe(
+        self, callback: Callable[[int, list[Any]], None], name: str = "subscribe"
+    ) -> None:
+        """Call ``callback(epoch, records)`` on the driver once per completed epoch, in order."""
+        from timely.system import Gathered
+
+        self._top_level("subscribe")
+        out = self.flow._outputs
+        key = f"{name}#{len(out)}"
+        out[key] = callback
+        self.flow.vertex(
+            [(self, Gather(0))],
+            lambda: Gathered(key),
+            name=name,
+            outputs=0,
+            where=function_location(callback),
+        )
+
+    def collect(self, name: str) -> None:
+        """Gather this stream's records; ``run()`` returns them under ``name``."""
+        from timely.system import Gathered
+
+        self._top_level("collect")
+        if name in self.flow._collects:
+            raise GraphBuildError(f"collect name {name!r} is used twice")
+        self.flow._collects.append(name)
+        self.flow.vertex(
+            [(self, Gather(0))], lambda: Gathered(name), name=f"collect:{name}", outputs=0
+        )
+
+    def probe(self, name: str = "probe") -> Probe:
+        """A handle on the frontier of this stream, readable from the driver."""
+        from timely.system import Forward
+
+        v = self.flow.vertex([(self, None)], Forward, name=name, outputs=0)
+        del v
+        probe = Probe(self.flow, len(self.flow._vertices) - 1)
+        return probe
+
+
+class Probe:
+    """The frontier at a point of the dataflow, as the workers see it."""
+
+    def __init__(self, flow: Dataflow, vertex: int) -> None:
+        self.flow = flow
+        self.vertex = vertex
+
+    def frontier(self) -> list[tuple[int, ...]]:
+        """The minimal times that could still arrive (empty: the stream is done)."""
+        return self.flow._session_or_fail("read a probe").probe_frontier(self.vertex)
+
+    def done(self, epoch: int) -> bool:
+        """Whether every record of ``epoch`` (and before) has passed this point."""
+        return not any(t[0] <= epoch for t in self.frontier())
+
+
+class InputHandle:
+    """A driver-fed input (Naiad's ``OnNext``/``OnCompleted``): send, advance, close."""
+
+    def __init__(self, flow: Dataflow, vertex: int, name: str) -> None:
+        self.flow = flow
+        self.vertex = vertex
+        self.name = name
+        self.stream = Stream(flow, vertex, 0, flow.root)
+        self.epoch = 0
+        self.closed = False
+        self._pending: list[tuple[str, Any]] = []
+
+    def send(self, records: Iterable[Any]) -> None:
+        """Send ``records`` at the current epoch."""
+        self._live("send")
+        self._command(("send", list(records)))
+
+    def advance_to(self, epoch: int) -> None:
+        """Move to ``epoch``; the epochs before it are complete from this input's side."""
+        self._live("advance")
+        if epoch < self.epoch:
+            raise ValueError(
+                f"input {self.name!r} is at epoch {self.epoch}; cannot go back to {epoch}"
+            )
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self._command(("advance", epoch))
+
+    def close(self) -> None:
+        """No more records from this input."""
+        if not self.closed:
+            self.closed = True
+            self._command(("close", None))
+
+    def _live(self, what: str) -> None:
+        if self.closed:
+            raise ValueError(f"cannot {what}: input {self.name!r} is closed")
+
+    def _command(self, cmd: tuple[str, Any]) -> None:
+        session = self.flow._session
+        if session is None:
+            self._pending.append(cmd)
+        else:
+            session.input_command(self.vertex, cmd)
+
+
+class Dataflow:
+    """A logical dataflow graph; ``run`` executes it on workers."""
+
+    def __init__(self, name: str = "dataflow") -> None:
+        self.name = name
+        self.root = Scope(self, None, "root", None)
+        self._vertices: list[VertexSpec] = []
+        self._edges: list[EdgeSpec] = []
+        self._inputs: list[InputHandle] = []
+        self._outputs: dict[str, Callable[[int, list[Any]], None]] = {}
+        self._collects: list[str] = []
+        self._scopes: list[Scope] = []
+        self._session: Session | None = None
+
+    # -- building -------------------------------------------------------------------------
+    def new_input(self, name: str = "input") -> InputHandle:
+        """An input fed from the driver; its stream is ``handle.stream``."""
+        from timely.system import InputVertex
+
+        v = self._add_vertex(name, InputVertex, (), (0,), where="input", kind="input")
+        handle = InputHandle(self, v, name)
+        self._inputs.append(handle)
+        return handle
+
+    def source(self, src: Source, name: str = "source") -> Stream:
+        """A connector source; each worker reads its share of ``src``'s partitions."""
+        from timely.system import SourceVertex
+
+        v = self._add_vertex(
+            name,
+            lambda: SourceVertex(src),
+            (),
+            (0,),
+            where=function_location(type(src).read),
+            kind="source",
+        )
+        return Stream(self, v, 0, self.root)
+
+    def loop(
+        self, name: str = "loop", parent: Scope | None = None, max_iters: int | None = None
+    ) -> Scope:
+        """A loop scope inside ``parent`` (the top level by default)."""
+        scope = Scope(self, parent or self.root, f"{name}{len(self._scopes)}", max_iters)
+        self._scopes.append(scope)
+        return scope
+
+    def vertex(
+        self,
+        inputs: Sequence[tuple[Stream, Channel | None]],
+        vertex: VertexFactory | type[Vertex],
+        name: str | None = None,
+        outputs: int = 1,
+        where: str | None = None,
+    ) -> list[Stream]:
+        """Place a vertex fed by ``inputs`` (each with its channel); return its outputs."""
+        if not inputs:
+            raise GraphBuildError("a vertex needs at least one input; use new_input() or source()")
+        scope = inputs[0][0].scope
+        for stream, _ in inputs:
+            stream._check_scope(scope, f"place {name or 'vertex'!r}")
+        factory, default_where, label = _factory(vertex)
+        d = scope.depth
+        v = self._add_vertex(
+            name or label,
+            factory,
+            (d,) * len(inputs),
+            (d,) * outputs,
+            where=where or default_where,
+        )
+        for port, (stream, channel) in enumerate(inputs):
+            if channel is not None and not isinstance(channel, Channel):
+                raise GraphBuildError(
+                    f"input {port} of {name or label!r}: channel must be pipeline(), "
+                    f"exchange(key) or broadcast(), got {channel!r}"
+                )
+            self._edges.append(EdgeSpec(stream.vertex, stream.port, v, port, channel or pipeline()))
+        return [Stream(self, v, o, scope) for o in range(outputs)]
+
+    def _add_vertex(
+        self,
+        name: str,
+        factory: VertexFactory,
+        input_depths: tuple[int, ...],
+        output_depths: tuple[int, ...],
+        internal: dict[tuple[int, int], PathSummary] | None = None,
+        where: str = "?",
+        kind: str = "vertex",
+    ) -> int:
+        if self._session is not None:
+            raise GraphBuildError("the dataflow is running; build it completely before running it")
+        index = len(self._vertices)
+        self._vertices.append(
+            VertexSpec(index, name, factory, input_depths, output_depths, internal, where, kind)
+        )
+        return index
+
+    def build(self) -> Plan:
+        """Validate the graph and return its plan; errors say how to fix the graph."""
+        for scope in self._scopes:
+            for fb in scope._feedbacks:
+                if not fb.connected:
+                    raise GraphBuildError(
+                        f"loop {scope.name!r}: feedback {fb.stream.name!r} is never connected; "
+                        "call handle.connect(stream) with the stream to feed back"
+                    )
+        if not any(s.kind in ("input", "source") for s in self._vertices):
+            raise GraphBuildError(
+                "the dataflow has no input: add flow.new_input() or flow.source()"
+            )
+        try:
+            return Plan(self.name, list(self._vertices), list(self._edges))
+        except GraphError as e:
+            raise GraphBuildError(f"dataflow {self.name!r}: {e}") from None
+
+    # -- running --------------------------------------------------------------------------
+    def run(
+        self,
+        workers: int = 2,
+        backend: str = "ray",
+        address: str | None = None,
+        **options: Any,
+    ) -> Results:
+        """Run to completion: feed what was sent to the inputs, close them, wait for the end.
+
+        Returns what ``collect`` gathered. ``backend="ray"`` (the default) starts local Ray
+        when none is running; ``address="auto"`` or an address joins a cluster.
+        ``backend="inline"`` runs every worker in this process (for tests).
+        """
+        with self.activate(workers=workers, backend=backend, address=address, **options) as s:
+            for handle in self._inputs:
+                handle.close()
+            return s.join()
+
+    def activate(
+        self,
+        workers: int = 2,
+        backend: str = "ray",
+        address: str | None = None,
+        **options: Any,
+    ) -> Session:
+        """Start the dataflow and return a session: feed inputs while it runs, then ``join()``."""
+        from timely.runtime import start_session
+
+        plan = self.build()
+        session = start_session(
+            self, plan, workers=workers, backend=backend, address=address, **options
+        )
+        self._session = session
+        for handle in self._inputs:
+            pending, handle._pending = handle._pending, []
+            for cmd in pending:
+                session.input_command(handle.vertex, cmd)
+        return session
+
+    def _session_or_fail(self, what: str) -> Session:
+        if self._session is None:
+            raise RuntimeError(f"cannot {what}: the dataflow is not running (use flow.activate())")
+        return self._session
+
+
+def _factory(vertex: VertexFactory | type[Vertex]) -> tuple[VertexFactory, str, str]:
+    """A zero-argument factory, the user code's file:line, and a default name."""
+    if _inspect.isclass(vertex):
+        if not issubclass(vertex, Vertex):
+            raise GraphBuildError(f"{vertex.__name__} is not a Vertex subclass")
+        where = function_location(vertex.on_recv)
+        return vertex, where, vertex.__name__
+    if isinstance(vertex, Vertex):
+        raise GraphBuildError(
+            "pass the Vertex class or a zero-argument factory, not an instance: every worker "
+            "makes its own"
+        )
+    if not callable(vertex):
+        raise GraphBuildError(f"expected a Vertex class or factory, got {vertex!r}")
+    return vertex, function_location(vertex), getattr(vertex, "__name__", "vertex")

@@ -1,0 +1,82 @@
+"""The physical plan: what every worker instantiates, and the progress graph it tracks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
+from timely.channels import Channel
+from timely.vertex import Vertex
+
+
+@dataclass
+class VertexSpec:
+    """One logical vertex: how to make it, its ports, and what its paths do to time."""
+
+    index: int
+    name: str
+    factory: Callable[[], Vertex]
+    input_depths: tuple[int, ...]
+    output_depths: tuple[int, ...]
+    internal: dict[tuple[int, int], PathSummary] | None = None
+    where: str = "?"
+    kind: str = "vertex"
+    """``vertex`` (user), ``input``, ``source``, or a system kind (ingress, egress, …)."""
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> int:
+        return len(self.input_depths)
+
+    @property
+    def outputs(self) -> int:
+        return len(self.output_depths)
+
+
+@dataclass(frozen=True)
+class EdgeSpec:
+    """Output ``src_port`` of ``src`` feeds input ``dst_port`` of ``dst`` through ``channel``."""
+
+    src: int
+    src_port: int
+    dst: int
+    dst_port: int
+    channel: Channel
+
+
+class Plan:
+    """A validated dataflow, ready to run on any number of workers."""
+
+    def __init__(self, name: str, vertices: list[VertexSpec], edges: list[EdgeSpec]) -> None:
+        self.name = name
+        self.vertices = vertices
+        self.edges = edges
+        builder = GraphBuilder()
+        for spec in vertices:
+            builder.add_node(spec.name, spec.input_depths, spec.output_depths, spec.internal)
+        for e in edges:
+            builder.add_edge(source(e.src, e.src_port), target(e.dst, e.dst_port))
+        self.graph: Graph = builder.build()
+        self.out_edges: list[list[list[EdgeSpec]]] = [
+            [[] for _ in range(spec.outputs)] for spec in vertices
+        ]
+        for e in edges:
+            self.out_edges[e.src][e.src_port].append(e)
+        self.roots = [s.index for s in vertices if s.kind in ("input", "source")]
+
+    def initial_capabilities(self) -> list[Pointstamp]:
+        """What each worker holds at the start: every root's outputs at epoch 0."""
+        return [(source(v, o), (0,)) for v in self.roots for o in range(self.vertices[v].outputs)]
+
+    def fingerprint(self) -> str:
+        """A digest of the graph's shape: names, ports, edges and channel kinds."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for s in self.vertices:
+            h.update(f"{s.index}:{s.name}:{s.kind}:{s.input_depths}:{s.output_depths};".encode())
+        for e in self.edges:
+            h.update(f"{e.src}.{e.src_port}->{e.dst}.{e.dst_port}:{e.channel.kind};".encode())
+        return h.hexdigest()[:16]

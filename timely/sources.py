@@ -1,0 +1,26 @@
+"""The interface connector sources implement: partitioned and resumable from an offset.
+
+Each worker reads the partitions ``p`` with ``p % workers == worker``. ``read`` returns
+the next batch of one partition as ``(epoch, records, next_offset)``, or ``None`` when
+the partition is exhausted. Epochs never decrease within a partition, so the source
+can release every epoch before the smallest one its partitions are at. Reading the
+same partition from the same offset must give the same batches: that is what makes
+a replay after a failure exact.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+
+class Source(ABC):
+    """A partitioned, replayable source of ``(epoch, records)`` batches."""
+
+    @abstractmethod
+    def partitions(self) -> int:
+        """How many partitions there are (fixed for the source's lifetime)."""
+
+    @abstractmethod
+    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
+        """The batch at ``offset`` (``None`` = the start): ``(epoch, records, next_offset)``."""

@@ -1,0 +1,107 @@
+"""The vertex API: Naiad's ``on_recv``/``on_notify`` with timely's capabilities.
+
+A vertex is a long-running, stateful object that every worker hosts one instance of.
+The framework calls ``on_recv(input, records, time)`` for each batch that arrives and
+``on_notify(time)`` once no more records at or before ``time`` can arrive at any of its
+inputs (after ``notify_at(time)`` asked for it). From inside those calls the vertex may
+``send_by(output, records, time)`` at the current time or later.
+
+To send later than the call it is in (after buffering, say), a vertex holds a
+*capability*: ``retain()`` returns one for the current time; it can be downgraded to
+a later time and must be dropped when done, since a held capability holds back every
+frontier downstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from progress import Timestamp
+
+if TYPE_CHECKING:
+    from timely.worker import VertexContext
+
+
+class Capability:
+    """The right to send at ``time`` (or later) from every output of one vertex."""
+
+    __slots__ = ("_ctx", "_live", "_time")
+
+    def __init__(self, ctx: VertexContext, time: Timestamp) -> None:
+        self._ctx = ctx
+        self._time = time
+        self._live = True
+
+    @property
+    def time(self) -> Timestamp:
+        return self._time
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def downgrade(self, time: Timestamp) -> None:
+        """Move the capability to a later ``time`` (>= the current one)."""
+        self._check()
+        self._ctx.downgrade_capability(self._time, time)
+        self._time = time
+
+    def drop(self) -> None:
+        """Give the capability up; frontiers downstream may then pass its time."""
+        self._check()
+        self._ctx.drop_capability(self._time)
+        self._live = False
+
+    def send_by(self, output: int, records: Sequence[Any], time: Timestamp | None = None) -> None:
+        """Send at this capability's time (or a later ``time``)."""
+        self._check()
+        self._ctx.send(output, records, self._time if time is None else time, self._time)
+
+    def _check(self) -> None:
+        if not self._live:
+            raise RuntimeError(f"capability at {self._time} was already dropped")
+
+    def __repr__(self) -> str:
+        return f"Capability({self._time}{'' if self._live else ', dropped'})"
+
+
+class Vertex:
+    """Base class of vertices: override ``on_recv`` and, if it asks for them, ``on_notify``."""
+
+    _ctx: VertexContext
+
+    # -- called by the framework --------------------------------------------------------
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        """A batch of ``records`` arrived at ``input``, all at ``time``."""
+
+    def on_notify(self, time: Timestamp) -> None:
+        """No more records at or before ``time`` can arrive (requested by ``notify_at``)."""
+
+    # -- offered to the vertex ----------------------------------------------------------
+    def send_by(self, output: int, records: Sequence[Any], time: Timestamp) -> None:
+        """Send ``records`` on ``output`` at ``time`` (the current time or later)."""
+        self._ctx.send(output, records, time, None)
+
+    def notify_at(self, time: Timestamp) -> None:
+        """Ask for ``on_notify(time)``; holds a capability at ``time`` until then."""
+        self._ctx.notify_at(time)
+
+    def retain(self, time: Timestamp | None = None) -> Capability:
+        """A capability at the current time (or a later ``time``), kept until dropped."""
+        return self._ctx.retain(time)
+
+    @property
+    def worker(self) -> int:
+        """Index of the worker hosting this instance."""
+        return self._ctx.worker.index
+
+    @property
+    def workers(self) -> int:
+        """How many workers run the dataflow."""
+        return self._ctx.worker.peers
+
+    @property
+    def name(self) -> str:
+        """The step's name, as given when it was placed."""
+        return self._ctx.spec.name

@@ -1,0 +1,431 @@
+"""The worker: hosts one instance of every vertex and runs the single-threaded step loop.
+
+One step: apply the progress received since the last one; run the inputs' commands,
+the sources, every pending batch of data (local pipeline sends are delivered within
+the same step) and the notifications whose time the frontier has passed; then hand
+out the step's data per destination worker and its progress as one atomic batch.
+
+Occurrence counts, per the progress protocol: a batch of records sent to input
+``(v, i)`` at time ``t`` counts +1 at ``(target(v, i), t)`` when sent and -1 when its
+receiver consumes it; a capability (held by ``retain``, ``notify_at`` or a root) counts
++1 at every output of its vertex. Both sides of a step go out in one batch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from progress import (
+    ChangeBatch,
+    Pointstamp,
+    ProgressBatch,
+    Timestamp,
+    Tracker,
+    WorkerProgress,
+    less_equal,
+    source,
+    target,
+)
+from timely.errors import TimelyError, UserFunctionError, failure_location, function_location
+from timely.plan import Plan, VertexSpec
+from timely.system import InputVertex, SourceVertex
+from timely.vertex import Capability, Vertex
+
+DataBatch = tuple[int, int, Timestamp, list[Any]]
+"""``(vertex, input port, time, records)``."""
+
+
+class ProtocolError(TimelyError):
+    """An internal invariant of the progress protocol failed (a bug in timely)."""
+
+
+@dataclass
+class WorkerMessage:
+    """Everything one worker sends one peer in one step: data batches and progress."""
+
+    sender: int
+    seq: int
+    data: list[DataBatch] = field(default_factory=list)
+    progress: ProgressBatch | None = None
+
+
+class VertexContext:
+    """What a vertex instance can do on this worker, and the checks that keep it honest."""
+
+    def __init__(self, worker: Worker, spec: VertexSpec) -> None:
+        self.worker = worker
+        self.spec = spec
+        self.index = spec.index
+        self.internal = worker.plan.graph.nodes[spec.index].internal
+        self.caps: Counter[Timestamp] = Counter()
+        self.requests: set[Timestamp] = set()
+        self.now: tuple[int, Timestamp] | None = None
+        """``(input, time)`` while in ``on_recv`` (input -1 for ``on_notify``/roots)."""
+
+    # -- time checks --------------------------------------------------------------------
+    def _may_act_at(self, time: Timestamp, output: int | None, held: Timestamp | None) -> bool:
+        if held is not None:
+            return self.caps[held] > 0 and less_equal(held, time)
+        now = self.now
+        if now is not None:
+            port, t = now
+            if port < 0 or not self.spec.outputs:
+                if len(t) == len(time) and less_equal(t, time):
+                    return True
+            else:
+                outs = range(self.spec.outputs) if output is None else (output,)
+                for o in outs:
+                    for s in self.internal.get((port, o), ()):
+                        r = s.results_in(t)
+                        if r is not None and less_equal(r, time):
+                            return True
+        return any(c > 0 and less_equal(h, time) for h, c in self.caps.items())
+
+    def _check_time(
+        self, what: str, time: Timestamp, output: int | None, held: Timestamp | None
+    ) -> None:
+        depth = (
+            self.spec.output_depths[output]
+            if output is not None and self.spec.outputs
+            else (
+                self.spec.output_depths[0]
+                if self.spec.outputs
+                else (self.spec.input_depths[0] if self.spec.inputs else 0)
+            )
+        )
+        if not isinstance(time, tuple) or len(time) != depth + 1:
+            raise ValueError(
+                f"step {self.spec.name!r}: {what} at {time!r}, but times here are tuples of "
+                f"{depth + 1} ints (epoch plus {depth} loop counters)"
+            )
+        if not self._may_act_at(time, output, held):
+            now = f"the current time {self.now[1]}" if self.now else "no current time"
+            raise ValueError(
+                f"step {self.spec.name!r}: cannot {what} at {time}: it holds no capability "
+                f"<= {time} ({now}); retain() a capability to act later"
+            )
+
+    # -- offered to the vertex ----------------------------------------------------------
+    def send(self, output: int, records: Any, time: Timestamp, held: Timestamp | None) -> None:
+        if not 0 <= output < self.spec.outputs:
+            raise ValueError(f"step {self.spec.name!r} has no output {output}")
+        self._check_time("send", time, output, held)
+        if records:
+            self.worker._send(self.index, output, list(records), time)
+
+    def notify_at(self, time: Timestamp) -> None:
+        self._check_time("notify_at", time, None, None)
+        if time not in self.requests:
+            self.requests.add(time)
+            self._hold(time, 1)
+            self.worker._notify_pending.add(self.index)
+            self.worker._notify_check = True
+
+    def retain(self, time: Timestamp | None) -> Capability:
+        if time is None:
+            if self.now is None:
+                raise ValueError(
+                    f"step {self.spec.name!r}: retain() outside on_recv/on_notify needs a time"
+                )
+            time = self.now[1]
+            if self.now[0] >= 0 and self.spec.outputs:
+                # The earliest time the current message may send at on any output.
+                outs = [
+                    r
+                    for o in range(self.spec.outputs)
+                    for s in self.internal.get((self.now[0], o), ())
+                    if (r := s.results_in(time)) is not None
+                ]
+                time = min(outs) if outs else time
+        self._check_time("retain", time, None, None)
+        self._hold(time, 1)
+        return Capability(self, time)
+
+    def downgrade_capability(self, old: Timestamp, new: Timestamp) -> None:
+        if not less_equal(old, new):
+            raise ValueError(
+                f"step {self.spec.name!r}: cannot downgrade a capability from {old} to {new}"
+            )
+        self._hold(new, 1)
+        self._hold(old, -1)
+
+    def drop_capability(self, time: Timestamp) -> None:
+        self._hold(time, -1)
+
+    def _hold(self, time: Timestamp, delta: int) -> None:
+        self.caps[time] += delta
+        if self.caps[time] < 0:
+            raise ProtocolError(f"step {self.spec.name!r}: capability at {time} dropped twice")
+        if not self.caps[time]:
+            del self.caps[time]
+        for o in range(self.spec.outputs):
+            self.worker._updates.update((source(self.index, o), time), delta)
+
+    def emit(self, key: str, epoch: int, records: list[Any]) -> None:
+        """Hand records to the driver (collect/subscribe)."""
+        self.worker.emitted.append((key, epoch, records))
+
+    def user_error(
+        self, error: BaseException, time: Timestamp | None, record: Any, fn: Any
+    ) -> None:
+        """Stop the run with the step, the user function's file:line, the time and the record."""
+        where = failure_location(
+            error.__traceback__, function_location(fn) if fn else self.spec.where
+        )
+        raise UserFunctionError(
+            self.spec.name, where, time, record, error, self.worker.index
+        ) from error
+
+
+class Worker:
+    """One worker of a dataflow: every vertex's instance for this shard, and the step loop."""
+
+    def __init__(self, plan: Plan, index: int, peers: int, accumulate: bool = True) -> None:
+        self.plan = plan
+        self.index = index
+        self.peers = peers
+        graph = plan.graph
+        caps = plan.initial_capabilities()
+        self.progress = WorkerProgress(index, peers, graph, caps, accumulate=accumulate)
+        self.tracker = Tracker(graph, check_times=False)
+        self.tracker.update_all((ps, peers) for ps in caps)
+        self.tracker.propagate_all()
+        self._updates: ChangeBatch[Pointstamp] = ChangeBatch()
+        self.contexts = [VertexContext(self, spec) for spec in plan.vertices]
+        self.vertices: list[Vertex] = []
+        for spec, ctx in zip(plan.vertices, self.contexts):
+            vertex = spec.factory()
+            if not isinstance(vertex, Vertex):
+                raise TypeError(f"step {spec.name!r}: the factory made {vertex!r}, not a Vertex")
+            vertex._ctx = ctx
+            self.vertices.append(vertex)
+        self.inbox: list[deque[tuple[int, Timestamp, list[Any]]]] = [deque() for _ in plan.vertices]
+        self._ready: deque[int] = deque()
+        self._out: dict[tuple[int, int, int, Timestamp], list[Any]] = {}
+        self._seq = [0] * peers
+        self._commands: dict[int, deque[tuple[str, Any]]] = {}
+        self._notify_pending: set[int] = set()
+        self._frontier_moved = True  # progress applied but not yet propagated
+        self._notify_check = False  # frontiers changed since notifications were last checked
+        self.emitted: list[tuple[str, int, list[Any]]] = []
+        self.received_since_step = False
+        self.delivered = 0
+        self.notified = 0
+        for v in plan.roots:  # roots hold their initial capability at epoch 0
+            ctx = self.contexts[v]
+            ctx.caps[(0,)] += 1
+            vertex = self.vertices[v]
+            assert isinstance(vertex, InputVertex | SourceVertex)
+            self._activate(v, -1, (0,), vertex.start, Capability(ctx, (0,)))
+        self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
+        # Starting may have dropped capabilities (a source with no partitions here).
+        self.progress.record(self._updates.drain())
+
+    # -- inbound ----------------------------------------------------------------------------
+    def receive(self, message: WorkerMessage) -> None:
+        """Accept a peer's message (in its per-sender order)."""
+        for v, port, time, records in message.data:
+            self.inbox[v].append((port, time, records))
+            self._ready.append(v)
+        if message.progress is not None:
+            self.tracker.update_all(self.progress.receive(message.progress))
+            self._frontier_moved = True
+        self.received_since_step = True
+
+    def command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+        """A driver command for input ``vertex`` (send, advance, close), in order."""
+        self._commands.setdefault(vertex, deque()).append(cmd)
+
+    # -- the step ---------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        """Whether a step now would do anything (local work, or held progress to release)."""
+        return self._local_work() or (
+            bool(self.progress.pending()) and self.progress.must_flush(idle=True)
+        )
+
+    def _local_work(self) -> bool:
+        return bool(
+            self._ready
+            or self._commands
+            or self.received_since_step
+            or (self._notify_pending and (self._notify_check or self._frontier_moved))
+            or any(self.vertices[v].active for v in self._sources)  # type: ignore[attr-defined]
+        )
+
+    def step(self) -> list[tuple[int, WorkerMessage]]:
+        """Run one step; return the messages for other workers ``(peer, message)``."""
+        self.received_since_step = False
+        self._propagate()
+        for v, queue in list(self._commands.items()):
+            vertex = self.vertices[v]
+            assert isinstance(vertex, InputVertex)
+            while queue:
+                self._activate(v, -1, None, vertex.command, queue.popleft())
+            del self._commands[v]
+        for v in self._sources:
+            vertex = self.vertices[v]
+            assert isinstance(vertex, SourceVertex)
+            if vertex.active:
+                self._activate(v, -1, None, vertex.pull)
+        self._drain_inbox()
+        if self._notify_pending and self._notify_check:
+            self._notify_check = False
+            self._notify()
+            self._drain_inbox()
+        return self._finish_step()
+
+    def _propagate(self) -> None:
+        if self._frontier_moved:
+            self._frontier_moved = False
+            if self.tracker.propagate_all():
+                self._notify_check = True
+
+    def _drain_inbox(self) -> None:
+        inbox, ready = self.inbox, self._ready
+        frontier = self.tracker.frontier
+        while ready:
+            v = ready.popleft()
+            queue = inbox[v]
+            if not queue:
+                continue
+            port, time, records = queue.popleft()
+            loc = target(v, port)
+            if not any(less_equal(f, time) for f in frontier(loc)):
+                name = self.plan.vertices[v].name
+                raise ProtocolError(
+                    f"worker {self.index}: a batch at {time} reached {name!r} input {port}, "
+                    f"whose frontier {frontier(loc)} has passed it"
+                )
+            self._updates.update((loc, time), -1)
+            self.delivered += 1
+            self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
+
+    def _notify(self) -> None:
+        frontier = self.tracker.frontier
+        for v in sorted(self._notify_pending):
+            ctx = self.contexts[v]
+            inputs = [target(v, i) for i in range(ctx.spec.inputs)]
+            pending_times = [t for _, t, _ in self.inbox[v]]
+            ready = sorted(
+                t
+                for t in ctx.requests
+                if not any(less_equal(f, t) for loc in inputs for f in frontier(loc))
+                and not any(less_equal(p, t) for p in pending_times)
+            )
+            for t in ready:
+                ctx.requests.discard(t)
+                self.notified += 1
+                self._activate(v, -1, t, self.vertices[v].on_notify, t)
+                ctx._hold(t, -1)
+            if not ctx.requests:
+                self._notify_pending.discard(v)
+
+    def _activate(self, v: int, port: int, time: Timestamp | None, fn: Any, *args: Any) -> None:
+        ctx = self.contexts[v]
+        ctx.now = None if time is None else (port, time)
+        try:
+            fn(*args)
+        except TimelyError:
+            raise
+        except Exception as e:
+            record = args[1] if port >= 0 and len(args) > 1 else (args[0] if args else None)
+            ctx.user_error(e, time, record, None)
+        finally:
+            ctx.now = None
+
+    def _send(self, v: int, output: int, records: list[Any], time: Timestamp) -> None:
+        plan = self.plan
+        for edge in plan.out_edges[v][output]:
+            try:
+                routed = edge.channel.route(records, self.peers, self.index)
+            except Exception as e:
+                ctx = self.contexts[v]
+                bad = _first_unroutable(edge.channel, records)
+                ctx.user_error(e, time, bad, getattr(edge.channel, "key", None))
+            for dest, part in routed.items():
+                if not part:
+                    continue
+                if dest == self.index:
+                    # Local: straight into the inbox, delivered later in this same step.
+                    self.inbox[edge.dst].append((edge.dst_port, time, part))
+                    self._ready.append(edge.dst)
+                    self._updates.update((target(edge.dst, edge.dst_port), time), 1)
+                else:
+                    key = (dest, edge.dst, edge.dst_port, time)
+                    buf = self._out.get(key)
+                    if buf is None:
+                        self._out[key] = buf = []
+                        self._updates.update((target(edge.dst, edge.dst_port), time), 1)
+                    buf.extend(part)
+
+    def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
+        messages: dict[int, WorkerMessage] = {}
+        for (dest, v, port, time), records in self._out.items():
+            msg = messages.get(dest)
+            if msg is None:
+                messages[dest] = msg = WorkerMessage(self.index, 0)
+            msg.data.append((v, port, time, records))
+        self._out = {}
+        self.progress.record(self._updates.drain())
+        batch = self.progress.flush(idle=not self._local_work())
+        if batch is not None:
+            self.tracker.update_all(self.progress.receive(batch))
+            self._frontier_moved = True
+            for peer in range(self.peers):
+                if peer != self.index:
+                    msg = messages.get(peer)
+                    if msg is None:
+                        messages[peer] = msg = WorkerMessage(self.index, 0)
+                    msg.progress = batch
+        out = []
+        for peer, msg in sorted(messages.items()):
+            msg.seq = self._seq[peer]
+            self._seq[peer] += 1
+            out.append((peer, msg))
+        self._propagate()
+        return out
+
+    # -- state --------------------------------------------------------------------------------
+    def flush_progress(self) -> list[tuple[int, WorkerMessage]]:
+        """Force out held progress (used when the driver asks everything to settle)."""
+        batch = self.progress.flush(force=True)
+        if batch is None:
+            return []
+        self.tracker.update_all(self.progress.receive(batch))
+        self._frontier_moved = True
+        out = []
+        for peer in range(self.peers):
+            if peer != self.index:
+                out.append((peer, WorkerMessage(self.index, self._seq[peer], [], batch)))
+                self._seq[peer] += 1
+        return out
+
+    def idle(self) -> bool:
+        """Nothing left anywhere, as far as this worker knows: every frontier is empty."""
+        self._propagate()
+        return self.tracker.is_idle() and not self.progress.pending() and not self._ready
+
+    def frontier(self, vertex: int, port: int = 0) -> tuple[Timestamp, ...]:
+        """This worker's view of the frontier at input ``port`` of ``vertex``."""
+        self._propagate()
+        return self.tracker.frontier(target(vertex, port))
+
+    def pending_updates(self) -> Iterable[tuple[Pointstamp, int]]:
+        return self.progress.pending()
+
+
+def _first_unroutable(channel: Any, records: list[Any]) -> Any:
+    key = getattr(channel, "key", None)
+    if key is None:
+        return records[0] if records else None
+    from timely.channels import stable_hash
+
+    for r in records:
+        try:
+            stable_hash(key(r))
+        except Exception:
+            return r
+    return None
