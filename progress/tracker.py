@@ -67,6 +67,8 @@ class Tracker:
     # -- propagation --------------------------------------------------------------------
     def propagate_all(self) -> list[tuple[Location, Timestamp, int]]:
         """Apply pending updates; return the net frontier changes ``(loc, time, ±1)``."""
+        if self._pending.is_empty() and not self._worklist:
+            return []
         worklist = self._worklist
         push = heapq.heappush
         for (i, time), delta in self._pending.drain():

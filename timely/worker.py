@@ -122,7 +122,8 @@ class VertexContext:
             self.requests.add(time)
             self._hold(time, 1)
             self.worker._notify_pending.add(self.index)
-            self.worker._notify_check = True
+            if self.worker._ready_now(self.index, time):
+                self.worker._notify_check = True  # asked for a time already passed
 
     def retain(self, time: Timestamp | None) -> Capability:
         if time is None:
@@ -303,19 +304,19 @@ class Worker:
             self.delivered += 1
             self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
 
-    def _notify(self) -> None:
+    def _ready_now(self, v: int, t: Timestamp) -> bool:
+        """No input of ``v`` can still see a time ``<= t``, and none is waiting in its inbox."""
         frontier = self.tracker.frontier
+        spec = self.plan.vertices[v]
+        for i in range(spec.inputs):
+            if any(less_equal(f, t) for f in frontier(target(v, i))):
+                return False
+        return not any(less_equal(p, t) for _, p, _ in self.inbox[v])
+
+    def _notify(self) -> None:
         for v in sorted(self._notify_pending):
             ctx = self.contexts[v]
-            inputs = [target(v, i) for i in range(ctx.spec.inputs)]
-            pending_times = [t for _, t, _ in self.inbox[v]]
-            ready = sorted(
-                t
-                for t in ctx.requests
-                if not any(less_equal(f, t) for loc in inputs for f in frontier(loc))
-                and not any(less_equal(p, t) for p in pending_times)
-            )
-            for t in ready:
+            for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
                 ctx.requests.discard(t)
                 self.notified += 1
                 self._activate(v, -1, t, self.vertices[v].on_notify, t)
@@ -362,6 +363,9 @@ class Worker:
                     buf.extend(part)
 
     def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
+        if not self._out and self._updates.is_empty() and not self.progress.pending():
+            self._propagate()
+            return []  # a step that changed nothing has nothing to say
         messages: dict[int, WorkerMessage] = {}
         for (dest, v, port, time), records in self._out.items():
             msg = messages.get(dest)
