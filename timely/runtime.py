@@ -45,6 +45,10 @@ class Session(ABC):
     def _wait(self) -> None:
         """Drive or wait for the workers until every input is closed and all work is done."""
 
+    def poll(self, timeout: float = 0.0) -> None:  # noqa: B027 - a no-op where outputs are synchronous
+        """Deliver outputs that have arrived (subscribe callbacks run here), waiting up to
+        ``timeout`` seconds for some. Backends whose outputs arrive synchronously need not."""
+
     def _stop(self) -> None:  # noqa: B027 - optional hook; most backends have nothing to free
         """Release workers and resources (idempotent)."""
 

@@ -1,0 +1,220 @@
+"""Runtime benchmarks: epoch latency and transport throughput, with their peers in one run.
+
+Epoch latency: a 3-vertex pipeline (input -> map -> exchange -> per-epoch count ->
+subscribe). The time from ``advance_to(e + 1)`` on the driver to the subscribe callback
+receiving epoch ``e``; p50 and p99 over many epochs; inline (1 and 2 workers) and Ray
+(2 workers). Goals: inline p50 <= 0.2 ms, Ray p50 <= 3 ms.
+
+Transport: records/s of map -> exchange -> count on Ray with 2 workers, next to the raw
+rate of one actor pushing msgpack batches of the same size to another (no
+processing), in the same run. Goal: >= 50% of the raw rate.
+
+    python -m benchmarks.bench_runtime [--quick] [--skip-ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from timely import Dataflow, Source, Vertex, exchange
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class Double(Vertex):
+    def on_recv(self, input: int, records: list[Any], t: tuple[int, ...]) -> None:
+        self.send_by(0, [r * 2 for r in records], t)
+
+
+class CountPerEpoch(Vertex):
+    """Counts records per epoch; emits the count when the epoch completes."""
+
+    def __init__(self) -> None:
+        self.n: dict[tuple[int, ...], int] = {}
+
+    def on_recv(self, input: int, records: list[Any], t: tuple[int, ...]) -> None:
+        if t not in self.n:
+            self.n[t] = 0
+            self.notify_at(t)
+        self.n[t] += len(records)
+
+    def on_notify(self, t: tuple[int, ...]) -> None:
+        self.send_by(0, [self.n.pop(t)], t)
+
+
+def epoch_latency(backend: str, workers: int, epochs: int, per_epoch: int = 10) -> dict[str, Any]:
+    """Driver-side latency from advancing past an epoch to its subscribe callback."""
+    arrived: dict[int, float] = {}
+    flow = Dataflow("latency")
+    inp = flow.new_input()
+    (
+        inp.stream.unary(Double, name="map")
+        .unary(CountPerEpoch, name="count", channel=exchange(lambda r: r))
+        .subscribe(lambda e, _: arrived.__setitem__(e, time.perf_counter()))
+    )
+    session = flow.activate(workers=workers, backend=backend)
+    lat: list[float] = []
+    warmup = min(50, epochs // 5)
+    for e in range(epochs + warmup):
+        inp.send(list(range(per_epoch)))
+        t0 = time.perf_counter()
+        inp.advance_to(e + 1)
+        while e not in arrived:
+            session.poll()  # type: ignore[attr-defined]
+        if e >= warmup:
+            lat.append(arrived[e] - t0)
+    inp.close()
+    session.join()
+    lat.sort()
+    return {
+        "backend": backend,
+        "workers": workers,
+        "epochs": epochs,
+        "p50_ms": 1e3 * statistics.median(lat),
+        "p99_ms": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+    }
+
+
+class Generated(Source):
+    """``parts`` partitions, each ``batches`` batches of ``size`` ints, ``per_epoch`` an epoch."""
+
+    def __init__(self, parts: int, batches: int, size: int, per_epoch: int) -> None:
+        self.parts, self.batches, self.size, self.per_epoch = parts, batches, size, per_epoch
+
+    def partitions(self) -> int:
+        return self.parts
+
+    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
+        i = 0 if offset is None else offset
+        if i >= self.batches:
+            return None
+        base = (partition * self.batches + i) * self.size
+        return i // self.per_epoch, list(range(base, base + self.size)), i + 1
+
+
+def pipeline_rate(workers: int, batches: int, size: int, per_epoch: int = 10) -> dict[str, Any]:
+    """Records/s through source -> map -> exchange -> count on Ray, first to last output."""
+    stamps: list[tuple[float, int]] = []
+    flow = Dataflow("transport")
+    (
+        flow.source(Generated(workers, batches, size, per_epoch))
+        .unary(Double, name="map")
+        .unary(CountPerEpoch, name="count", channel=exchange(lambda r: r))
+        .subscribe(lambda e, counts: stamps.append((time.perf_counter(), sum(counts))))
+    )
+    start = time.perf_counter()
+    flow.run(workers=workers, backend="ray")
+    total = workers * batches * size
+    assert sum(n for _, n in stamps) == total, "records were lost or duplicated"
+    # Skip the first epoch (actor start-up and warm-up): rate over the rest.
+    first, first_n = stamps[0]
+    span = stamps[-1][0] - first
+    return {
+        "records": total,
+        "batch": size,
+        "records_per_s": (total - first_n) / span if span > 0 else float("nan"),
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def raw_actor_rate(batches: int, size: int, inflight: int = 8) -> dict[str, Any]:
+    """One actor pushes msgpack batches of ``size`` ints to another, which decodes them."""
+    import msgpack
+    import ray
+
+    @ray.remote(num_cpus=0.5)
+    class Sink:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def recv(self, payload: bytes) -> None:
+            self.n += len(msgpack.unpackb(payload))
+
+        def count(self) -> int:
+            return self.n
+
+    @ray.remote(num_cpus=0.5)
+    class Pusher:
+        def push(self, sink: Any, batches: int, size: int, inflight: int) -> float:
+            refs: list[Any] = []
+            t0 = time.perf_counter()
+            for i in range(batches):
+                payload = msgpack.packb(list(range(i * size, (i + 1) * size)))
+                refs.append(sink.recv.remote(payload))
+                if len(refs) >= inflight:
+                    ray.get(refs.pop(0))
+            ray.get(refs)
+            return time.perf_counter() - t0
+
+    sink, pusher = Sink.remote(), Pusher.remote()  # type: ignore[attr-defined]
+    ray.get(pusher.push.remote(sink, 10, size, inflight))  # warm up
+    seconds = ray.get(pusher.push.remote(sink, batches, size, inflight))
+    total = ray.get(sink.count.remote())
+    assert total == (batches + 10) * size
+    ray.kill(sink)
+    ray.kill(pusher)
+    return {"records": batches * size, "batch": size, "records_per_s": batches * size / seconds}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--skip-ray", action="store_true")
+    args = parser.parse_args(argv)
+    epochs = 300 if args.quick else 2000
+    rows = [epoch_latency("inline", 1, epochs), epoch_latency("inline", 2, epochs)]
+    if not args.skip_ray:
+        rows.append(epoch_latency("ray", 2, epochs // 4))
+    transport: list[dict[str, Any]] = []
+    if not args.skip_ray:
+        size, batches = 1000, (200 if args.quick else 1000)
+        ours = pipeline_rate(2, batches, size)
+        raw = raw_actor_rate(2 * batches, size)
+        transport = [
+            {"what": "timely map -> exchange -> count, 2 Ray workers", **ours},
+            {"what": "raw actor -> actor msgpack push", **raw},
+        ]
+    print("## Epoch latency (advance_to -> subscribe), 3-vertex pipeline with one exchange\n")
+    print("| backend | workers | epochs | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        cells = [
+            r["backend"],
+            r["workers"],
+            r["epochs"],
+            f"{r['p50_ms']:.3f}",
+            f"{r['p99_ms']:.3f}",
+        ]
+        print("| " + " | ".join(map(str, cells)) + " |")
+    if transport:
+        ratio = transport[0]["records_per_s"] / transport[1]["records_per_s"]
+        print("\n## Transport, batches of 1,000 ints\n")
+        print("| what | records/s |")
+        print("|---|---:|")
+        for r in transport:
+            print(f"| {r['what']} | {r['records_per_s']:,.0f} |")
+        print(f"\ntimely / raw = {ratio:.2f}")
+    RESULTS.mkdir(exist_ok=True)
+    name = "bench_runtime.quick.json" if args.quick else "bench_runtime.json"
+    (RESULTS / name).write_text(
+        json.dumps(
+            {
+                "python": platform.python_version(),
+                "load_average": os.getloadavg(),
+                "latency": rows,
+                "transport": transport,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
