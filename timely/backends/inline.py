@@ -105,13 +105,9 @@ class InlineSession(Session):
 
     def _wait(self) -> None:
         self._pump()
-        for _ in range(4 * self.workers + 4):
-            if all(w.idle() for w in self.worker_list):
-                return
-            # Quiet but not idle: accumulation holds updates; an idle flush releases them.
-            for w, worker in enumerate(self.worker_list):
-                for peer, msg in worker.flush_progress():
-                    self.channels.setdefault((w, peer), deque()).append(msg)
-            self._pump()
+        # Quiet: nothing can happen without the driver. With every input closed, every
+        # worker must now see every frontier empty; anything else is a liveness bug (for
+        # example accumulation holding back an update that someone waits for).
         stuck = [w.index for w in self.worker_list if not w.idle()]
-        raise RuntimeError(f"the dataflow did not finish: workers {stuck} still see live work")
+        if stuck:
+            raise RuntimeError(f"the dataflow stalled: workers {stuck} still see live work")
