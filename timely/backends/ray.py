@@ -1,22 +1,642 @@
-"""The Ray backend (being built; see the runtime issue)."""
+"""The Ray backend: one async actor per worker; workers send to each other directly.
+
+Each actor hosts a :class:`~timely.worker.Worker` and runs its step loop as an async
+method the driver starts; messages, commands and queries are served between steps.
+Heartbeats are served by a concurrency group of their own (another thread), so a
+worker busy in a long user function still answers them.
+
+Transport (see DESIGN.md, Execution): after a step the worker makes one call per
+peer carrying that step's :class:`~timely.worker.WorkerMessage` (data and progress),
+encoded by :mod:`timely.serialization`. Every message carries ``(sender, seq)`` and
+the receiver applies each sender's messages strictly in ``seq`` order, holding early
+ones back, since Ray does not promise order for async actors. A call returns once
+the receiver has applied its message, and a sender keeps at most ``max_inflight``
+calls open per peer, waiting on the oldest beyond that: a slow worker slows its
+producers instead of buffering without bound. A worker waiting on a peer keeps
+applying what arrives, so two workers sending to each other never deadlock.
+
+Driver commands (input send/advance/close) travel the same way, numbered per worker
+and bounded the same way. Outputs (``collect``/``subscribe``) wait in the actors for
+the driver's long poll and are delivered on the driver's thread, in order, whenever
+it calls into the session: ``poll(timeout)``, input commands, probes and ``join``
+(as on the inline backend, callbacks never run concurrently with the driver's code).
+
+The driver watches every worker's loop and heartbeat while it waits: a user error
+anywhere is raised as is, a dead or silent actor becomes
+:class:`~timely.errors.WorkerDied` naming the worker, and a run whose inputs are all
+closed but whose workers all wait without progress is reported as a stall.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
 
-from timely.errors import ConfigError
-from timely.runtime import Session
+import ray
+from ray.exceptions import RayActorError, RaySystemError, RayTaskError
+
+from timely import serialization
+from timely.errors import ConfigError, TimelyError, WorkerDied
+from timely.plan import Plan
+from timely.runtime import Session, merge_frontiers
+from timely.worker import Worker, WorkerMessage
+
+if TYPE_CHECKING:
+    from timely.dataflow import Dataflow
+
+Outputs = list[tuple[str, int, list[Any]]]
+
+_WAKE = 1.0
+"""How long a waiting worker sleeps between checks when nothing arrives."""
+_TICK = 0.1
+"""How often the blocked driver checks the workers' loops and heartbeats."""
+_CHECK_EVERY = 0.01
+"""The least time between two checks of the workers from ``poll``."""
+_START_TIMEOUT = 60.0
+"""How long the driver waits for the cluster to place every worker."""
+
+
+class WorkerActor:
+    """One worker in a Ray actor (made async by ``ray.remote``: see ``RemoteWorker``)."""
+
+    def __init__(self, index: int, peers: int, accumulate: bool, max_inflight: int) -> None:
+        self.index = index
+        self.npeers = peers
+        self.accumulate = accumulate
+        self.max_inflight = max_inflight
+        self.steps = 0
+        self.sent = 0
+        self.applied = 0
+        self.waiting = False
+        self.finished = False
+
+    async def start(self, plan: Plan, peers: list[Any]) -> tuple[str, int]:
+        """Build the worker (the vertices' factories run here) and meet the peers.
+
+        Returns the node id and process id, for the driver's information.
+        """
+        self.worker = Worker(plan, self.index, self.npeers, self.accumulate)
+        self.peers = peers
+        self.wake = asyncio.Event()
+        self.out_ready = asyncio.Event()
+        self.incoming: deque[tuple[WorkerMessage, asyncio.Future[None]]] = deque()
+        self.early: dict[tuple[int, int], tuple[WorkerMessage, asyncio.Future[None]]] = {}
+        self.next_seq = [0] * self.npeers
+        self.commands: deque[tuple[int, tuple[str, Any], asyncio.Future[None]]] = deque()
+        self.early_commands: dict[int, tuple[int, tuple[str, Any], asyncio.Future[None]]] = {}
+        self.next_command = 0
+        self.outputs: Outputs = []
+        self.inflight: list[deque[Any]] = [deque() for _ in range(self.npeers)]
+        node: str = ray.get_runtime_context().get_node_id()
+        return node, os.getpid()
+
+    # -- inbound (event loop) ------------------------------------------------------------------
+    async def deliver(self, payload: bytes) -> None:
+        """A peer's message; returns once the worker has taken it in (backpressure)."""
+        if self.finished:
+            return  # an idle worker has nothing left to learn
+        msg = serialization.decode_message(payload)
+        sender, seq = msg.sender, msg.seq
+        expected = self.next_seq[sender]
+        if seq < expected or (sender, seq) in self.early:
+            return  # a duplicate: already applied or waiting
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if seq == expected:
+            self.incoming.append((msg, fut))
+            expected += 1
+            while (sender, expected) in self.early:
+                self.incoming.append(self.early.pop((sender, expected)))
+                expected += 1
+            self.next_seq[sender] = expected
+        else:
+            self.early[(sender, seq)] = (msg, fut)
+        self.wake.set()
+        await fut
+
+    async def command(self, seq: int, vertex: int, payload: bytes) -> None:
+        """A driver command for input ``vertex``, number ``seq`` in this worker's order."""
+        if self.finished or seq < self.next_command or seq in self.early_commands:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.early_commands[seq] = (vertex, serialization.decode(payload), fut)
+        while self.next_command in self.early_commands:
+            self.commands.append(self.early_commands.pop(self.next_command))
+            self.next_command += 1
+        self.wake.set()
+        await fut
+
+    def _apply(self) -> None:
+        """Hand what arrived to the worker (between steps)."""
+        worker = self.worker
+        while self.incoming:
+            msg, fut = self.incoming.popleft()
+            worker.receive(msg)
+            self.applied += 1
+            if not fut.done():
+                fut.set_result(None)
+        while self.commands:
+            vertex, cmd, fut = self.commands.popleft()
+            worker.command(vertex, cmd)
+            self.applied += 1
+            if not fut.done():
+                fut.set_result(None)
+
+    # -- the loop ------------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Step while there is work, wait for messages otherwise, until the worker is idle
+        (it sees every frontier empty: all inputs closed, all work done everywhere).
+
+        Returns the number of steps taken.
+        """
+        worker = self.worker
+        try:
+            while True:
+                self._apply()
+                if worker.has_work():
+                    out, emitted = self._step()
+                    if emitted:
+                        self.outputs.extend(emitted)
+                        self.out_ready.set()
+                    await self._send(out)
+                    # Let the handlers run: a worker that always has work (a source) must
+                    # still take messages in and hand its outputs over.
+                    await asyncio.sleep(0)
+                    continue
+                if worker.idle():
+                    break
+                if self.incoming or self.commands:
+                    continue
+                self.wake.clear()
+                self.waiting = True
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), _WAKE)
+                self.waiting = False
+        finally:
+            self._finish()
+        for peer, queue in enumerate(self.inflight):
+            while queue:
+                await self._settle(queue.popleft(), peer)
+        return self.steps
+
+    def _step(self) -> tuple[list[tuple[int, bytes]], Outputs]:
+        """One step and the encoding of its messages.
+
+        It runs on the event loop itself: handing each step to a thread cost about a
+        quarter of the epoch latency, and the heartbeat has its own thread anyway.
+        """
+        worker = self.worker
+        messages = worker.step()
+        self.steps += 1
+        emitted = worker.emitted
+        if emitted:
+            worker.emitted = []
+        return [(p, serialization.encode_message(m)) for p, m in messages], emitted
+
+    async def _send(self, out: list[tuple[int, bytes]]) -> None:
+        for peer, payload in out:
+            queue = self.inflight[peer]
+            while len(queue) >= self.max_inflight:
+                await self._settle(queue.popleft(), peer)
+            queue.append(self.peers[peer].deliver.remote(payload))
+            self.sent += 1
+
+    async def _settle(self, ref: Any, peer: int) -> None:
+        """Wait for a call to ``peer`` to return, applying what arrives meanwhile."""
+        fut = asyncio.wrap_future(ref.future())
+        while not fut.done():
+            self._apply()
+            self.wake.clear()
+            waiter = asyncio.ensure_future(self.wake.wait())
+            await asyncio.wait({fut, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        try:
+            fut.result()
+        except RayActorError as e:
+            raise WorkerDied(
+                f"worker {peer} died while worker {self.index} was sending to it: {_first_line(e)}"
+            ) from None
+
+    def _finish(self) -> None:
+        """Stop taking messages in and release everyone waiting on this worker."""
+        self.finished = True
+        pending = [f for _, f in self.incoming] + [f for _, f in self.early.values()]
+        pending += [f for _, _, f in self.commands]
+        pending += [f for _, _, f in self.early_commands.values()]
+        for fut in pending:
+            if not fut.done():
+                fut.set_result(None)
+        self.incoming.clear()
+        self.early.clear()
+        self.commands.clear()
+        self.early_commands.clear()
+        self.out_ready.set()
+
+    # -- queries -------------------------------------------------------------------------------
+    async def take_outputs(self) -> tuple[bytes, bool]:
+        """The driver's long poll: emitted outputs once there are some, and whether the loop
+        has ended (then nothing more will come)."""
+        while not self.outputs and not self.finished:
+            self.out_ready.clear()
+            await self.out_ready.wait()
+        out, self.outputs = self.outputs, []
+        return serialization.encode(out), self.finished
+
+    async def frontier(self, vertex: int) -> tuple[tuple[int, ...], ...]:
+        """This worker's view of the frontier at ``vertex``'s first input (between steps)."""
+        return self.worker.frontier(vertex)
+
+    @ray.method(concurrency_group="heartbeat")
+    async def ping(self) -> tuple[int, bool]:
+        """A heartbeat, answered on its own thread even while a step runs: a progress
+        counter (steps and messages taken in) and whether the loop waits with nothing to do."""
+        return self.steps + self.applied, self.waiting and not self.finished
+
+    async def stats(self) -> dict[str, int]:
+        """Counters for benchmarks and debugging."""
+        return {"steps": self.steps, "messages_sent": self.sent, "taken_in": self.applied}
+
+
+RemoteWorker: Any = ray.remote(  # type: ignore[call-overload]
+    concurrency_groups={"heartbeat": 1}
+)(WorkerActor)
 
 
 class RaySession(Session):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise ConfigError("the ray backend is not built yet; use backend='inline'")
+    """Workers in Ray actors: local Ray by default, ``address=`` for a cluster.
 
+    ``num_cpus_per_worker`` defaults to an equal share of the cluster's CPUs, at most
+    one each, so more workers than cores still fit. ``heartbeat_timeout`` bounds how
+    long a worker may stay silent (and a finished-input run may make no progress)
+    before the run fails.
+    """
+
+    def __init__(
+        self,
+        flow: Dataflow,
+        plan: Plan,
+        workers: int,
+        address: str | None = None,
+        accumulate: bool = True,
+        num_cpus_per_worker: float | None = None,
+        max_inflight: int = 8,
+        heartbeat_timeout: float = 10.0,
+        **options: Any,
+    ) -> None:
+        if options:
+            raise ConfigError(
+                f"the ray backend does not take {', '.join(sorted(options))}; its options are "
+                "address, accumulate, num_cpus_per_worker, max_inflight and heartbeat_timeout"
+            )
+        if not isinstance(max_inflight, int) or max_inflight < 1:
+            raise ConfigError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
+        if not heartbeat_timeout > 0:
+            raise ConfigError(f"heartbeat_timeout must be > 0 seconds, got {heartbeat_timeout!r}")
+        if num_cpus_per_worker is not None and not num_cpus_per_worker > 0:
+            raise ConfigError(
+                f"num_cpus_per_worker must be > 0, got {num_cpus_per_worker!r}; "
+                "leave it out to share the cluster's CPUs among the workers"
+            )
+        super().__init__(flow, plan, workers)
+        self.max_inflight = max_inflight
+        self.heartbeat_timeout = heartbeat_timeout
+        self.actors: list[Any] = []
+        self.nodes: list[str] = []
+        """Each worker's Ray node id."""
+        self.pids: list[int] = []
+        """Each worker's process id."""
+        self._stopped = False
+        self._runs: dict[int, Any] = {}
+        self._run_worker: dict[Any, int] = {}
+        self._pings: dict[int, tuple[Any, float]] = {}
+        self._last_ping: dict[int, float] = {}
+        self._progress: dict[int, tuple[int, bool]] = {}
+        self._last_change = time.monotonic()
+        self._last_check = 0.0
+        self._polls: dict[int, tuple[Any, concurrent.futures.Future[Any]]] = {}
+        self._answers: deque[int] = deque()  # workers whose poll answered, in answer order
+        self._answered = threading.Event()
+        self._delivering = False
+        self._cmd_seq = [0] * workers
+        self._cmd_refs: list[deque[Any]] = [deque() for _ in range(workers)]
+        self._rr = 0
+
+        self.started_ray = _connect(address)
+        cpus = num_cpus_per_worker or _share_cpus(workers)
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            _check_fits(cpus, workers)
+        try:
+            plan_ref = ray.put(plan)
+        except Exception as e:
+            raise ConfigError(
+                f"dataflow {plan.name!r} cannot be shipped to Ray workers ({e}); every vertex, "
+                "key function and source in the graph must be picklable by cloudpickle"
+            ) from e
+        # Calls wait in the actor until applied; leave room for all of them and the queries.
+        concurrency = max(1000, 2 * workers * max_inflight + 64)
+        try:
+            self.actors = [
+                RemoteWorker.options(
+                    num_cpus=cpus,
+                    max_concurrency=concurrency,
+                    scheduling_strategy="SPREAD",  # over the cluster's nodes, not packed
+                ).remote(i, workers, accumulate, max_inflight)
+                for i in range(workers)
+            ]
+            starts = [a.start.remote(plan_ref, self.actors) for a in self.actors]
+            placed = self._started(starts, cpus)
+            self.nodes = [node for node, _ in placed]
+            self.pids = [pid for _, pid in placed]
+            self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
+            self._run_worker = {ref: i for i, ref in self._runs.items()}
+            for w in range(workers):
+                self._poll(w)
+        except BaseException:
+            self._stop()
+            raise
+
+    def _started(self, refs: list[Any], cpus: float) -> list[tuple[str, int]]:
+        """Wait for every worker to be placed and built; raise the first failure."""
+        deadline = time.monotonic() + _START_TIMEOUT
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=_TICK)
+            for ref in ready:
+                try:
+                    self._get(ref, refs.index(ref))
+                except RayTaskError as e:
+                    if not isinstance(e.cause, RaySystemError):
+                        raise
+                    inner = e.cause.args[0] if e.cause.args else e.cause
+                    raise ConfigError(
+                        f"the Ray workers could not load dataflow {self.plan.name!r}: {inner!r}; "
+                        "the modules its vertices and functions come from must be importable "
+                        "there (start from the project directory, install the package, or give "
+                        "ray.init a runtime_env), or define them in the driver script"
+                    ) from None
+            if pending and time.monotonic() > deadline:
+                waiting = sorted(refs.index(r) for r in pending)
+                free = ray.available_resources().get("CPU", 0)  # type: ignore[no-untyped-call]
+                raise ConfigError(
+                    f"Ray did not place workers {waiting} within {_START_TIMEOUT:g}s; each asks "
+                    f"for {cpus:g} CPUs and the cluster has {free:g} free: use fewer workers "
+                    "or a smaller num_cpus_per_worker"
+                )
+        return [self._get(ref, i) for i, ref in enumerate(refs)]
+
+    # -- driver side ------------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
-        raise NotImplementedError
+        op, arg = cmd
+        if op == "send":
+            # Spread the records over the workers in contiguous chunks, rotating the start.
+            records = arg
+            n = self.workers
+            size = -(-len(records) // n) if records else 0
+            for i in range(n):
+                chunk = records[i * size : (i + 1) * size]
+                if chunk:
+                    self._command((self._rr + i) % n, vertex, ("send", chunk))
+            self._rr = (self._rr + 1) % n
+        else:
+            for w in range(self.workers):
+                self._command(w, vertex, cmd)
+        self._collect(0)
+
+    def _command(self, w: int, vertex: int, cmd: tuple[str, Any]) -> None:
+        queue = self._cmd_refs[w]
+        if len(queue) >= self.max_inflight:
+            done, _ = ray.wait(list(queue), num_returns=len(queue), timeout=0)
+            for ref in done:
+                queue.remove(ref)
+                self._get(ref, w)
+            while len(queue) >= self.max_inflight:
+                self._wait_for([queue.popleft()], [w])
+        seq = self._cmd_seq[w]
+        self._cmd_seq[w] = seq + 1
+        queue.append(self.actors[w].command.remote(seq, vertex, serialization.encode(cmd)))
 
     def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:
-        raise NotImplementedError
+        refs = [a.frontier.remote(vertex) for a in self.actors]
+        frontier = merge_frontiers(self._wait_for(refs, list(range(self.workers))))
+        self._collect(0)
+        return frontier
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Deliver the outputs that have arrived (subscribe callbacks run here), waiting up
+        to ``timeout`` seconds for some; raise a worker's failure."""
+        if self._delivering:
+            return  # called from a callback: the rest follows once it returns
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() - self._last_check >= _CHECK_EVERY:  # a spinning poll stays cheap
+                self._check()
+            left = deadline - time.monotonic()
+            if self._collect(min(max(left, 0.0), _TICK)) or not self._polls:
+                return  # delivered, or nothing more will come
+            if left <= 0:
+                # Nothing yet: let Ray's threads have the GIL, else a driver spinning on
+                # poll() holds back the very answers it waits for.
+                time.sleep(0)
+                return
 
     def _wait(self) -> None:
-        raise NotImplementedError
+        self._last_change = time.monotonic()
+        while self._runs:
+            if self._polls:
+                # A worker's poll also answers when its loop ends, fails or is killed.
+                self._collect(_TICK)
+            else:  # every loop has ended; some still wait for their last sends
+                ray.wait(list(self._runs.values()), num_returns=1, timeout=_TICK)
+            self._check(closed=True)
+        for w, queue in enumerate(self._cmd_refs):
+            self._wait_for(list(queue), [w] * len(queue))
+            queue.clear()
+        # Every loop has ended: the last polls answer at once, with the last outputs.
+        while self._polls and not self._delivering:
+            self._collect(_TICK)
+
+    # -- outputs ----------------------------------------------------------------------------
+    def _poll(self, w: int) -> None:
+        """Long-poll worker ``w`` for outputs; its answer is noted by a Ray thread."""
+        ref = self.actors[w].take_outputs.remote()
+        future = ref.future()
+        self._polls[w] = (ref, future)  # the ref too: it keeps the answer alive
+        future.add_done_callback(lambda _, w=w: self._note_answer(w))
+
+    def _note_answer(self, w: int) -> None:
+        self._answers.append(w)
+        self._answered.set()
+
+    def _collect(self, timeout: float) -> bool:
+        """Deliver the outputs of every answered poll, in each worker's order, and poll
+        again; wait up to ``timeout`` for an answer first. Returns whether anything was
+        delivered."""
+        if self._delivering or not self._polls:
+            return False  # a callback fed an input: its outputs come after it returns
+        if not self._answers and timeout > 0:
+            self._answered.wait(timeout)
+        self._answered.clear()
+        delivered = False
+        self._delivering = True
+        try:
+            while self._answers:
+                w = self._answers.popleft()
+                _, future = self._polls.pop(w)
+                try:
+                    payload, finished = future.result()
+                except Exception as e:
+                    raise _translate(e, w) from None
+                if not finished:
+                    self._poll(w)
+                for key, epoch, records in serialization.decode(payload):
+                    self._deliver(key, epoch, records)
+                    delivered = True
+        finally:
+            self._delivering = False
+        return delivered
+
+    # -- watching the workers ---------------------------------------------------------------
+    def _get(self, ref: Any, worker: int) -> Any:
+        """``ray.get`` with worker failures translated (see ``_translate``)."""
+        try:
+            return ray.get(ref)
+        except (RayTaskError, RayActorError) as e:
+            raise _translate(e, worker) from None
+
+    def _wait_for(self, refs: list[Any], workers: list[int]) -> list[Any]:
+        """The results of ``refs`` (calls to ``workers``), watching every worker meanwhile."""
+        pending = list(refs)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=_TICK)
+            if pending:
+                self._check()
+        return [self._get(ref, w) for ref, w in zip(refs, workers)]
+
+    def _check(self, closed: bool = False) -> None:
+        """Raise the first failure among the workers' loops and heartbeats; with every
+        input ``closed``, also a stall (every worker waiting, no progress anywhere)."""
+        self._last_check = time.monotonic()
+        if not self._runs:
+            return
+        ready, _ = ray.wait(list(self._runs.values()), num_returns=len(self._runs), timeout=0)
+        for ref in ready:
+            w = self._run_worker[ref]
+            self._get(ref, w)
+            del self._runs[w]
+            self._pings.pop(w, None)
+            self._progress.pop(w, None)
+        now = time.monotonic()
+        interval = min(0.5, self.heartbeat_timeout / 4)
+        for w in self._runs:
+            ping = self._pings.get(w)
+            if ping is not None:
+                ref, sent = ping
+                answered, _ = ray.wait([ref], timeout=0)
+                if answered:
+                    progress = self._get(ref, w)
+                    if progress[0] != self._progress.get(w, (None,))[0]:
+                        self._last_change = now
+                    self._progress[w] = progress
+                    del self._pings[w]
+                elif now - sent > self.heartbeat_timeout:
+                    raise WorkerDied(
+                        f"worker {w} did not answer a heartbeat for {self.heartbeat_timeout:g}s "
+                        "(its process is stuck or its node is unreachable)"
+                    )
+            if w not in self._pings and now - self._last_ping.get(w, 0.0) >= interval:
+                self._pings[w] = (self.actors[w].ping.remote(), now)
+                self._last_ping[w] = now
+        if closed and self._runs and now - self._last_change > self.heartbeat_timeout:
+            waiting = [w for w in self._runs if self._progress.get(w, (0, False))[1]]
+            if len(waiting) == len(self._runs):
+                raise RuntimeError(
+                    f"the dataflow stalled: every input is closed but workers {sorted(waiting)} "
+                    f"still see live work and nothing moved for {self.heartbeat_timeout:g}s"
+                )
+
+    def _stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for actor in self.actors:
+            with contextlib.suppress(Exception):  # already dead is fine
+                ray.kill(actor, no_restart=True)
+
+
+def _connect(address: str | None) -> bool:
+    """Make sure Ray is up: reuse it if initialised, join ``address`` (or RAY_ADDRESS), or
+    start it locally. Returns whether this call started it (it is then left running for
+    later sessions in this process; Ray shuts it down at exit)."""
+    if ray.is_initialized():
+        return False
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            ignore_reinit_error=True,
+        )
+        return True
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, ignore_reinit_error=True)
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        where = address or f"RAY_ADDRESS={os.environ.get('RAY_ADDRESS')}"
+        raise ConfigError(
+            f"cannot connect to the Ray cluster at {where}: {e}; check the address "
+            "('auto', 'host:port' or 'ray://host:port') and that the cluster is up"
+        ) from e
+    return False
+
+
+def _share_cpus(workers: int) -> float:
+    """Each worker's CPU share: at most one, so more workers than CPUs still fit."""
+    total = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
+    return max(0.0001, math.floor(min(1.0, total / workers) * 10_000) / 10_000)
+
+
+def _check_fits(cpus: float, workers: int) -> None:
+    """Fail at once, not after a timeout, when the (local, fixed-size) cluster could never
+    host the workers."""
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    sizes = [float(n.get("Resources", {}).get("CPU", 0.0)) for n in nodes if n.get("Alive")]
+    biggest = max(sizes, default=0.0)
+    if cpus > biggest:
+        raise ConfigError(
+            f"num_cpus_per_worker={cpus:g} but the largest Ray node has {biggest:g} CPUs; "
+            "lower it (fractions are fine) or leave it out"
+        )
+    if cpus * workers > sum(sizes) + 1e-9:
+        raise ConfigError(
+            f"{workers} workers with num_cpus_per_worker={cpus:g} need {cpus * workers:g} "
+            f"CPUs but Ray has {sum(sizes):g}; lower num_cpus_per_worker or leave it out"
+        )
+
+
+def _translate(error: BaseException, worker: int) -> BaseException:
+    """What the driver raises for a failed call to ``worker``: timely's own errors (a user
+    function's failure, say) as they were raised, an actor's death as ``WorkerDied``."""
+    if isinstance(error, RayTaskError):
+        cause = error.cause
+        if isinstance(cause, TimelyError):
+            return cause
+        if isinstance(cause, RayActorError):
+            return _died(worker, cause)
+    elif isinstance(error, RayActorError):
+        return _died(worker, error)
+    return error
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def _died(worker: int, error: BaseException) -> WorkerDied:
+    return WorkerDied(f"worker {worker} died: {_first_line(error)}")

@@ -1,0 +1,453 @@
+"""The ray backend on a real local Ray: results equal plain-Python references, outputs
+arrive in epoch order while the session runs, and failures surface as the right errors.
+
+One local Ray (2 CPUs) serves the whole module through the ``ray_local`` fixture; the
+two-node cluster test runs in a subprocess with a Ray of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timely import (
+    ConfigError,
+    Dataflow,
+    Session,
+    UserFunctionError,
+    Vertex,
+    WorkerDied,
+    exchange,
+)
+from timely.backends.ray import RaySession
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- vertices (module level: the workers import them by reference) --------------------------------
+class Split(Vertex):
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        self.send_by(0, [w for line in records for w in line.split()], time)
+
+
+class Count(Vertex):
+    """Counts words per time and sends the counts once the time is complete."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[int, ...], Counter[str]] = {}
+
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        counts = self.counts.get(time)
+        if counts is None:
+            self.counts[time] = counts = Counter()
+            self.notify_at(time)
+        counts.update(records)
+
+    def on_notify(self, time: tuple[int, ...]) -> None:
+        self.send_by(0, sorted(self.counts.pop(time).items()), time)
+
+
+class Halve(Vertex):
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        out = [x // 2 for x in records if x > 1]
+        if out:
+            self.send_by(0, out, time)
+
+
+class TagWorker(Vertex):
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        self.send_by(0, [(x, self.worker) for x in records], time)
+
+
+class Double(Vertex):
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        self.send_by(0, [2 * x for x in records], time)
+
+
+class Fragile(Vertex):
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        for r in records:
+            if r == 13:
+                raise ZeroDivisionError("unlucky record")
+        self.send_by(0, records, time)
+
+
+class Busy(Vertex):
+    """Holds the interpreter (no sleeping, no I/O) for a while on its first batch."""
+
+    def __init__(self) -> None:
+        self.first = True
+
+    def on_recv(self, input: int, records: list[Any], time_: tuple[int, ...]) -> None:
+        if self.first:
+            self.first = False
+            end = time.monotonic() + 2.5
+            while time.monotonic() < end:
+                pass
+        self.send_by(0, records, time_)
+
+
+class Hoarder(Vertex):
+    """Keeps a capability and never drops it: the run can never finish."""
+
+    def on_recv(self, input: int, records: list[Any], time_: tuple[int, ...]) -> None:
+        self.kept = self.retain()
+
+
+FRAGILE_LINE = Fragile.on_recv.__code__.co_firstlineno + 3
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def wait_until(session: Session, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll the session (outputs are delivered there) until ``condition`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        session.poll(0.05)
+
+
+def lines_by_epoch(seed: int, epochs: int = 3, lines: int = 300) -> list[list[str]]:
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(60)]
+    return [
+        [" ".join(rng.choice(vocab) for _ in range(rng.randrange(1, 8))) for _ in range(lines)]
+        for _ in range(epochs)
+    ]
+
+
+def wordcount(data: list[list[str]]) -> Dataflow:
+    flow = Dataflow("wordcount")
+    lines = flow.new_input("lines")
+    lines.stream.unary(Split).unary(Count, channel=exchange(lambda w: w)).collect("counts")
+    for epoch, batch in enumerate(data):
+        lines.advance_to(epoch)
+        lines.send(batch)
+    return flow
+
+
+def mixed(data: list[list[int]], max_iters: int) -> Dataflow:
+    """Exchange, broadcast, and a loop that exchanges inside."""
+    flow = Dataflow("mixed")
+    nums = flow.new_input("nums")
+    by_mod = nums.stream.exchange(lambda x: x % 7, name="by_mod")
+    by_mod.iterate(
+        lambda s: s.exchange(lambda x: x, name="by_value").unary(Halve, name="halve"),
+        max_iters=max_iters,
+    ).collect("halvings")
+    by_mod.broadcast().unary(TagWorker, name="tag").collect("tagged")
+    for epoch, batch in enumerate(data):
+        nums.advance_to(epoch)
+        nums.send(batch)
+    return flow
+
+
+# -- results ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("workers", "options"),
+    [(2, {}), (4, {}), (2, {"accumulate": False, "max_inflight": 1})],
+)
+def test_wordcount_matches_counter(workers: int, options: dict[str, Any]) -> None:
+    data = lines_by_epoch(seed=workers)
+    expected = {
+        (epoch, word): n
+        for epoch, batch in enumerate(data)
+        for word, n in Counter(w for line in batch for w in line.split()).items()
+    }
+    results = wordcount(data).run(workers=workers, backend="ray", **options)
+    got = [(epoch, word, n) for epoch, (word, n) in results["counts"]]
+    assert {(e, w): n for e, w, n in got} == expected
+    assert len(got) == len(expected)  # each (epoch, word) once
+    assert [e for e, _, _ in got] == sorted(e for e, _, _ in got)
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_exchange_broadcast_and_loop_match_reference(workers: int) -> None:
+    rng = random.Random(workers)
+    data = [[rng.randrange(1, 10**6) for _ in range(150)] for _ in range(3)]
+    max_iters = 6
+    halvings = []
+    for epoch, batch in enumerate(data):
+        for x in batch:
+            current = [x]
+            for _ in range(max_iters):
+                current = [y // 2 for y in current if y > 1]
+                halvings += [(epoch, y) for y in current]
+    tagged = [(e, (x, w)) for e, batch in enumerate(data) for x in batch for w in range(workers)]
+
+    results = mixed(data, max_iters).run(workers=workers, backend="ray")
+    assert sorted(results["halvings"]) == sorted(halvings)
+    assert sorted(results["tagged"]) == sorted(tagged)
+    assert all(isinstance(r, tuple) for r in results.records("tagged"))
+
+
+def test_subscribe_sees_each_epoch_once_in_order() -> None:
+    flow = Dataflow("subscribe")
+    nums = flow.new_input("nums")
+    seen: list[tuple[int, list[int]]] = []
+    threads: set[str] = set()
+
+    def callback(epoch: int, records: list[int]) -> None:
+        threads.add(threading.current_thread().name)
+        seen.append((epoch, sorted(records)))
+
+    nums.stream.exchange(lambda x: x).unary(Double).subscribe(callback)
+    for epoch in range(6):
+        nums.advance_to(epoch)
+        nums.send(range(10 * epoch, 10 * epoch + 10))
+    flow.run(workers=3, backend="ray")
+    assert seen == [(e, [2 * x for x in range(10 * e, 10 * e + 10)]) for e in range(6)]
+    assert threads == {threading.main_thread().name}  # on the driver's thread, as inline
+
+
+def test_streaming_session_delivers_while_running() -> None:
+    flow = Dataflow("streaming")
+    nums = flow.new_input("nums")
+    seen: list[tuple[int, list[int]]] = []
+    doubled = nums.stream.exchange(lambda x: x % 5).unary(Double)
+    doubled.subscribe(lambda epoch, records: seen.append((epoch, sorted(records))))
+    probe = doubled.probe()
+    session = flow.activate(workers=2, backend="ray")
+    try:
+        assert isinstance(session, RaySession)
+        for epoch in range(4):
+            nums.send(range(epoch * 10, epoch * 10 + 10))
+            nums.advance_to(epoch + 1)
+            wait_until(session, lambda e=epoch: len(seen) == e + 1)  # type: ignore[misc]
+            wait_until(session, lambda e=epoch: probe.done(e))  # type: ignore[misc]
+            assert not probe.done(epoch + 1)
+        nums.close()
+        session.join()
+    finally:
+        session.close()
+    assert seen == [(e, [2 * x for x in range(e * 10, e * 10 + 10)]) for e in range(4)]
+
+
+# -- failures ---------------------------------------------------------------------------------
+def test_user_function_error_names_step_place_time_and_record() -> None:
+    flow = Dataflow("fragile")
+    nums = flow.new_input("nums")
+    nums.stream.exchange(lambda x: x).unary(Fragile, name="fragile").collect("out")
+    nums.send(range(20))
+    with pytest.raises(UserFunctionError) as info:
+        flow.run(workers=2, backend="ray")
+    error = info.value
+    assert error.step == "fragile"
+    assert error.where == f"{__file__}:{FRAGILE_LINE}"
+    assert error.time == (0,)
+    # A vertex's on_recv gets a batch, so the worker reports the batch holding the record.
+    assert "13" in error.record_repr
+    assert "ZeroDivisionError: unlucky record" in str(error)
+
+
+def test_killed_worker_surfaces_as_worker_died() -> None:
+    flow = Dataflow("killed")
+    nums = flow.new_input("nums")
+    seen: list[int] = []
+    nums.stream.exchange(lambda x: x).unary(Double).subscribe(lambda e, r: seen.append(e))
+    session = flow.activate(workers=2, backend="ray")
+    assert isinstance(session, RaySession)
+    import ray
+
+    try:
+        nums.send(range(100))
+        nums.advance_to(1)
+        wait_until(session, lambda: seen == [0])  # the run is under way
+        ray.kill(session.actors[1])
+        start = time.monotonic()
+        with pytest.raises(WorkerDied, match="worker 1"):
+            nums.send(range(100))
+            nums.advance_to(2)
+            nums.close()
+            session.join()
+        assert time.monotonic() - start < 10
+    finally:
+        session.close()
+
+
+def test_stuck_worker_surfaces_as_worker_died_after_heartbeat_timeout() -> None:
+    flow = Dataflow("stuck")
+    nums = flow.new_input("nums")
+    nums.stream.exchange(lambda x: x).unary(Double).collect("out")
+    session = flow.activate(workers=2, backend="ray", heartbeat_timeout=1.5)
+    assert isinstance(session, RaySession)
+    pid = session.pids[1]
+    os.kill(pid, signal.SIGSTOP)  # alive to Ray, but silent
+    try:
+        start = time.monotonic()
+        with pytest.raises(WorkerDied, match="worker 1 did not answer"):
+            nums.send(range(10))
+            nums.close()
+            session.join()
+        assert time.monotonic() - start < 8
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        session.close()
+
+
+def test_a_long_step_is_not_a_dead_worker() -> None:
+    flow = Dataflow("busy")
+    nums = flow.new_input("nums")
+    nums.stream.unary(Busy).collect("out")
+    nums.send(range(10))
+    results = flow.run(workers=2, backend="ray", heartbeat_timeout=1.0)
+    assert sorted(results.records("out")) == list(range(10))
+
+
+def test_a_run_that_cannot_finish_is_reported_as_a_stall() -> None:
+    flow = Dataflow("hoard")
+    nums = flow.new_input("nums")
+    nums.stream.exchange(lambda x: x).unary(Hoarder).collect("out")
+    nums.send(range(10))
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="stalled"):
+        flow.run(workers=2, backend="ray", heartbeat_timeout=1.0)
+    assert time.monotonic() - start < 10
+
+
+def test_unknown_and_bad_options_fail_before_starting() -> None:
+    flow = Dataflow("config")
+    flow.new_input("nums").stream.collect("out")
+    with pytest.raises(ConfigError, match="seed"):
+        flow.run(workers=2, backend="ray", seed=3)
+    with pytest.raises(ConfigError, match="max_inflight"):
+        flow.run(workers=2, backend="ray", max_inflight=0)
+    with pytest.raises(ConfigError, match="largest Ray node has 2 CPUs"):
+        flow.run(workers=2, backend="ray", num_cpus_per_worker=64)
+    with pytest.raises(ConfigError, match="need 3 CPUs but Ray has 2"):
+        flow.run(workers=3, backend="ray", num_cpus_per_worker=1)
+
+
+# -- a cluster --------------------------------------------------------------------------------
+CLUSTER_SCRIPT = textwrap.dedent(
+    """
+    import logging
+    from collections import Counter
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from timely import Dataflow, Vertex, exchange
+
+
+    class Split(Vertex):
+        def on_recv(self, input, records, time):
+            self.send_by(0, [w for line in records for w in line.split()], time)
+
+
+    class Count(Vertex):
+        def __init__(self):
+            self.counts = {}
+
+        def on_recv(self, input, records, time):
+            c = self.counts.setdefault(time, Counter())
+            if not c:
+                self.notify_at(time)
+            c.update(records)
+
+        def on_notify(self, time):
+            self.send_by(0, sorted(self.counts.pop(time).items()), time)
+
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        flow = Dataflow("wc")
+        lines = flow.new_input("lines")
+        lines.stream.unary(Split).unary(Count, channel=exchange(lambda w: w)).collect("c")
+        text = ["a b a", "c a b", "d"] * 50
+        lines.send(text)
+        session = flow.activate(workers=2, backend="ray", address=cluster.address)
+        nodes = set(session.nodes)
+        lines.close()
+        results = session.join()
+        expected = Counter(w for line in text for w in line.split())
+        assert dict(results.records("c")) == dict(expected), results
+        assert len(nodes) == 2, nodes  # one CPU per node, one worker per CPU
+        print("CLUSTER OK", len(nodes))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    """
+)
+
+
+LOCAL_SCRIPT = textwrap.dedent(
+    """
+    import time
+
+    import ray
+
+    from timely import Dataflow, Vertex
+
+
+    class Double(Vertex):
+        def on_recv(self, input, records, time):
+            self.send_by(0, [2 * x for x in records], time)
+
+
+    def run(workers):
+        flow = Dataflow("local")
+        nums = flow.new_input("nums")
+        nums.stream.unary(Double).collect("out")
+        nums.send(range(10))
+        session = flow.activate(workers=workers)  # the default backend: ray
+        nums.close()
+        results = session.join()
+        assert sorted(results.records("out")) == [2 * x for x in range(10)], results
+        return session
+
+
+    assert not ray.is_initialized()
+    assert run(2).started_ray  # no Ray yet: the session starts a local one
+    assert not run(3).started_ray  # and the next session reuses it
+    total = ray.cluster_resources()["CPU"]
+    deadline = time.monotonic() + 20
+    while ray.available_resources().get("CPU", 0) < total:  # the actors were killed
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.05)
+    print("LOCAL OK")
+    """
+)
+
+
+def run_script(tmp_path: Path, name: str, text: str) -> str:
+    """Run ``text`` as a script in a fresh interpreter (with a Ray of its own)."""
+    script = tmp_path / name
+    script.write_text(text)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_starts_local_ray_when_none_runs_and_reuses_it(tmp_path: Path) -> None:
+    assert "LOCAL OK" in run_script(tmp_path, "local_run.py", LOCAL_SCRIPT)
+
+
+def test_two_node_cluster_in_a_subprocess(tmp_path: Path) -> None:
+    assert "CLUSTER OK 2" in run_script(tmp_path, "cluster_run.py", CLUSTER_SCRIPT)

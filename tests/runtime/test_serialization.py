@@ -1,0 +1,187 @@
+"""The wire format round-trips values exactly: same types (tuples stay tuples, lists stay
+lists), same contents, numpy arrays bit for bit, and progress as real Locations and Ports."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+import hypothesis.extra.numpy as hnp
+import msgpack  # type: ignore[import-untyped]
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from progress import Location, Port, ProgressBatch, source, target
+from timely.serialization import decode, decode_message, encode, encode_message
+from timely.worker import WorkerMessage
+
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: str
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down (arrays bytewise, floats by repr)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return bool(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes())
+    if isinstance(a, np.generic):
+        return bool(a.dtype == b.dtype and a.tobytes() == b.tobytes())
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**100), max_value=2**100)
+    | st.floats(allow_nan=False)
+    | st.text(st.characters(exclude_categories=[]), max_size=8)  # lone surrogates too
+    | st.binary(max_size=8)
+)
+hashables = st.recursive(
+    scalars,
+    lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
+    max_leaves=6,
+)
+dtypes = st.sampled_from(
+    ["int8", "int64", "uint16", "float32", "float64", "bool", "complex128", "<U3", ">i4"]
+)
+arrays = hnp.arrays(
+    dtype=dtypes, shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
+)
+numpy_scalars = st.builds(np.int32, st.integers(-(2**31), 2**31 - 1)) | st.builds(
+    np.float64, st.floats()
+)
+others = (
+    st.builds(Point, st.integers(), st.text(max_size=4))
+    | st.fractions(max_denominator=100)
+    | st.datetimes()
+)
+values = st.recursive(
+    scalars | arrays | numpy_scalars | others,
+    lambda inner: (
+        st.lists(inner, max_size=6)
+        | st.lists(hashables, max_size=6)  # often flat: the one-region fast path
+        | st.tuples(inner, inner)
+        | st.tuples(inner)
+        | st.dictionaries(hashables, inner, max_size=4)
+        | st.sets(hashables, max_size=4)
+        | st.frozensets(hashables, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(values)
+def test_values_round_trip_with_their_types(value: Any) -> None:
+    assert same(decode(encode(value)), value)
+
+
+times = st.lists(st.integers(0, 2**40), min_size=1, max_size=3).map(tuple)
+locations = st.builds(
+    lambda node, is_source, port: source(node, port) if is_source else target(node, port),
+    st.integers(0, 500),
+    st.booleans(),
+    st.integers(0, 4),
+)
+updates = st.tuples(st.tuples(locations, times), st.integers(-5, 5).filter(bool))
+batches = st.tuples(st.integers(0, 100), st.integers(0, 3), times, st.lists(values, max_size=5))
+messages = st.builds(
+    WorkerMessage,
+    st.integers(0, 63),
+    st.integers(0, 2**40),
+    st.lists(batches, max_size=4),
+    st.none()
+    | st.builds(
+        ProgressBatch,
+        st.integers(0, 63),
+        st.integers(0, 2**40),
+        st.lists(updates, max_size=6).map(tuple),
+    ),
+)
+
+
+@given(messages)
+def test_worker_messages_round_trip_with_real_locations(msg: WorkerMessage) -> None:
+    back = decode_message(encode_message(msg))
+    assert (back.sender, back.seq) == (msg.sender, msg.seq)
+    assert same(back.data, msg.data)
+    if msg.progress is None:
+        assert back.progress is None
+        return
+    assert back.progress == msg.progress
+    assert back.progress is not None
+    for ((loc, time), _), ((orig, _), _) in zip(back.progress.updates, msg.progress.updates):
+        assert type(loc) is Location and type(loc.kind) is Port and loc.kind is orig.kind
+        assert type(time) is tuple
+
+
+def test_flat_batches_keep_nested_tuples_and_lists_apart() -> None:
+    flat = [("a", 1), ("b", (2, (3, None))), "c", 4.5, 2**70]
+    assert same(decode(encode(flat)), flat)
+    mixed = [("a", [1, 2]), ("b", (2,)), [3], {"k": (1, [2])}]
+    assert same(decode(encode(mixed)), mixed)
+    nested = (["x", "y", "z", "w"], [("p", 1)] * 5)
+    assert same(decode(encode(nested)), nested)
+
+
+def test_arrays_arrive_zero_copy_and_read_only() -> None:
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]  # not contiguous
+    back = decode(encode(arr))
+    assert same(back, np.ascontiguousarray(arr))
+    assert not back.flags.writeable
+    stamp = np.array(["2024-01-01T00:00"], dtype="datetime64[ns]")
+    assert same(decode(encode(stamp)), stamp)
+    objects = np.array([Point(1, "a"), None], dtype=object)  # no raw bytes: pickled
+    back_objects = decode(encode(objects))
+    assert back_objects.dtype == object and list(back_objects) == list(objects)
+
+
+def test_progress_updates_travel_as_ints() -> None:
+    batch = ProgressBatch(1, 2, (((target(3, 1), (0, 4)), -1),))
+    payload = encode_message(WorkerMessage(1, 9, [], batch))
+    raw = msgpack.unpackb(payload)
+    assert raw == [1, 9, [], [1, 2, [[3, 0, 1, [0, 4], -1]]]]
+
+
+def test_other_values_fall_back_to_pickle() -> None:
+    value = [Fraction(1, 3), datetime(2024, 5, 6), Point(2, "b"), bytearray(b"ab")]
+    back = decode(encode(value))
+    assert back[:3] == value[:3]
+    assert back[3] == b"ab"  # msgpack packs bytearray itself; it comes back as bytes
+
+
+def test_unknown_ext_type_is_an_error() -> None:
+    with pytest.raises(ValueError, match="ext type 99"):
+        decode(msgpack.packb(msgpack.ExtType(99, b"")))
+
+
+def test_threads_encode_at_once() -> None:
+    value = [(i, [("k", (i, [i]))] * 3, {i}) for i in range(50)]
+
+    def round_trip(_: int) -> bool:
+        return same(decode(encode(value)), value)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(round_trip, range(200)))
+
+
+def test_special_floats() -> None:
+    back = decode(encode([-0.0, math.inf, -math.inf]))
+    assert [repr(x) for x in back] == ["-0.0", "inf", "-inf"]
+    assert math.isnan(decode(encode((math.nan,)))[0])
