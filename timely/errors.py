@@ -93,3 +93,25 @@ def failure_location(tb: TracebackType | None, fallback: str) -> str:
         if not path.startswith(_PACKAGES):
             where = f"{frame.filename}:{frame.lineno}"
     return where
+
+
+def failing_record(tb: TracebackType | None, records: list[Any], limit: int = 10_000) -> Any:
+    """The record a batch-processing user function was on when it raised, if it can be told.
+
+    Looks through the locals of the user's own frames (innermost first) for a value that
+    *is* one of ``records``; falls back to the whole batch.
+    """
+    if not records or len(records) > limit:
+        return records
+    ids = {id(r) for r in records}
+    frames = []
+    while tb is not None:
+        path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not path.startswith(_PACKAGES):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for name, value in frame.f_locals.items():
+            if id(value) in ids and value is not records and not name.startswith("__"):
+                return value
+    return records

@@ -14,7 +14,6 @@ receiver consumes it; a capability (held by ``retain``, ``notify_at`` or a root)
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,13 @@ from progress import (
     source,
     target,
 )
-from timely.errors import TimelyError, UserFunctionError, failure_location, function_location
+from timely.errors import (
+    TimelyError,
+    UserFunctionError,
+    failing_record,
+    failure_location,
+    function_location,
+)
 from timely.plan import Plan, VertexSpec
 from timely.system import InputVertex, SourceVertex
 from timely.vertex import Capability, Vertex
@@ -198,7 +203,11 @@ class Worker:
         self.contexts = [VertexContext(self, spec) for spec in plan.vertices]
         self.vertices: list[Vertex] = []
         for spec, ctx in zip(plan.vertices, self.contexts):
-            vertex = spec.factory()
+            try:
+                vertex = spec.factory()
+            except Exception as e:
+                where = failure_location(e.__traceback__, spec.where)
+                raise UserFunctionError(spec.name, where, None, None, e, index) from e
             if not isinstance(vertex, Vertex):
                 raise TypeError(f"step {spec.name!r}: the factory made {vertex!r}, not a Vertex")
             vertex._ctx = ctx
@@ -332,7 +341,10 @@ class Worker:
         except TimelyError:
             raise
         except Exception as e:
-            record = args[1] if port >= 0 and len(args) > 1 else (args[0] if args else None)
+            if port >= 0 and len(args) > 1:  # on_recv(input, records, time): find the record
+                record = failing_record(e.__traceback__, args[1])
+            else:
+                record = args[0] if args else None
             ctx.user_error(e, time, record, None)
         finally:
             ctx.now = None
@@ -374,7 +386,9 @@ class Worker:
             msg.data.append((v, port, time, records))
         self._out = {}
         self.progress.record(self._updates.drain())
-        batch = self.progress.flush(idle=not self._local_work())
+        # Progress rides along with data that goes out anyway: holding it back would only
+        # cost another message. Otherwise accumulation decides.
+        batch = self.progress.flush(force=bool(messages), idle=not self._local_work())
         if batch is not None:
             self.tracker.update_all(self.progress.receive(batch))
             self._frontier_moved = True
@@ -417,8 +431,10 @@ class Worker:
         self._propagate()
         return self.tracker.frontier(target(vertex, port))
 
-    def pending_updates(self) -> Iterable[tuple[Pointstamp, int]]:
-        return self.progress.pending()
+    def take_emitted(self) -> list[tuple[str, int, list[Any]]]:
+        """Outputs for the driver produced since the last call: ``(key, epoch, records)``."""
+        out, self.emitted = self.emitted, []
+        return out
 
 
 def _first_unroutable(channel: Any, records: list[Any]) -> Any:

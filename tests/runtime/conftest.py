@@ -18,6 +18,7 @@ import pytest
 def ray_local() -> Iterator[Any]:
     """Local Ray with 2 CPUs, started once; shut down at the end if this fixture started it."""
     import ray  # a runtime dependency: its absence is an error, not a skip
+
     started = not ray.is_initialized()
     if started:
         ray.init(

@@ -43,7 +43,7 @@ def test_user_function_error_names_step_location_time_and_record() -> None:
     assert err.step == "explode"
     assert err.where == f"{__file__}:{_line_of('unlucky')}"
     assert err.time == (4,)
-    assert "13" in err.record_repr
+    assert err.record_repr == "13"  # the record it failed on, not the whole batch
     assert "ZeroDivisionError: unlucky" in str(err)
 
 
@@ -155,3 +155,16 @@ def test_input_misuse() -> None:
     inp.close()
     with pytest.raises(ValueError, match="'events' is closed"):
         inp.send([1])
+
+
+def test_vertex_factory_error_names_the_step() -> None:
+    def make() -> Vertex:
+        raise RuntimeError("cannot open the model file")
+
+    flow = Dataflow("factory")
+    flow.new_input().stream.unary(make, name="load-model").collect("out")
+    with pytest.raises(
+        UserFunctionError, match=r"'load-model'.*cannot open the model file"
+    ) as info:
+        flow.run(workers=1, backend="inline")
+    assert info.value.where.startswith(__file__ + ":")

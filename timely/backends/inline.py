@@ -98,10 +98,8 @@ class InlineSession(Session):
         worker = self.worker_list[w]
         for peer, msg in worker.step():
             self.channels.setdefault((w, peer), deque()).append(msg)
-        if worker.emitted:
-            out, worker.emitted = worker.emitted, []
-            for key, epoch, records in out:
-                self._deliver(key, epoch, records)
+        for key, epoch, records in worker.take_emitted():
+            self._deliver(key, epoch, records)
 
     def _wait(self) -> None:
         self._pump()

@@ -195,9 +195,7 @@ class WorkerActor:
         worker = self.worker
         messages = worker.step()
         self.steps += 1
-        emitted = worker.emitted
-        if emitted:
-            worker.emitted = []
+        emitted = worker.take_emitted()
         return [(p, serialization.encode_message(m)) for p, m in messages], emitted
 
     async def _send(self, out: list[tuple[int, bytes]]) -> None:
