@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-.venv/bin/python examples/progress_frontiers.py "$@"
+.venv/bin/python examples/wordcount.py "$@"
