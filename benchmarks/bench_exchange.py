@@ -43,6 +43,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
+from benchmarks.tables import markdown
 from progress import (
     ChangeBatch,
     Graph,
@@ -241,14 +242,6 @@ def simulate(
 def per_epoch(run: dict[str, Any], key: str) -> float:
     """Mean of ``key`` over the epochs (closing the input is reported apart)."""
     return float(statistics.mean(ep[key] for ep in run["per_epoch"]))
-
-
-def markdown(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub markdown table; numbers right-aligned."""
-    lines = ["| " + " | ".join(headers) + " |"]
-    lines.append("|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|")
-    lines.extend("| " + " | ".join(str(c) for c in row) + " |" for row in rows)
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.tables import markdown
 from progress import Graph, GraphBuilder, Location, Timestamp, Tracker, source, target
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -268,14 +269,6 @@ def incrementality(length: int, reps: int) -> dict[str, Any]:
 
 
 # -- report --------------------------------------------------------------------------------
-def markdown(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A GitHub markdown table; numbers right-aligned."""
-    lines = ["| " + " | ".join(headers) + " |"]
-    lines.append("|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|")
-    lines.extend("| " + " | ".join(str(c) for c in row) + " |" for row in rows)
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="fewer epochs and repetitions")

@@ -97,6 +97,26 @@ def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[
     return sorted(chain)
 
 
+def route_input(cmd: tuple[str, Any], workers: int, turn: int) -> list[tuple[int, tuple[str, Any]]]:
+    """Where a driver input command goes: ``(worker, command)`` pairs, in order.
+
+    ``send`` spreads its records over the workers in contiguous chunks, starting at
+    worker ``turn`` (callers rotate it so small sends do not all land on worker 0);
+    ``advance`` and ``close`` go to every worker.
+    """
+    op, arg = cmd
+    if op != "send":
+        return [(w, cmd) for w in range(workers)]
+    records = arg
+    size = -(-len(records) // workers) if records else 0
+    out = []
+    for i in range(workers):
+        chunk = records[i * size : (i + 1) * size]
+        if chunk:
+            out.append(((turn + i) % workers, ("send", chunk)))
+    return out
+
+
 BACKENDS = ("ray", "inline")
 
 

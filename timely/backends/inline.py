@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from timely.errors import ConfigError
 from timely.plan import Plan
-from timely.runtime import Session, merge_frontiers
+from timely.runtime import Session, merge_frontiers, route_input
 from timely.worker import Worker, WorkerMessage
 
 if TYPE_CHECKING:
@@ -46,20 +46,9 @@ class InlineSession(Session):
 
     # -- driver side ------------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
-        op, arg = cmd
-        if op == "send":
-            # Spread the records over the workers in contiguous chunks, rotating the start.
-            records = arg
-            n = self.workers
-            size = -(-len(records) // n) if records else 0
-            for i in range(n):
-                chunk = records[i * size : (i + 1) * size]
-                if chunk:
-                    self.commands[(self._rr + i) % n].append((vertex, ("send", chunk)))
-            self._rr = (self._rr + 1) % n
-        else:
-            for w in range(self.workers):
-                self.commands[w].append((vertex, cmd))
+        for w, part in route_input(cmd, self.workers, self._rr):
+            self.commands[w].append((vertex, part))
+        self._rr = (self._rr + 1) % self.workers
         self._pump()
 
     def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:

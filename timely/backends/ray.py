@@ -46,7 +46,7 @@ from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 from timely import serialization
 from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.plan import Plan
-from timely.runtime import Session, merge_frontiers
+from timely.runtime import Session, merge_frontiers, route_input
 from timely.worker import Worker, WorkerMessage
 
 if TYPE_CHECKING:
@@ -391,20 +391,9 @@ class RaySession(Session):
 
     # -- driver side ------------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
-        op, arg = cmd
-        if op == "send":
-            # Spread the records over the workers in contiguous chunks, rotating the start.
-            records = arg
-            n = self.workers
-            size = -(-len(records) // n) if records else 0
-            for i in range(n):
-                chunk = records[i * size : (i + 1) * size]
-                if chunk:
-                    self._command((self._rr + i) % n, vertex, ("send", chunk))
-            self._rr = (self._rr + 1) % n
-        else:
-            for w in range(self.workers):
-                self._command(w, vertex, cmd)
+        for w, part in route_input(cmd, self.workers, self._rr):
+            self._command(w, vertex, part)
+        self._rr = (self._rr + 1) % self.workers
         self._collect(0)
 
     def _command(self, w: int, vertex: int, cmd: tuple[str, Any]) -> None:
