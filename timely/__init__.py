@@ -4,7 +4,15 @@ Build a :class:`Dataflow`, place vertices on its streams, and ``run`` it on work
 """
 
 from timely.channels import broadcast, exchange, pipeline, stable_hash
-from timely.dataflow import Dataflow, Feedback, InputHandle, Probe, Scope, Stream
+from timely.dataflow import (
+    Dataflow,
+    Feedback,
+    InputHandle,
+    Probe,
+    Scope,
+    Stream,
+    stream_method,
+)
 from timely.errors import (
     ConfigError,
     GraphBuildError,
@@ -39,4 +47,5 @@ __all__ = [
     "exchange",
     "pipeline",
     "stable_hash",
+    "stream_method",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect as _inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,36 @@ class Feedback:
         self.connected = True
 
 
+_STREAM_METHODS: dict[str, Callable[..., Any]] = {}
+_PLUGINS_LOADED = False
+_PLUGIN_GROUP = "timely.operators"
+
+
+def stream_method(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Make ``fn(stream, ...)`` callable as ``stream.<fn name>(...)``.
+
+    Operator libraries (``operators/``) register their operators this way, so that
+    ``timely`` never imports them: they are found through the ``timely.operators``
+    entry-point group the first time a stream lacks an attribute.
+    """
+    name = fn.__name__
+    if hasattr(Stream, name):
+        raise ValueError(f"Stream.{name} is built in; an operator cannot replace it")
+    _STREAM_METHODS[name] = fn
+    return fn
+
+
+def _stream_method(name: str) -> Callable[..., Any] | None:
+    global _PLUGINS_LOADED
+    if name not in _STREAM_METHODS and not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=_PLUGIN_GROUP):
+            ep.load()
+    return _STREAM_METHODS.get(name)
+
+
 class Stream:
     """Batches of timestamped records flowing out of one vertex output."""
 
@@ -83,6 +114,14 @@ class Stream:
         self.vertex = vertex
         self.port = port
         self.scope = scope
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        method = _stream_method(name)
+        if method is None:
+            raise AttributeError(f"'Stream' has no operator {name!r}")
+        return functools.partial(method, self)
 
     @property
     def name(self) -> str:

@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -139,3 +140,24 @@ def test_exchange_puts_a_key_on_one_worker() -> None:
         owners.setdefault(word, set()).add(worker)
     assert all(len(w) == 1 for w in owners.values())
     assert {w: next(iter(s)) for w, s in owners.items()} == {w: stable_hash(w) % 4 for w in owners}
+
+
+def test_operator_libraries_plug_into_stream() -> None:
+    from timely import stream_method
+
+    @stream_method
+    def tag_with_epoch(stream: Any) -> Any:
+        class Tag(Vertex):
+            def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+                self.send_by(0, [(time[0], r) for r in records], time)
+
+        return stream.unary(Tag, name="tag")
+
+    flow = Dataflow("plugin")
+    inp = flow.new_input()
+    inp.stream.tag_with_epoch().collect("out")
+    inp.advance_to(2)
+    inp.send(["x"])
+    assert flow.run(workers=1, backend="inline").records("out") == [(2, "x")]
+    with pytest.raises(AttributeError, match="no operator 'no_such_operator'"):
+        _ = inp.stream.no_such_operator
