@@ -1,4 +1,4 @@
-"""Test-session set-up: hypothesis profiles.
+"""Test-session set-up: hypothesis profiles, and one local Ray for the whole session.
 
 ``dev`` (the default) is fast for the edit-test loop; ``ci`` goes deeper and is what
 ``.ci/run`` selects through ``HYPOTHESIS_PROFILE=ci``.
@@ -6,8 +6,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -32,3 +36,21 @@ STATE_MACHINE_EXAMPLES = {"dev": 200, "ci": 2000}
 def state_machine_examples() -> int:
     """How many state-machine examples the active profile runs."""
     return STATE_MACHINE_EXAMPLES.get(os.environ.get("HYPOTHESIS_PROFILE", "dev"), 200)
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[Any]:
+    """Local Ray with 2 CPUs, started once; shut down at the end if this fixture started it."""
+    import ray  # a runtime dependency: its absence is an error, not a skip
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+        )
+    yield ray
+    if started:
+        ray.shutdown()

@@ -513,10 +513,14 @@ class Dataflow:
             self, plan, workers=workers, backend=backend, address=address, **options
         )
         self._session = session
-        for handle in self._inputs:
-            pending, handle._pending = handle._pending, []
-            for cmd in pending:
-                session.input_command(handle.vertex, cmd)
+        try:
+            for handle in self._inputs:
+                pending, handle._pending = handle._pending, []
+                for cmd in pending:
+                    session.input_command(handle.vertex, cmd)
+        except BaseException:
+            session.close()  # release the workers: the caller never got the session
+            raise
         return session
 
     def _session_or_fail(self, what: str) -> Session:

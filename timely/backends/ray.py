@@ -11,9 +11,11 @@ encoded by :mod:`timely.serialization`. Every message carries ``(sender, seq)`` 
 the receiver applies each sender's messages strictly in ``seq`` order, holding early
 ones back, since Ray does not promise order for async actors. A call returns once
 the receiver has applied its message, and a sender keeps at most ``max_inflight``
-calls open per peer, waiting on the oldest beyond that: a slow worker slows its
-producers instead of buffering without bound. A worker waiting on a peer keeps
-applying what arrives, so two workers sending to each other never deadlock.
+calls open per peer, waiting on the oldest beyond that: a slow worker slows the
+workers that send to it directly. A worker waiting on a peer keeps taking in what
+arrives (so workers sending to each other never deadlock) but does not step while it
+waits, so in a chain A -> B -> C with C slow, B's inbox can still grow: the bound is
+per hop, not end to end.
 
 Driver commands (input send/advance/close) travel the same way, numbered per worker
 and bounded the same way. Outputs (``collect``/``subscribe``) wait in the actors for
@@ -138,16 +140,20 @@ class WorkerActor:
         worker = self.worker
         while self.incoming:
             msg, fut = self.incoming.popleft()
-            worker.receive(msg)
-            self.applied += 1
-            if not fut.done():
-                fut.set_result(None)
+            try:
+                worker.receive(msg)
+                self.applied += 1
+            finally:  # the sender waits on this; release it even if applying failed
+                if not fut.done():
+                    fut.set_result(None)
         while self.commands:
             vertex, cmd, fut = self.commands.popleft()
-            worker.command(vertex, cmd)
-            self.applied += 1
-            if not fut.done():
-                fut.set_result(None)
+            try:
+                worker.command(vertex, cmd)
+                self.applied += 1
+            finally:
+                if not fut.done():
+                    fut.set_result(None)
 
     # -- the loop ------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -394,6 +400,8 @@ class RaySession(Session):
         for w, part in route_input(cmd, self.workers, self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
+        if time.monotonic() - self._last_check >= _CHECK_EVERY:
+            self._check()  # a failed worker drops commands: say so now, not at join
         self._collect(0)
 
     def _command(self, w: int, vertex: int, cmd: tuple[str, Any]) -> None:
@@ -405,9 +413,10 @@ class RaySession(Session):
                 self._get(ref, w)
             while len(queue) >= self.max_inflight:
                 self._wait_for([queue.popleft()], [w])
+        payload = serialization.encode(cmd)  # before taking a number: a failure leaves no gap
         seq = self._cmd_seq[w]
         self._cmd_seq[w] = seq + 1
-        queue.append(self.actors[w].command.remote(seq, vertex, serialization.encode(cmd)))
+        queue.append(self.actors[w].command.remote(seq, vertex, payload))
 
     def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:
         refs = [a.frontier.remote(vertex) for a in self.actors]

@@ -1,0 +1,170 @@
+"""The one state interface of the stateful operators: per-time, per-key tables.
+
+Every stateful operator (``distinct``, ``group_by``, ``count_by``, ``aggregate``,
+``join``) keeps what it buffers for a time in a :class:`KeyedState`, and every such
+vertex is a :class:`StatefulVertex` that lists its tables by name. Why one interface:
+checkpointing (a later issue) must snapshot and restore every operator the same way,
+without knowing what each one computes, and rescaling must move state between workers
+without knowing it either.
+
+Why keyed, and keyed by what: each of these operators exchanges its input by a key
+before it keeps anything, so a worker only ever holds the keys that
+``stable_hash(key) % workers`` sends to it. A table keyed by that same key is therefore
+partitioned exactly like the channel that feeds it; on a change of worker count,
+:func:`repartition` moves each key to its new owner and the exchange will route new
+records for that key to the same place.
+
+Why per time: the operators' semantics are per time (the output at ``t`` reflects only
+the input at ``t``), so a time's table is dropped as soon as the time completes. At a
+checkpoint (a frontier passing an epoch everywhere) the tables of completed times are
+already gone; a snapshot holds only times that are still open.
+
+Snapshots are plain data (dicts, lists, tuples, ints, str and the operators' own keys
+and values) so that ``timely.serialization`` (msgpack) carries them and a snapshot
+taken on one machine restores on another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+from progress import Timestamp
+from timely import Vertex, stable_hash
+
+V = TypeVar("V")
+
+Snapshot = dict[str, Any]
+"""``{"format": 1, "times": [(time, [(key, value), ...]), ...]}``."""
+
+FORMAT = 1
+
+
+def owner(key: Any, workers: int) -> int:
+    """The worker that holds ``key``: the one the ``exchange`` channel routes it to."""
+    return stable_hash(key) % workers
+
+
+class KeyedState(Generic[V]):
+    """Per-time, per-key values of one operator on one worker.
+
+    ``table(time)`` is the time's ``{key: value}`` dict, to read and write in place;
+    ``pop(time)`` takes it out when the time completes.
+    """
+
+    __slots__ = ("_times",)
+
+    def __init__(self) -> None:
+        self._times: dict[Timestamp, dict[Any, V]] = {}
+
+    def get(self, time: Timestamp) -> dict[Any, V] | None:
+        """The table of ``time``, or None when nothing was kept for it."""
+        return self._times.get(time)
+
+    def table(self, time: Timestamp) -> dict[Any, V]:
+        """The table of ``time``, made empty if it does not exist yet."""
+        t = self._times.get(time)
+        if t is None:
+            self._times[time] = t = {}
+        return t
+
+    def pop(self, time: Timestamp) -> dict[Any, V]:
+        """Take the table of ``time`` out (empty if there was none)."""
+        return self._times.pop(time, {})
+
+    def times(self) -> list[Timestamp]:
+        """The open times, in timestamp order (a restorer re-requests their notifications)."""
+        return sorted(self._times)
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._times.values())
+
+    def items(self) -> Iterator[tuple[Timestamp, Any, V]]:
+        """Every ``(time, key, value)`` held."""
+        for time, t in self._times.items():
+            for key, value in t.items():
+                yield time, key, value
+
+    def snapshot(self) -> Snapshot:
+        """Plain data for a checkpoint; values are not copied, so encode it before mutating."""
+        return {
+            "format": FORMAT,
+            "times": [(time, list(t.items())) for time, t in sorted(self._times.items())],
+        }
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the contents with ``snapshot``'s (as made by :meth:`snapshot`)."""
+        if snapshot.get("format") != FORMAT:
+            raise ValueError(
+                f"state snapshot has format {snapshot.get('format')!r}; this version reads "
+                f"format {FORMAT}"
+            )
+        self._times = {
+            tuple(time): {_key(k): v for k, v in entries} for time, entries in snapshot["times"]
+        }
+
+
+def _key(k: Any) -> Any:
+    # A carrier that turns tuples into lists (plain msgpack) must not make keys unhashable.
+    return tuple(_key(x) for x in k) if isinstance(k, list) else k
+
+
+def repartition(snapshots: Iterable[Snapshot], workers: int) -> list[Snapshot]:
+    """Re-split the snapshots of one table (one per old worker) over ``workers`` new ones.
+
+    Each key goes to :func:`owner`\\ ``(key, workers)``. A key present in two snapshots
+    means the state was not partitioned by key, which is refused rather than guessed at.
+    """
+    parts: list[dict[Timestamp, dict[Any, Any]]] = [{} for _ in range(workers)]
+    for snap in snapshots:
+        state: KeyedState[Any] = KeyedState()
+        state.restore(snap)
+        for time, key, value in state.items():
+            t = parts[owner(key, workers)].setdefault(time, {})
+            if key in t:
+                raise ValueError(f"key {key!r} at {time} is in two snapshots: not keyed state")
+            t[key] = value
+    return [
+        {"format": FORMAT, "times": [(time, list(t.items())) for time, t in sorted(p.items())]}
+        for p in parts
+    ]
+
+
+class StatefulVertex(Vertex):
+    """A vertex whose state is a set of named :class:`KeyedState` tables.
+
+    Make tables with :meth:`keyed_state` in ``__init__``; checkpointing then reaches all
+    of them through :meth:`snapshot` and :meth:`restore`, whatever the operator.
+    """
+
+    def __init__(self) -> None:
+        self._states: dict[str, KeyedState[Any]] = {}
+
+    def keyed_state(self, name: str) -> KeyedState[Any]:
+        """A new table, registered under ``name`` for snapshots."""
+        if name in self._states:
+            raise ValueError(f"state {name!r} is defined twice")
+        state: KeyedState[Any] = KeyedState()
+        self._states[name] = state
+        return state
+
+    def states(self) -> dict[str, KeyedState[Any]]:
+        """The tables by name."""
+        return dict(self._states)
+
+    def snapshot(self) -> dict[str, Snapshot]:
+        """Every table's snapshot, by name."""
+        return {name: s.snapshot() for name, s in self._states.items()}
+
+    def restore(self, snapshots: dict[str, Snapshot]) -> None:
+        """Restore every table from ``snapshots`` (as made by :meth:`snapshot`).
+
+        The restored open times still need their notifications requested again
+        (``notify_at(t)`` for ``t`` in each table's ``times()``) once the vertex runs;
+        that is the checkpoint coordinator's job, as only it knows when the vertex may act.
+        """
+        missing = set(self._states) ^ set(snapshots)
+        if missing:
+            raise ValueError(f"snapshot does not match the vertex's state: {sorted(missing)}")
+        for name, s in self._states.items():
+            s.restore(snapshots[name])
