@@ -2,15 +2,21 @@
 
 Importing this package registers its operators as ``Stream`` methods (timely finds it
 through the ``timely.operators`` entry point, so ``stream.select(f)`` works without an
-import). Every operator is per time, as in Naiad: its output at time ``t`` reflects
-only its input at ``t``. Stateful operators keep their state in
-:class:`~operators.state.KeyedState` tables (see ``operators/state.py``).
+import). The operators are per time, as in Naiad (the output at time ``t`` reflects
+only the input at ``t``), except the windowed ones (``window``, ``reduce_by_window``:
+epochs ``(w - size, w]`` at the window end ``w``) and the running ones
+(``running_reduce``, ``map_with_state``: every epoch up to ``t``). Stateful operators
+keep their state in :class:`~operators.state.KeyedState` tables (see ``operators/state.py``).
 """
 
+from operators.batch import select_batch, where_batch
 from operators.join import join
 from operators.keyed import aggregate, count_by, group_by, max_by, min_by
+from operators.loops import fixpoint
+from operators.running import map_with_state, running_reduce
 from operators.state import KeyedState, Snapshot, StatefulVertex, owner, repartition
 from operators.stateless import distinct, select, select_many, where
+from operators.windows import reduce_by_window, window
 
 __all__ = [
     "KeyedState",
@@ -19,13 +25,20 @@ __all__ = [
     "aggregate",
     "count_by",
     "distinct",
+    "fixpoint",
     "group_by",
     "join",
+    "map_with_state",
     "max_by",
     "min_by",
     "owner",
+    "reduce_by_window",
     "repartition",
+    "running_reduce",
     "select",
+    "select_batch",
     "select_many",
     "where",
+    "where_batch",
+    "window",
 ]
