@@ -9,16 +9,17 @@ one worker and a replay routes them the same way.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 _MASK = (1 << 64) - 1
+_OWNER_CACHE = 1 << 16
+"""How many keys an exchange channel remembers the owner of."""
 
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -102,6 +103,9 @@ class Exchange(Channel):
 
     key: Callable[[Any], Any]
     kind = "exchange"
+    _owners: dict[Any, int] = field(default_factory=dict, init=False, compare=False)
+    """Key -> worker, remembered across batches (keys repeat; hashing them is the cost)."""
+    _owners_for: int = field(default=0, init=False, compare=False)
 
     def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
         if workers == 1:
@@ -122,18 +126,22 @@ class Exchange(Channel):
                     if idx:
                         out[w] = [records[i] for i in idx]
                 return out
-        out = {}
-        cache: dict[Any, int] = {}
+        cache = self._owners
+        if self._owners_for != workers:
+            cache.clear()
+            self._owners_for = workers
+        lists: list[list[Any]] = [[] for _ in range(workers)]
         for record, k in zip(records, keys):
             try:
                 w = cache[k]
-            except (KeyError, TypeError):
+            except KeyError:
                 w = stable_hash(k) % workers
-                if len(cache) < 65536:
-                    with contextlib.suppress(TypeError):
-                        cache[k] = w
-            out.setdefault(w, []).append(record)
-        return out
+                if len(cache) < _OWNER_CACHE:
+                    cache[k] = w
+            except TypeError:  # unhashable in Python: stable_hash says why
+                w = stable_hash(k) % workers
+            lists[w].append(record)
+        return {w: part for w, part in enumerate(lists) if part}
 
 
 class Broadcast(Channel):

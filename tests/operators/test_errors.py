@@ -74,3 +74,19 @@ def test_bad_arguments_fail_at_build_time() -> None:
         s.aggregate(lambda r: r, 0, lambda a, r: a, lambda a, b: a)
     with pytest.raises(GraphBuildError, match="select: f must be a function"):
         s.select(3)
+
+
+def test_count_by_key_error_names_the_record() -> None:
+    from timely import Dataflow, UserFunctionError
+
+    def first_letter(word: str) -> str:
+        return word[0]
+
+    flow = Dataflow("count-error")
+    inp = flow.new_input()
+    inp.stream.count_by(first_letter).collect("out")
+    inp.send(["apple", "", "pear"])
+    with pytest.raises(UserFunctionError, match="IndexError") as info:
+        flow.run(workers=2, backend="inline")
+    assert info.value.record_repr == "''" and info.value.time == (0,)
+    assert info.value.where.startswith(__file__ + ":")
