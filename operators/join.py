@@ -35,10 +35,7 @@ class Join(StatefulVertex):
         self.sides = self.keyed_state("sides")
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        sides = self.sides.get(time)
-        if sides is None:
-            sides = self.sides.table(time)
-            self.notify_at(time)
+        sides = self.table_at(self.sides, time)
         key = self.keys[input]
         record = None
         try:

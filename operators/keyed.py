@@ -35,22 +35,7 @@ class GroupBy(StatefulVertex):
         self.groups = self.keyed_state("groups")
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        groups = self.groups.get(time)
-        if groups is None:
-            groups = self.groups.table(time)
-            self.notify_at(time)
-        key = self.key
-        record = None
-        try:
-            for record in records:
-                k = key(record)
-                g = groups.get(k)
-                if g is None:
-                    groups[k] = [record]
-                else:
-                    g.append(record)
-        except Exception as e:
-            self._ctx.user_error(e, time, record, key)
+        self.group_into(self.table_at(self.groups, time), self.key, records, time)
 
     def on_notify(self, time: Timestamp) -> None:
         reduce = self.reduce
@@ -121,18 +106,7 @@ class Merge(StatefulVertex):
         self.acc = self.keyed_state("acc")
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        acc = self.acc.get(time)
-        if acc is None:
-            acc = self.acc.table(time)
-            self.notify_at(time)
-        merge = self.merge
-        pair: Any = None
-        try:
-            for pair in records:
-                k, v = pair
-                acc[k] = merge(acc[k], v) if k in acc else v
-        except Exception as e:
-            self._ctx.user_error(e, time, pair, merge)
+        self.fold_pairs(self.table_at(self.acc, time), self.merge, records, time)
 
     def on_notify(self, time: Timestamp) -> None:
         acc = self.acc.pop(time)

@@ -52,18 +52,7 @@ class RunningReduce(_Running):
         self.f = f
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        table = self.pending.get(time)
-        if table is None:
-            table = self.pending.table(time)
-            self.notify_at(time)
-        f = self.f
-        pair: Any = None
-        try:
-            for pair in records:
-                k, v = pair
-                table[k] = f(table[k], v) if k in table else v
-        except Exception as e:
-            self._ctx.user_error(e, time, pair, f)
+        self.fold_pairs(self.table_at(self.pending, time), self.f, records, time)
 
     def on_notify(self, time: Timestamp) -> None:
         pending = self.pending.pop(time)
@@ -131,22 +120,7 @@ class MapWithState(_Running):
         self.timeout = timeout
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        table = self.pending.get(time)
-        if table is None:
-            table = self.pending.table(time)
-            self.notify_at(time)
-        key = self.key
-        record = None
-        try:
-            for record in records:
-                k = key(record)
-                group = table.get(k)
-                if group is None:
-                    table[k] = [record]
-                else:
-                    group.append(record)
-        except Exception as e:
-            self._ctx.user_error(e, time, record, key)
+        self.group_into(self.table_at(self.pending, time), self.key, records, time)
 
     def on_notify(self, time: Timestamp) -> None:
         pending = self.pending.pop(time)

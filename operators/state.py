@@ -26,7 +26,7 @@ taken on one machine restores on another.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from progress import Timestamp
@@ -147,6 +147,46 @@ class StatefulVertex(Vertex):
         state: KeyedState[Any] = KeyedState()
         self._states[name] = state
         return state
+
+    def table_at(self, state: KeyedState[Any], time: Timestamp) -> dict[Any, Any]:
+        """``state``'s table for ``time``; made on first use, with a notification at ``time``."""
+        table = state.get(time)
+        if table is None:
+            table = state.table(time)
+            self.notify_at(time)
+        return table
+
+    def group_into(
+        self, table: dict[Any, Any], key: Callable[[Any], Any], records: list[Any], time: Timestamp
+    ) -> None:
+        """Append each record to the list of its ``key(record)`` in ``table``."""
+        record = None
+        try:
+            for record in records:
+                k = key(record)
+                group = table.get(k)
+                if group is None:
+                    table[k] = [record]
+                else:
+                    group.append(record)
+        except Exception as e:
+            self._ctx.user_error(e, time, record, key)
+
+    def fold_pairs(
+        self,
+        table: dict[Any, Any],
+        f: Callable[[Any, Any], Any],
+        pairs: list[Any],
+        time: Timestamp,
+    ) -> None:
+        """Fold each ``(key, value)`` of ``pairs`` into ``table[key]`` with ``f``."""
+        pair: Any = None
+        try:
+            for pair in pairs:
+                k, v = pair
+                table[k] = f(table[k], v) if k in table else v
+        except Exception as e:
+            self._ctx.user_error(e, time, pair, f)
 
     def states(self) -> dict[str, KeyedState[Any]]:
         """The tables by name."""

@@ -91,10 +91,7 @@ class Distinct(StatefulVertex):
         self.seen = self.keyed_state("seen")
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        seen = self.seen.get(time)
-        if seen is None:
-            seen = self.seen.table(time)
-            self.notify_at(time)
+        seen = self.table_at(self.seen, time)
         key = self.key
         out: list[Any] = []
         record = None

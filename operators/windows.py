@@ -167,14 +167,7 @@ class WindowReduce(StatefulVertex):
             table = self.partials.table(time)
             for w in window_ends(time[0], self.size, self.slide):
                 self.notify_at((w,))
-        f = self.f
-        pair: Any = None
-        try:
-            for pair in records:
-                k, v = pair
-                table[k] = f(table[k], v) if k in table else v
-        except Exception as e:
-            self._ctx.user_error(e, time, pair, f)
+        self.fold_pairs(table, self.f, records, time)
 
     def _epochs(self, lo: int, hi: int) -> list[dict[Any, Any]]:
         """The partial tables of the epochs in ``(lo, hi]``, in epoch order."""
