@@ -18,11 +18,12 @@ is one loop iteration, and a round's proposals are folded when the round is comp
 from __future__ import annotations
 
 import argparse
-import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
+
+from _cli import add_run_flags, random_graph, run_options
 
 from timely import Dataflow, Stream, Vertex, exchange
 
@@ -133,11 +134,6 @@ def run(
     return out
 
 
-def random_graph(nodes: int, edges: int, seed: int) -> list[tuple[int, int]]:
-    rng = random.Random(seed)
-    return [(rng.randrange(nodes), rng.randrange(nodes)) for _ in range(edges)]
-
-
 def least_member(edges: Sequence[tuple[Any, Any]]) -> dict[Any, Any]:
     """The check: each endpoint's least component member, by a sequential union-find."""
     parent: dict[Any, Any] = {}
@@ -158,9 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
-    ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+    add_run_flags(ap)
     ap.add_argument("--graphs", type=int, default=3, help="graphs, one per epoch")
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--edges", type=int, default=1500)
@@ -168,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     graphs = [random_graph(args.nodes, args.edges, args.seed + g) for g in range(args.graphs)]
-    options = {} if args.backend == "inline" else {"address": args.address}
+    options = run_options(args)
     start = time.perf_counter()
     labels = run(graphs, args.workers, args.backend, **options)
     elapsed = time.perf_counter() - start

@@ -31,6 +31,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from _cli import add_run_flags, run_options
+
 from timely import Dataflow, Stream, Vertex, exchange
 
 Time = tuple[int, ...]
@@ -162,9 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
-    ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+    add_run_flags(ap)
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--nodes", type=int, default=10_000)
     ap.add_argument("--edges", type=int, default=500, help="new edges per epoch")
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         [(rng.randrange(args.nodes), rng.randrange(args.nodes)) for _ in range(args.edges)]
         for _ in range(args.epochs)
     ]
-    options = {} if args.backend == "inline" else {"address": args.address}
+    options = run_options(args)
     start = time.perf_counter()
     changes = run(epochs, args.workers, args.backend, **options)
     elapsed = time.perf_counter() - start

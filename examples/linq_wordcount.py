@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from _cli import add_run_flags, run_options
+
 from timely import Dataflow
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "timely"]
@@ -62,16 +64,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
-    ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+    add_run_flags(ap)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--lines", type=int, default=200, help="lines per epoch")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
     epochs = [lines_for(e, args.lines, args.seed) for e in range(args.epochs)]
-    options = {} if args.backend == "inline" else {"address": args.address}
+    options = run_options(args)
     start = time.perf_counter()
     counts = wordcount(epochs, args.workers, args.backend, **options)
     elapsed = time.perf_counter() - start

@@ -20,11 +20,12 @@ A round is one loop iteration; the ranks leave the loop after ``--iters`` rounds
 from __future__ import annotations
 
 import argparse
-import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
+
+from _cli import add_run_flags, random_graph, run_options
 
 from timely import Dataflow, Stream, Vertex, broadcast, exchange
 
@@ -161,18 +162,11 @@ def run(
     return out
 
 
-def random_graph(nodes: int, edges: int, seed: int) -> list[tuple[int, int]]:
-    rng = random.Random(seed)
-    return [(rng.randrange(nodes), rng.randrange(nodes)) for _ in range(edges)]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
-    ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+    add_run_flags(ap)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--edges", type=int, default=5000)
     ap.add_argument("--iters", type=int, default=20)
@@ -181,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     edges = random_graph(args.nodes, args.edges, args.seed)
-    options = {} if args.backend == "inline" else {"address": args.address}
+    options = run_options(args)
     start = time.perf_counter()
     ranks = run(
         [edges], args.nodes, args.iters, args.damping, args.workers, args.backend, **options

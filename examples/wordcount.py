@@ -15,6 +15,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from _cli import add_run_flags, run_options
+
 from timely import Dataflow, Vertex, exchange
 
 WORDS = [
@@ -65,9 +67,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
-    ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+    add_run_flags(ap)
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--lines", type=int, default=200, help="lines per epoch")
     args = ap.parse_args()
@@ -87,7 +87,7 @@ def main() -> None:
         .subscribe(report)
     )
     start = time.perf_counter()
-    options = {} if args.backend == "inline" else {"address": args.address}
+    options = run_options(args)
     with flow.activate(workers=args.workers, backend=args.backend, **options) as session:
         for e in range(args.epochs):
             lines.advance_to(e)

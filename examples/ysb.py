@@ -29,6 +29,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any, Final
 
+from _cli import add_run_flags, run_options
+
 from timely import Dataflow, Stream, Vertex, broadcast
 
 Time = tuple[int, ...]
@@ -200,9 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
-    ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+    add_run_flags(ap)
     ap.add_argument("--seconds", type=int, default=60, help="event-time seconds (epochs)")
     ap.add_argument("--events-per-second", type=int, default=2000)
     ap.add_argument("--campaigns", type=int, default=100)
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     rows = ad_table(args.campaigns, args.ads_per_campaign, args.seed)
-    options = {} if args.backend == "inline" else {"address": args.address}
+    options = run_options(args)
     start = time.perf_counter()
     counts, latency = run(
         args.seconds,

@@ -14,6 +14,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def load_example(name: str) -> ModuleType:
     """Import ``examples/<name>.py`` (the folder is not a package) as ``example_<name>``."""
     mod_name = f"example_{name}"
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))  # as when run as a script: it imports _cli beside it
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     spec = importlib.util.spec_from_file_location(mod_name, EXAMPLES / f"{name}.py")

@@ -1,0 +1,25 @@
+"""What every runnable example shares: the flags that choose where it runs, and test graphs."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from typing import Any
+
+
+def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
+    """``--workers``, ``--backend`` (ray by default) and ``--address`` (a Ray cluster)."""
+    ap.add_argument("--workers", type=int, default=workers)
+    ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
+    ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+
+
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The session options the flags ask for (``address`` only means something on Ray)."""
+    return {} if args.backend == "inline" else {"address": args.address}
+
+
+def random_graph(nodes: int, edges: int, seed: int) -> list[tuple[int, int]]:
+    """``edges`` random directed edges over nodes ``0 .. nodes-1`` (repeatable by ``seed``)."""
+    rng = random.Random(seed)
+    return [(rng.randrange(nodes), rng.randrange(nodes)) for _ in range(edges)]
