@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
 from timely.channels import Channel
@@ -24,7 +23,6 @@ class VertexSpec:
     where: str = "?"
     kind: str = "vertex"
     """``vertex`` (user), ``input``, ``source``, or a system kind (ingress, egress, …)."""
-    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def inputs(self) -> int:
@@ -69,14 +67,3 @@ class Plan:
     def initial_capabilities(self) -> list[Pointstamp]:
         """What each worker holds at the start: every root's outputs at epoch 0."""
         return [(source(v, o), (0,)) for v in self.roots for o in range(self.vertices[v].outputs)]
-
-    def fingerprint(self) -> str:
-        """A digest of the graph's shape: names, ports, edges and channel kinds."""
-        import hashlib
-
-        h = hashlib.sha256()
-        for s in self.vertices:
-            h.update(f"{s.index}:{s.name}:{s.kind}:{s.input_depths}:{s.output_depths};".encode())
-        for e in self.edges:
-            h.update(f"{e.src}.{e.src_port}->{e.dst}.{e.dst_port}:{e.channel.kind};".encode())
-        return h.hexdigest()[:16]

@@ -13,9 +13,6 @@ from timely.vertex import Capability, Vertex
 class Forward(Vertex):
     """Passes records on; ingress/egress/exchange use it, the time change is the framework's."""
 
-    def __init__(self) -> None:
-        self._shift: Callable[[Timestamp], Timestamp] | None = None
-
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         kind = self._ctx.spec.kind
         if kind == "ingress":

@@ -222,8 +222,6 @@ class Worker:
         self._notify_check = False  # frontiers changed since notifications were last checked
         self.emitted: list[tuple[str, int, list[Any]]] = []
         self.received_since_step = False
-        self.delivered = 0
-        self.notified = 0
         for v in plan.roots:  # roots hold their initial capability at epoch 0
             ctx = self.contexts[v]
             ctx.caps[(0,)] += 1
@@ -310,7 +308,6 @@ class Worker:
                     f"whose frontier {frontier(loc)} has passed it"
                 )
             self._updates.update((loc, time), -1)
-            self.delivered += 1
             self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
 
     def _ready_now(self, v: int, t: Timestamp) -> bool:
@@ -327,7 +324,6 @@ class Worker:
             ctx = self.contexts[v]
             for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
                 ctx.requests.discard(t)
-                self.notified += 1
                 self._activate(v, -1, t, self.vertices[v].on_notify, t)
                 ctx._hold(t, -1)
             if not ctx.requests:
@@ -407,20 +403,6 @@ class Worker:
         return out
 
     # -- state --------------------------------------------------------------------------------
-    def flush_progress(self) -> list[tuple[int, WorkerMessage]]:
-        """Force out held progress (used when the driver asks everything to settle)."""
-        batch = self.progress.flush(force=True)
-        if batch is None:
-            return []
-        self.tracker.update_all(self.progress.receive(batch))
-        self._frontier_moved = True
-        out = []
-        for peer in range(self.peers):
-            if peer != self.index:
-                out.append((peer, WorkerMessage(self.index, self._seq[peer], [], batch)))
-                self._seq[peer] += 1
-        return out
-
     def idle(self) -> bool:
         """Nothing left anywhere, as far as this worker knows: every frontier is empty."""
         self._propagate()
