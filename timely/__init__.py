@@ -21,6 +21,7 @@ from timely.errors import (
     WorkerDied,
 )
 from timely.runtime import Results, Session
+from timely.sinks import Sink
 from timely.sources import Source
 from timely.vertex import Capability, Vertex
 
@@ -37,6 +38,7 @@ __all__ = [
     "Results",
     "Scope",
     "Session",
+    "Sink",
     "Source",
     "Stream",
     "TimelyError",

@@ -15,6 +15,7 @@ from timely.vertex import Vertex
 
 if TYPE_CHECKING:
     from timely.runtime import Results, Session
+    from timely.sinks import Sink
     from timely.sources import Source
 
 VertexFactory = Callable[[], Vertex]
@@ -293,6 +294,22 @@ class Stream:
             [(self, Gather(0))], lambda: Gathered(name), name=f"collect:{name}", outputs=0
         )
 
+    def sink(self, sink: Sink, name: str = "sink") -> None:
+        """Write this stream's records to ``sink`` epoch by epoch, exactly once."""
+        from timely.sinks import Sink, SinkVertex
+
+        self._top_level("sink")
+        if not isinstance(sink, Sink):
+            raise GraphBuildError(f"sink: expected a timely.Sink, got {sink!r}")
+        self.flow._sinks.append(sink)
+        self.flow.vertex(
+            [(self, None)],
+            lambda: SinkVertex(sink),
+            name=name,
+            outputs=0,
+            where=function_location(type(sink).write),
+        )
+
     def probe(self, name: str = "probe") -> Probe:
         """A handle on the frontier of this stream, readable from the driver."""
         from timely.system import Forward
@@ -376,6 +393,7 @@ class Dataflow:
         self._inputs: list[InputHandle] = []
         self._outputs: dict[str, Callable[[int, list[Any]], None]] = {}
         self._collects: list[str] = []
+        self._sinks: list[Sink] = []
         self._scopes: list[Scope] = []
         self._session: Session | None = None
 

@@ -69,6 +69,8 @@ class Session(ABC):
             )
         try:
             self._wait()
+            for sink in self.flow._sinks:
+                sink.commit(None)  # the run ended: every epoch is final
         finally:
             self.close()
         return self.results
