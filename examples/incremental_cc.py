@@ -33,7 +33,7 @@ from typing import Any
 
 from _cli import add_run_flags, run_options
 
-from timely import Dataflow, Stream, Vertex, exchange
+from timely import Dataflow, StatefulVertex, Stream, Vertex, exchange
 
 Time = tuple[int, ...]
 
@@ -74,25 +74,28 @@ def _find(parent: dict[Any, Any], x: Any) -> Any:
     return root
 
 
-class Components(Vertex):
-    """A union-find over every edge so far; per epoch, sends the ``(node, label)`` changes."""
+class Components(StatefulVertex):
+    """A union-find over every edge so far; per epoch, sends the ``(node, label)`` changes.
+
+    Its state is checkpointable: the forest lives in one keyed table at epoch 0, under
+    the one key every edge is exchanged by (so a rescale moves it whole to that key's
+    owner), and changes only in ``on_notify``; each epoch's edges wait in a per-time table.
+    """
 
     def __init__(self) -> None:
-        self.parent: dict[Any, Any] = {}
-        self.members: dict[Any, list[Any]] = {}  # root -> the nodes of its component
-        self.label: dict[Any, Any] = {}  # node -> least node of its component
-        self.pending: dict[Time, list[tuple[Any, Any]]] = {}
+        super().__init__()
+        self.forest = self.keyed_state("forest")
+        self.pending = self.keyed_state("pending")
 
     def on_recv(self, input: int, records: list[Any], time: Time) -> None:
-        if time not in self.pending:
-            self.pending[time] = []
-            self.notify_at(time)  # epochs are notified in order: state moves epoch by epoch
-        self.pending[time].extend(records)
+        # epochs are notified in order: the forest moves epoch by epoch
+        self.table_at(self.pending, time).setdefault(0, []).extend(records)
 
     def on_notify(self, time: Time) -> None:
-        parent, members, label = self.parent, self.members, self.label
+        forest = self.forest.table((0,)).setdefault(0, {"parent": {}, "members": {}, "label": {}})
+        parent, members, label = forest["parent"], forest["members"], forest["label"]
         before: dict[Any, Any] = {}  # label at the start of the epoch (None: a new node)
-        for u, v in self.pending.pop(time):
+        for u, v in self.pending.pop(time).get(0, []):
             for x in (u, v):
                 if x not in parent:
                     parent[x] = x

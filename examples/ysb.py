@@ -22,6 +22,7 @@ Counts are checked against a plain-Python count.
 from __future__ import annotations
 
 import argparse
+import operator
 import random
 import statistics
 import time
@@ -31,7 +32,7 @@ from typing import Any, Final
 
 from _cli import add_run_flags, run_options
 
-from timely import Dataflow, Stream, Vertex, broadcast
+from timely import Dataflow, StatefulVertex, Stream, broadcast
 
 Time = tuple[int, ...]
 EVENT_TYPES = ("view", "click", "purchase")
@@ -68,62 +69,84 @@ def events_for(second: int, n: int, ads: Sequence[str], seed: int = 0) -> list[E
     ]
 
 
-class CampaignLookup(Vertex):
+class CampaignLookup(StatefulVertex):
     """Maps events (input 0) to ``(campaign, event_time_ms)`` through the table (input 1).
 
-    The table is kept across epochs (later rows update it). An event whose ad is not
+    The table is kept across epochs (later rows add to it). An event whose ad is not
     in the table yet waits for its epoch to complete, by when every row sent at that
     epoch or before has arrived; if its ad is still unknown it is dropped.
+
+    State (checkpointable): the rows, per epoch they came at, in a replicated table (the
+    table input is broadcast, so every worker holds all of it); waiting events per time.
     """
 
     def __init__(self) -> None:
+        super().__init__()
+        self.rows = self.keyed_state("rows", replicated=True)
+        self.waiting = self.keyed_state("waiting")
         self.table: dict[str, str] = {}
-        self.waiting: dict[Time, list[Event]] = {}
+
+    def restored(self, epoch: int) -> None:
+        for t in self.rows.times():
+            self.table.update(self.rows.table(t))
 
     def on_recv(self, input: int, records: list[Any], time: Time) -> None:
         if input == 1:
+            self.rows.table(time).update(records)
             self.table.update(records)
             return
         table = self.table
         out = [(table[r[AD]], r[EVENT_TIME]) for r in records if r[AD] in table]
         if len(out) < len(records):
-            if time not in self.waiting:
-                self.waiting[time] = []
-                self.notify_at(time)
-            self.waiting[time].extend(r for r in records if r[AD] not in table)
+            late = self.table_at(self.waiting, time).setdefault(0, [])
+            late.extend(r for r in records if r[AD] not in table)
         self.send_by(0, out, time)
 
     def on_notify(self, time: Time) -> None:
         table = self.table
-        late = self.waiting.pop(time)
+        late = self.waiting.pop(time).get(0, [])
         self.send_by(0, [(table[r[AD]], r[EVENT_TIME]) for r in late if r[AD] in table], time)
 
 
-class WindowSum(Vertex):
+class WindowSum(StatefulVertex):
     """Sums per-epoch ``((campaign, window), n)`` counts over each window's epochs.
 
-    On the first count of a window it asks to be notified at the window's last epoch
-    (holding a capability there), and then sends ``(campaign, window, count)`` for the
-    window. Its input needs no exchange: ``count_by`` already sends every count of a
-    ``(campaign, window)`` key from the key's one owner.
+    Each epoch's counts wait in a per-epoch table; the first count of a window asks to
+    be notified at the window's last epoch (holding a capability there), which then
+    sends ``(campaign, window, count)`` for the window. Its input needs no exchange:
+    ``count_by`` already sends every count of a ``(campaign, window)`` key from the
+    key's one owner. Nothing carried across epochs changes outside ``on_notify``, so a
+    checkpoint after any epoch is exact.
     """
 
     def __init__(self, epochs_per_window: int) -> None:
+        super().__init__()
         self.size = epochs_per_window
-        self.acc: dict[int, Counter[str]] = {}
+        self.counts = self.keyed_state("counts")
+
+    def _window_end(self, epoch: int) -> tuple[int]:
+        return ((epoch // self.size) * self.size + self.size - 1,)
 
     def on_recv(self, input: int, records: list[Any], time: Time) -> None:
-        for (campaign, window), n in records:
-            acc = self.acc.get(window)
-            if acc is None:
-                acc = self.acc[window] = Counter()
-                self.notify_at((window * self.size + self.size - 1,))
-            acc[campaign] += n
+        table = self.counts.get(time)
+        if table is None:
+            table = self.counts.table(time)
+            self.notify_at(self._window_end(time[0]))
+        self.fold_pairs(table, operator.add, records, time)
+
+    def restored(self, epoch: int) -> None:
+        for end in sorted({self._window_end(t[0]) for t in self.counts.times()}):
+            if end[0] > epoch:
+                self.notify_at(end)
 
     def on_notify(self, time: Time) -> None:
         window = time[0] // self.size
-        counts = self.acc.pop(window)
-        self.send_by(0, [(c, window, n) for c, n in counts.items()], time)
+        total: Counter[str] = Counter()
+        for t in self.counts.times():
+            if t[0] // self.size == window:
+                for (campaign, _), n in self.counts.pop(t).items():
+                    total[campaign] += n
+        self.send_by(0, [(c, window, n) for c, n in total.items()], time)
 
 
 def _is_view(event: Event) -> bool:

@@ -16,11 +16,12 @@ and a window may end after the last epoch that was sent (the input closing compl
 - :func:`reduce_by_window` reduces each key's values per window, either recomputed from
   per-epoch partials or, given ``inverse``, updated incrementally as the window slides.
 
-Both work on top-level streams: windows are over epochs, not loop rounds. A record at
-epoch ``e`` is sent at the later epochs ``w >= e`` from inside ``on_recv``, which the
-vertex API allows (any time the current one could result in); the incremental reducer
-sends from ``on_notify(w)``, as it can only reduce a window once every epoch in it is
-complete.
+Both work on top-level streams: windows are over epochs, not loop rounds. Both keep
+each epoch's records (or partial reductions) in keyed state and send a window from
+``on_notify(w)`` once every epoch in it is complete. Sending at a later epoch straight
+from ``on_recv`` would be shorter, but a checkpoint after epoch ``e`` could then miss
+records of epoch ``e`` already sent at ``w > e`` and not yet received: state carried
+across epochs must be in a snapshot, not in flight.
 """
 
 from __future__ import annotations
@@ -65,16 +66,52 @@ def window_ends(epoch: int, size: int, slide: int) -> range:
     return range(first, epoch + size, slide)
 
 
-class Window(Vertex):
-    """Re-sends each batch at every window end that covers its epoch."""
+class Window(StatefulVertex):
+    """Keeps each epoch's records and sends them at every window end that covers the epoch.
+
+    State: ``epochs`` holds, per epoch ``(e,)``, this worker's records under the key of the
+    worker that received them (the input is not exchanged, so records have no other key;
+    on a rescale each worker's list moves whole).
+    """
 
     def __init__(self, size: int, slide: int) -> None:
+        super().__init__()
         self.size = size
         self.slide = slide
+        self.epochs = self.keyed_state("epochs")
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        for w in window_ends(time[0], self.size, self.slide):
-            self.send_by(0, records, (w, *time[1:]))
+        table = self.epochs.get(time)
+        if table is None:
+            table = self.epochs.table(time)
+            for w in window_ends(time[0], self.size, self.slide):
+                self.notify_at((w,))
+        table.setdefault(self.worker, []).extend(records)
+
+    def on_notify(self, time: Timestamp) -> None:
+        w = time[0]
+        out: list[Any] = []
+        for e in range(w - self.size + 1, w + 1):
+            table = self.epochs.get((e,))
+            if table is not None:
+                for records in table.values():
+                    out.extend(records)
+        for t in self.epochs.times():  # what no later window covers
+            if t[0] <= w + self.slide - self.size:
+                self.epochs.pop(t)
+        self.send_by(0, out, time)
+
+    def restored(self, epoch: int) -> None:
+        _request_windows(self, self.epochs.times(), epoch, self.size, self.slide)
+
+
+def _request_windows(
+    vertex: StatefulVertex, times: list[Timestamp], after: int, size: int, slide: int
+) -> None:
+    """Ask again for the ends after ``after`` of the windows covering the epochs kept."""
+    ends = {w for t in times for w in window_ends(t[0], size, slide) if w > after}
+    for w in sorted(ends):
+        vertex.notify_at((w,))
 
 
 @stream_method
@@ -168,6 +205,9 @@ class WindowReduce(StatefulVertex):
             for w in window_ends(time[0], self.size, self.slide):
                 self.notify_at((w,))
         self.fold_pairs(table, self.f, records, time)
+
+    def restored(self, epoch: int) -> None:
+        _request_windows(self, self.partials.times(), epoch, self.size, self.slide)
 
     def _epochs(self, lo: int, hi: int) -> list[dict[Any, Any]]:
         """The partial tables of the epochs in ``(lo, hi]``, in epoch order."""

@@ -23,6 +23,7 @@ from timely.errors import (
 from timely.runtime import Results, Session
 from timely.sinks import Sink
 from timely.sources import Source
+from timely.state import KeyedState, StatefulVertex
 from timely.vertex import Capability, Vertex
 
 __version__ = "0.1.0"
@@ -34,12 +35,14 @@ __all__ = [
     "Feedback",
     "GraphBuildError",
     "InputHandle",
+    "KeyedState",
     "Probe",
     "Results",
     "Scope",
     "Session",
     "Sink",
     "Source",
+    "StatefulVertex",
     "Stream",
     "TimelyError",
     "UserFunctionError",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,6 +65,17 @@ class Plan:
             self.out_edges[e.src][e.src_port].append(e)
         self.roots = [s.index for s in vertices if s.kind in ("input", "source")]
 
-    def initial_capabilities(self) -> list[Pointstamp]:
-        """What each worker holds at the start: every root's outputs at epoch 0."""
-        return [(source(v, o), (0,)) for v in self.roots for o in range(self.vertices[v].outputs)]
+    def initial_capabilities(self, epoch: int = 0) -> list[Pointstamp]:
+        """What each worker holds at the start: every root's outputs at ``epoch`` (0, or the
+        epoch after the checkpoint a run resumes from)."""
+        return [
+            (source(v, o), (epoch,)) for v in self.roots for o in range(self.vertices[v].outputs)
+        ]
+
+    def fingerprint(self) -> str:
+        """A digest of the graph's shape: vertex names, kinds and ports, edges and channel
+        kinds. A checkpoint only restores into a dataflow with the same fingerprint."""
+        shape = [(s.name, s.kind, s.input_depths, s.output_depths) for s in self.vertices] + [
+            (e.src, e.src_port, e.dst, e.dst_port, type(e.channel).__name__) for e in self.edges
+        ]
+        return hashlib.sha256(repr(shape).encode()).hexdigest()[:16]

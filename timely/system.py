@@ -95,7 +95,8 @@ class InputVertex(Vertex):
             if arg:
                 cap.send_by(0, arg)
         elif op == "advance":
-            cap.downgrade((arg,))
+            if arg > cap.time[0]:  # a replay after a restore may repeat earlier advances
+                cap.downgrade((arg,))
         elif op == "close":
             cap.drop()
             self.cap = None
@@ -104,24 +105,48 @@ class InputVertex(Vertex):
 
 
 class SourceVertex(Vertex):
-    """Reads this worker's partitions of a :class:`Source`, one batch per activation."""
+    """Reads this worker's partitions of a :class:`Source`, one batch per activation.
+
+    For checkpoints it remembers, per partition, the offset each batch was read from
+    and its epoch, so that it can say where to resume after any epoch: at the first
+    batch of a later epoch.
+    """
 
     def __init__(self, source: Source) -> None:
         self.source = source
         self.cap: Capability | None = None
         self.offsets: dict[int, Any] = {}
         self.epochs: dict[int, int] = {}
+        self.history: dict[int, list[tuple[int, Any]]] = {}
+        """Per partition: ``(epoch, offset it was read from)`` of each batch since the last
+        snapshot (kept only when checkpointing)."""
+        self.done: set[int] = set()
+        self.restored_from: dict[int, list[Any]] | None = None
+        self.keep_history = False
         self._turn = 0
 
     def start(self, cap: Capability) -> None:
         self.cap = cap
+        self.keep_history = self._ctx.worker.checkpointing
         n = self.source.partitions()
         mine = [p for p in range(n) if p % self.workers == self.worker]
         self.offsets = {p: None for p in mine}
-        self.epochs = {p: 0 for p in mine}
-        if not mine:
+        self.epochs = {p: cap.time[0] for p in mine}
+        if self.restored_from is not None:
+            for p in mine:
+                offset, epoch, done = self.restored_from.get(p, (None, cap.time[0], False))
+                if done:
+                    del self.offsets[p], self.epochs[p]
+                    self.done.add(p)
+                else:
+                    self.offsets[p] = offset
+                    self.epochs[p] = max(epoch, cap.time[0])
+        self.history = {p: [] for p in self.offsets}
+        if not self.offsets:
             cap.drop()
             self.cap = None
+        else:
+            self._downgrade()
 
     @property
     def active(self) -> bool:
@@ -135,10 +160,12 @@ class SourceVertex(Vertex):
         parts = sorted(self.offsets)
         p = parts[self._turn % len(parts)]
         self._turn += 1
-        got = self.source.read(p, self.offsets[p])
+        before = self.offsets[p]
+        got = self.source.read(p, before)
         if got is None:
             del self.offsets[p]
             del self.epochs[p]
+            self.done.add(p)
         else:
             epoch, records, nxt = got
             if epoch < self.epochs[p]:
@@ -148,12 +175,39 @@ class SourceVertex(Vertex):
                 )
             self.epochs[p] = epoch
             self.offsets[p] = nxt
+            if self.keep_history:
+                self.history[p].append((epoch, before))
             if records:
                 cap.send_by(0, records, (epoch,))
         if not self.epochs:
             cap.drop()
             self.cap = None
             return
+        self._downgrade()
+
+    def _downgrade(self) -> None:
+        cap = self.cap
+        assert cap is not None
         low = min(self.epochs.values())
-        if (low,) != cap.time:
+        if low > cap.time[0]:
             cap.downgrade((low,))
+
+    def snapshot_at(self, epoch: int) -> dict[str, Any]:
+        """Per partition ``[offset, epoch, done]``: where to read from after ``epoch``."""
+        parts: dict[int, list[Any]] = {p: [None, 0, True] for p in self.done}
+        for p, offset in self.offsets.items():
+            history = self.history[p]
+            later = [i for i, (e, _) in enumerate(history) if e > epoch]
+            if later:  # the first batch after `epoch`: resume there
+                e, offset = history[later[0]]
+                del history[: later[0]]
+                parts[p] = [offset, e, False]
+            else:
+                history.clear()
+                parts[p] = [offset, self.epochs[p], False]
+        return {"kind": "offsets", "partitions": parts}
+
+    def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
+        if snapshot.get("kind") != "offsets":
+            raise ValueError(f"source {self.name!r}: not an offsets snapshot")
+        self.restored_from = {int(p): list(v) for p, v in snapshot["partitions"].items()}

@@ -78,6 +78,20 @@ class Vertex:
     def on_notify(self, time: Timestamp) -> None:
         """No more records at or before ``time`` can arrive (requested by ``notify_at``)."""
 
+    # -- checkpointing (see timely/checkpoint.py) ---------------------------------------------
+    def snapshot_at(self, epoch: int) -> dict[str, Any] | None:
+        """State reflecting exactly the inputs of epochs ``<= epoch``, as plain data with a
+        ``"kind"`` the coordinator knows how to re-partition (``None``: no state).
+
+        Called once the vertex has received and been notified of everything up to
+        ``epoch`` and before any notification after it.
+        """
+        return None
+
+    def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
+        """Take back what :meth:`snapshot_at` returned, in a new run resuming after ``epoch``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore a snapshot")
+
     # -- offered to the vertex ----------------------------------------------------------
     def send_by(self, output: int, records: Sequence[Any], time: Timestamp) -> None:
         """Send ``records`` on ``output`` at ``time`` (the current time or later)."""

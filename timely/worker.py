@@ -118,6 +118,13 @@ class VertexContext:
         if not 0 <= output < self.spec.outputs:
             raise ValueError(f"step {self.spec.name!r} has no output {output}")
         self._check_time("send", time, output, held)
+        now = self.now
+        if self.worker.checkpointing and now is not None and time[0] > now[1][0]:
+            raise ValueError(
+                f"step {self.spec.name!r}: sends at epoch {time[0]} while handling "
+                f"{now[1]}; with checkpoints a step may only send at its current epoch: keep "
+                "the records in its state and send them from on_notify at the later time"
+            )
         if records:
             self.worker._send(self.index, output, list(records), time)
 
@@ -189,12 +196,27 @@ class VertexContext:
 class Worker:
     """One worker of a dataflow: every vertex's instance for this shard, and the step loop."""
 
-    def __init__(self, plan: Plan, index: int, peers: int, accumulate: bool = True) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        index: int,
+        peers: int,
+        accumulate: bool = True,
+        checkpoint_every: int | None = None,
+        restore: tuple[int, dict[int, Any]] | None = None,
+    ) -> None:
+        """``checkpoint_every=k`` snapshots the stateful vertices after every epoch ``e`` with
+        ``e % k == k - 1`` (see :meth:`take_parts`); ``restore=(e, snapshots)`` starts from a
+        checkpoint at epoch ``e``: each vertex gets its snapshot and the roots start at
+        ``e + 1``."""
         self.plan = plan
         self.index = index
         self.peers = peers
+        self.checkpoint_every = checkpoint_every
+        self.checkpointing = checkpoint_every is not None
+        start = 0 if restore is None else restore[0] + 1
         graph = plan.graph
-        caps = plan.initial_capabilities()
+        caps = plan.initial_capabilities(start)
         self.progress = WorkerProgress(index, peers, graph, caps, accumulate=accumulate)
         self.tracker = Tracker(graph, check_times=False)
         self.tracker.update_all((ps, peers) for ps in caps)
@@ -222,12 +244,23 @@ class Worker:
         self._notify_check = False  # frontiers changed since notifications were last checked
         self.emitted: list[tuple[str, int, list[Any]]] = []
         self.received_since_step = False
-        for v in plan.roots:  # roots hold their initial capability at epoch 0
+        # Every vertex takes part in a checkpoint, stateful or not: the part for epoch e is
+        # complete once each has passed e, so that outputs buffered for e (subscribe,
+        # sinks) have left too. Stateless ones just have nothing to write.
+        self._stateful = list(range(len(self.vertices)))
+        self._snapped = {v: start - 1 for v in self._stateful}
+        """Per vertex, the last epoch it was snapshotted after."""
+        self._parts: dict[int, dict[int, Any]] = {}
+        self._done_parts: list[tuple[int, dict[str, Any]]] = []
+        if restore is not None:
+            self._restore(*restore)
+        first = (start,)
+        for v in plan.roots:  # roots hold their initial capability at the first epoch
             ctx = self.contexts[v]
-            ctx.caps[(0,)] += 1
+            ctx.caps[first] += 1
             vertex = self.vertices[v]
             assert isinstance(vertex, InputVertex | SourceVertex)
-            self._activate(v, -1, (0,), vertex.start, Capability(ctx, (0,)))
+            self._activate(v, -1, first, vertex.start, Capability(ctx, first))
         self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
         # Starting may have dropped capabilities (a source with no partitions here).
         self.progress.record(self._updates.drain())
@@ -320,9 +353,16 @@ class Worker:
         return not any(less_equal(p, t) for _, p, _ in self.inbox[v])
 
     def _notify(self) -> None:
+        every = self.checkpoint_every
         for v in sorted(self._notify_pending):
             ctx = self.contexts[v]
             for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
+                if every is not None and v in self._snapped and t[0] > self._snapped[v] + every:
+                    # State after the next checkpoint epoch may not change before the
+                    # vertex's snapshot for it is taken.
+                    self._snapshot(v)
+                    if t[0] > self._snapped[v] + every:
+                        break
                 ctx.requests.discard(t)
                 self._activate(v, -1, t, self.vertices[v].on_notify, t)
                 ctx._hold(t, -1)
@@ -373,6 +413,8 @@ class Worker:
     def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
         if not self._out and self._updates.is_empty() and not self.progress.pending():
             self._propagate()
+            if self.checkpointing:
+                self._checkpoint_scan()
             return []  # a step that changed nothing has nothing to say
         messages: dict[int, WorkerMessage] = {}
         for (dest, v, port, time), records in self._out.items():
@@ -400,7 +442,97 @@ class Worker:
             self._seq[peer] += 1
             out.append((peer, msg))
         self._propagate()
+        if self.checkpointing:
+            self._checkpoint_scan()
         return out
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def _open_epoch(self, v: int) -> int | None:
+        """The lowest epoch vertex ``v`` may still receive, be notified or send at (None:
+        it is finished for good)."""
+        epochs = [t[0] for _, t, _ in self.inbox[v]]
+        ctx = self.contexts[v]
+        epochs.extend(t[0] for t in ctx.requests)
+        epochs.extend(t[0] for t in ctx.caps)
+        frontier = self.tracker.frontier
+        for i in range(self.plan.vertices[v].inputs):
+            epochs.extend(t[0] for t in frontier(target(v, i)))
+        return min(epochs) if epochs else None
+
+    def _snapshot(self, v: int) -> None:
+        """Snapshot ``v`` after the latest checkpoint epoch it has completely passed."""
+        every = self.checkpoint_every
+        assert every is not None
+        low = self._open_epoch(v)
+        if low is None:
+            return  # finished: snapshotted on demand when a part needs it
+        epoch = (low // every) * every - 1
+        if epoch > self._snapped[v]:
+            self._take(v, epoch)
+
+    def _take(self, v: int, epoch: int) -> None:
+        ctx = self.contexts[v]
+        ctx.now = None
+        try:
+            snap = self.vertices[v].snapshot_at(epoch)
+        except Exception as e:
+            ctx.user_error(e, (epoch,), None, type(self.vertices[v]).snapshot_at)
+        part = self._parts.setdefault(epoch, {})
+        part[v] = snap  # None for a stateless vertex: left out of the written part
+        self._snapped[v] = epoch
+        self._notify_check = True  # notifications held back for this snapshot may go now
+
+    def _checkpoint_scan(self) -> None:
+        for v in self._stateful:
+            self._snapshot(v)
+        if not self._parts:
+            return
+        for epoch in sorted(self._parts, reverse=True):
+            part = self._parts[epoch]
+            missing = [v for v in self._stateful if v not in part]
+            # A finished vertex's state is final and, by the hold-back in _notify, reflects
+            # no epoch after the one following its last snapshot: valid for this part.
+            if all(self._open_epoch(v) is None and self._snapped[v] < epoch for v in missing):
+                for v in missing:
+                    self._take(v, epoch)
+                self._done_parts.append(
+                    (
+                        epoch,
+                        {
+                            "format": 1,
+                            "epoch": epoch,
+                            "worker": self.index,
+                            "workers": self.peers,
+                            "vertices": {
+                                v: snap
+                                for v, snap in self._parts.pop(epoch).items()
+                                if snap is not None
+                            },
+                        },
+                    )
+                )
+                for older in [e for e in self._parts if e < epoch]:
+                    del self._parts[older]  # superseded before they were complete
+                break
+
+    def take_parts(self) -> list[tuple[int, dict[str, Any]]]:
+        """Checkpoint parts completed since the last call: ``(epoch, part)``; encode each
+        before the next step, since it shares objects with the live state."""
+        out, self._done_parts = self._done_parts, []
+        return out
+
+    def _restore(self, epoch: int, snapshots: dict[int, Any]) -> None:
+        for v, snap in snapshots.items():
+            spec = self.plan.vertices[v]
+            depth = (spec.output_depths or spec.input_depths or (0,))[0]
+            ctx = self.contexts[v]
+            ctx.now = (-1, (epoch + 1,) + (0,) * depth)
+            try:
+                self.vertices[v].restore_at(snap, epoch)
+            except Exception as e:
+                ctx.user_error(e, (epoch,), None, type(self.vertices[v]).restore_at)
+            finally:
+                ctx.now = None
 
     # -- state --------------------------------------------------------------------------------
     def idle(self) -> bool:

@@ -23,4 +23,8 @@ def load_example(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)
+    # Not importable on Ray workers under this name: ship its functions and classes by value.
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
     return module

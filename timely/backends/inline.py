@@ -12,9 +12,11 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from timely.errors import ConfigError
+from timely import serialization
+from timely.checkpoint import CheckpointConfig
+from timely.errors import ConfigError, WorkerDied
 from timely.plan import Plan
-from timely.runtime import Session, merge_frontiers, route_input
+from timely.runtime import PART_KEY, Restore, Session, merge_frontiers, route_input
 from timely.worker import Worker, WorkerMessage
 
 if TYPE_CHECKING:
@@ -32,26 +34,48 @@ class InlineSession(Session):
         seed: int = 0,
         accumulate: bool = True,
         max_events: int = 50_000_000,
+        checkpoint: CheckpointConfig | None = None,
+        crash_at: tuple[int, ...] = (),
     ) -> None:
-        super().__init__(flow, plan, workers)
+        """``crash_at``: fault injection for tests: at each of these scheduling events every
+        worker is lost (as if its process died) and the session recovers as on Ray."""
+        super().__init__(flow, plan, workers, checkpoint)
         if max_events < 1:
             raise ConfigError(f"max_events must be >= 1, got {max_events}")
         self.rng = random.Random(seed)
         self.max_events = max_events
-        self.worker_list = [Worker(plan, i, workers, accumulate) for i in range(workers)]
-        self.channels: dict[tuple[int, int], deque[WorkerMessage]] = {}
-        self.commands: list[deque[tuple[int, tuple[str, Any]]]] = [deque() for _ in range(workers)]
-        self._rr = 0
+        self.accumulate = accumulate
+        self.crash_at = set(crash_at)
         self.events = 0
+        self._relaunch(self._initial_restore())
+
+    def _relaunch(self, restore: Restore | None) -> None:
+        every = self.checkpoint.every if self.checkpoint else None
+        self.worker_list = [
+            Worker(
+                self.plan,
+                i,
+                self.workers,
+                self.accumulate,
+                checkpoint_every=every,
+                restore=None if restore is None else (restore[0], restore[1][i]),
+            )
+            for i in range(self.workers)
+        ]
+        self.channels: dict[tuple[int, int], deque[WorkerMessage]] = {}
+        self.commands: list[deque[tuple[int, tuple[str, Any]]]] = [
+            deque() for _ in range(self.workers)
+        ]
+        self._rr = 0
 
     # -- driver side ------------------------------------------------------------------------
-    def input_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
         for w, part in route_input(cmd, self.workers, self._rr):
             self.commands[w].append((vertex, part))
         self._rr = (self._rr + 1) % self.workers
         self._pump()
 
-    def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:
+    def _probe(self, vertex: int) -> list[tuple[int, ...]]:
         return merge_frontiers([w.frontier(vertex) for w in self.worker_list])
 
     # -- scheduling -------------------------------------------------------------------------
@@ -72,6 +96,8 @@ class InlineSession(Session):
             if not options:
                 return
             self.events += 1
+            if self.events in self.crash_at:
+                raise WorkerDied(f"injected crash at scheduling event {self.events}")
             if self.events > self.max_events:
                 raise RuntimeError(f"no end after {self.max_events} scheduling events")
             kind, a, b = options[rng.randrange(len(options))]
@@ -89,6 +115,10 @@ class InlineSession(Session):
             self.channels.setdefault((w, peer), deque()).append(msg)
         for key, epoch, records in worker.take_emitted():
             self._deliver(key, epoch, records)
+        for epoch, part in worker.take_parts():
+            assert self.store is not None
+            info = self.store.write_part(epoch, w, self.workers, serialization.encode(part))
+            self._deliver(PART_KEY, epoch, [info])
 
     def _wait(self) -> None:
         self._pump()

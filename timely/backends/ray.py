@@ -46,9 +46,10 @@ import ray
 from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
 from timely import serialization
+from timely.checkpoint import CheckpointConfig, CheckpointStore
 from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.plan import Plan
-from timely.runtime import Session, merge_frontiers, route_input
+from timely.runtime import PART_KEY, Restore, Session, merge_frontiers, route_input
 from timely.worker import Worker, WorkerMessage
 
 if TYPE_CHECKING:
@@ -80,12 +81,25 @@ class WorkerActor:
         self.waiting = False
         self.finished = False
 
-    async def start(self, plan: Plan, peers: list[Any]) -> tuple[str, int]:
-        """Build the worker (the vertices' factories run here) and meet the peers.
+    async def start(
+        self,
+        plan: Plan,
+        peers: list[Any],
+        store: CheckpointStore | None = None,
+        every: int | None = None,
+        restore: tuple[int, dict[int, Any]] | None = None,
+    ) -> tuple[str, int]:
+        """Build the worker (the vertices' factories run here) and meet the peers; with
+        ``store``, checkpoint every ``every`` epochs; with ``restore``, start from it.
 
         Returns the node id and process id, for the driver's information.
         """
-        self.worker = Worker(plan, self.index, self.npeers, self.accumulate)
+        self.worker = Worker(
+            plan, self.index, self.npeers, self.accumulate, checkpoint_every=every, restore=restore
+        )
+        self.store = store
+        self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
+        self.loop = asyncio.get_running_loop()
         self.peers = peers
         self.wake = asyncio.Event()
         self.out_ready = asyncio.Event()
@@ -96,6 +110,7 @@ class WorkerActor:
         self.early_commands: dict[int, tuple[int, tuple[str, Any], asyncio.Future[None]]] = {}
         self.next_command = 0
         self.outputs: Outputs = []
+        self.pending_writes: list[concurrent.futures.Future[None]] = []
         self.inflight: list[deque[Any]] = [deque() for _ in range(self.npeers)]
         node: str = ray.get_runtime_context().get_node_id()
         return node, os.getpid()
@@ -190,6 +205,8 @@ class WorkerActor:
         for peer, queue in enumerate(self.inflight):
             while queue:
                 await self._settle(queue.popleft(), peer)
+        for fut in self.pending_writes:  # a failed write fails the run
+            await asyncio.wrap_future(fut)
         return self.steps
 
     def _step(self) -> tuple[list[tuple[int, bytes]], Outputs]:
@@ -202,7 +219,25 @@ class WorkerActor:
         messages = worker.step()
         self.steps += 1
         emitted = worker.take_emitted()
+        for epoch, part in worker.take_parts():
+            self._write_part(epoch, serialization.encode(part))
         return [(p, serialization.encode_message(m)) for p, m in messages], emitted
+
+    def _write_part(self, epoch: int, data: bytes) -> None:
+        """Write a checkpoint part on the writer thread (off the step loop); report it to
+        the driver with the outputs once it is durable."""
+        store, writer = self.store, self.writer
+        assert store is not None and writer is not None
+
+        def write() -> None:
+            info = store.write_part(epoch, self.index, self.npeers, data)
+            self.loop.call_soon_threadsafe(self._part_done, epoch, info)
+
+        self.pending_writes.append(writer.submit(write))
+
+    def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
+        self.outputs.append((PART_KEY, epoch, [info]))
+        self.out_ready.set()
 
     async def _send(self, out: list[tuple[int, bytes]]) -> None:
         for peer, payload in out:
@@ -292,6 +327,7 @@ class RaySession(Session):
         num_cpus_per_worker: float | None = None,
         max_inflight: int = 8,
         heartbeat_timeout: float = 10.0,
+        checkpoint: CheckpointConfig | None = None,
         **options: Any,
     ) -> None:
         if options:
@@ -308,7 +344,7 @@ class RaySession(Session):
                 f"num_cpus_per_worker must be > 0, got {num_cpus_per_worker!r}; "
                 "leave it out to share the cluster's CPUs among the workers"
             )
-        super().__init__(flow, plan, workers)
+        super().__init__(flow, plan, workers, checkpoint)
         self.max_inflight = max_inflight
         self.heartbeat_timeout = heartbeat_timeout
         self.actors: list[Any] = []
@@ -325,7 +361,8 @@ class RaySession(Session):
         self._last_change = time.monotonic()
         self._last_check = 0.0
         self._polls: dict[int, tuple[Any, concurrent.futures.Future[Any]]] = {}
-        self._answers: deque[int] = deque()  # workers whose poll answered, in answer order
+        # (worker, future) of each poll that answered, in answer order
+        self._answers: deque[tuple[int, Any]] = deque()
         self._answered = threading.Event()
         self._delivering = False
         self._cmd_seq = [0] * workers
@@ -333,38 +370,71 @@ class RaySession(Session):
         self._rr = 0
 
         self.started_ray = _connect(address)
-        cpus = num_cpus_per_worker or _share_cpus(workers)
+        self.cpus = num_cpus_per_worker or _share_cpus(workers)
         if address is None and not os.environ.get("RAY_ADDRESS"):
-            _check_fits(cpus, workers)
+            _check_fits(self.cpus, workers)
+        self.accumulate = accumulate
         try:
-            plan_ref = ray.put(plan)
+            self.plan_ref = ray.put(plan)
         except Exception as e:
             raise ConfigError(
                 f"dataflow {plan.name!r} cannot be shipped to Ray workers ({e}); every vertex, "
                 "key function and source in the graph must be picklable by cloudpickle"
             ) from e
-        # Calls wait in the actor until applied; leave room for all of them and the queries.
-        concurrency = max(1000, 2 * workers * max_inflight + 64)
         try:
-            self.actors = [
-                RemoteWorker.options(
-                    num_cpus=cpus,
-                    max_concurrency=concurrency,
-                    scheduling_strategy="SPREAD",  # over the cluster's nodes, not packed
-                ).remote(i, workers, accumulate, max_inflight)
-                for i in range(workers)
-            ]
-            starts = [a.start.remote(plan_ref, self.actors) for a in self.actors]
-            placed = self._started(starts, cpus)
-            self.nodes = [node for node, _ in placed]
-            self.pids = [pid for _, pid in placed]
-            self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
-            self._run_worker = {ref: i for i, ref in self._runs.items()}
-            for w in range(workers):
-                self._poll(w)
+            self._launch(self._initial_restore())
         except BaseException:
             self._stop()
             raise
+
+    def _launch(self, restore: Restore | None) -> None:
+        """Start one actor per worker (from ``restore`` if given) and their loops."""
+        workers = self.workers
+        # Calls wait in the actor until applied; leave room for all of them and the queries.
+        concurrency = max(1000, 2 * workers * self.max_inflight + 64)
+        self.actors = [
+            RemoteWorker.options(
+                num_cpus=self.cpus,
+                max_concurrency=concurrency,
+                scheduling_strategy="SPREAD",  # over the cluster's nodes, not packed
+            ).remote(i, workers, self.accumulate, self.max_inflight)
+            for i in range(workers)
+        ]
+        every = self.checkpoint.every if self.checkpoint else None
+        starts = [
+            a.start.remote(
+                self.plan_ref,
+                self.actors,
+                self.store,
+                every,
+                None if restore is None else (restore[0], restore[1][i]),
+            )
+            for i, a in enumerate(self.actors)
+        ]
+        placed = self._started(starts, self.cpus)
+        self.nodes = [node for node, _ in placed]
+        self.pids = [pid for _, pid in placed]
+        self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
+        self._run_worker = {ref: i for i, ref in self._runs.items()}
+        for w in range(workers):
+            self._long_poll(w)
+
+    def _relaunch(self, restore: Restore | None) -> None:
+        """Kill every actor (the failed one may be gone already) and start new ones."""
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        self._runs, self._run_worker = {}, {}
+        self._pings, self._last_ping, self._progress = {}, {}, {}
+        self._polls = {}
+        self._answers.clear()
+        self._answered.clear()
+        self._delivering = False
+        self._cmd_seq = [0] * self.workers
+        self._cmd_refs = [deque() for _ in range(self.workers)]
+        self._rr = 0
+        self._last_change = time.monotonic()
+        self._launch(restore)
 
     def _started(self, refs: list[Any], cpus: float) -> list[tuple[str, int]]:
         """Wait for every worker to be placed and built; raise the first failure."""
@@ -396,7 +466,7 @@ class RaySession(Session):
         return [self._get(ref, i) for i, ref in enumerate(refs)]
 
     # -- driver side ------------------------------------------------------------------------
-    def input_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
         for w, part in route_input(cmd, self.workers, self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
@@ -418,13 +488,13 @@ class RaySession(Session):
         self._cmd_seq[w] = seq + 1
         queue.append(self.actors[w].command.remote(seq, vertex, payload))
 
-    def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:
+    def _probe(self, vertex: int) -> list[tuple[int, ...]]:
         refs = [a.frontier.remote(vertex) for a in self.actors]
         frontier = merge_frontiers(self._wait_for(refs, list(range(self.workers))))
         self._collect(0)
         return frontier
 
-    def poll(self, timeout: float = 0.0) -> None:
+    def _poll(self, timeout: float) -> None:
         """Deliver the outputs that have arrived (subscribe callbacks run here), waiting up
         to ``timeout`` seconds for some; raise a worker's failure."""
         if self._delivering:
@@ -459,15 +529,15 @@ class RaySession(Session):
             self._collect(_TICK)
 
     # -- outputs ----------------------------------------------------------------------------
-    def _poll(self, w: int) -> None:
+    def _long_poll(self, w: int) -> None:
         """Long-poll worker ``w`` for outputs; its answer is noted by a Ray thread."""
         ref = self.actors[w].take_outputs.remote()
         future = ref.future()
         self._polls[w] = (ref, future)  # the ref too: it keeps the answer alive
-        future.add_done_callback(lambda _, w=w: self._note_answer(w))
+        future.add_done_callback(lambda f, w=w: self._note_answer(w, f))
 
-    def _note_answer(self, w: int) -> None:
-        self._answers.append(w)
+    def _note_answer(self, w: int, future: Any) -> None:
+        self._answers.append((w, future))
         self._answered.set()
 
     def _collect(self, timeout: float) -> bool:
@@ -483,14 +553,17 @@ class RaySession(Session):
         self._delivering = True
         try:
             while self._answers:
-                w = self._answers.popleft()
+                w, answered = self._answers.popleft()
+                current = self._polls.get(w)
+                if current is None or current[1] is not answered:
+                    continue  # a poll of a worker replaced since (a restart)
                 _, future = self._polls.pop(w)
                 try:
                     payload, finished = future.result()
                 except Exception as e:
                     raise _translate(e, w) from None
                 if not finished:
-                    self._poll(w)
+                    self._long_poll(w)
                 for key, epoch, records in serialization.decode(payload):
                     self._deliver(key, epoch, records)
                     delivered = True

@@ -1,0 +1,97 @@
+"""Dataflows with state carried across epochs, shared by the checkpoint tests.
+
+Each builder takes a stream of small ints and returns the stream whose epochs the tests
+compare; ``build`` wires one to an input (or a source) and records each epoch delivered.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import operators  # noqa: F401 - registers the stream methods
+from timely import Dataflow, Source, Stream
+
+
+def counts(s: Stream) -> Stream:
+    return s.count_by(lambda x: x % 5)
+
+
+def running(s: Stream) -> Stream:
+    return s.running_reduce(lambda x: x % 4, operator.add)
+
+
+def sessions(s: Stream) -> Stream:
+    # One record per key and epoch (the counts), so the output does not depend on the
+    # order records arrive in; the state forgets keys idle for 2 epochs.
+    def update(key: Any, pair: Any, state: int) -> tuple[int, list[Any]]:
+        return state + pair[1], [(key, state + pair[1])]
+
+    return s.count_by(lambda x: x % 3).map_with_state(
+        lambda pair: pair[0], lambda: 0, update, timeout=2
+    )
+
+
+def sliding(s: Stream) -> Stream:
+    return s.reduce_by_window(lambda x: x % 3, operator.add, 3, 1, inverse=operator.sub)
+
+
+def windowed(s: Stream) -> Stream:
+    return s.window(2).count_by(lambda x: x % 2)
+
+
+def reach(s: Stream) -> Stream:
+    # The numbers reachable from each input by x -> 2x % 23, a fixpoint per epoch.
+    return s.fixpoint(lambda inner: inner.select(lambda x: 2 * x % 23))
+
+
+PIPELINES: dict[str, Callable[[Stream], Stream]] = {
+    "counts": counts,
+    "running": running,
+    "sessions": sessions,
+    "sliding": sliding,
+    "windowed": windowed,
+    "reach": reach,
+}
+
+
+class EpochSource(Source):
+    """``parts`` partitions; partition ``p`` holds ``epochs[e][p::parts]`` at epoch ``e``,
+    one batch per epoch, read by the epoch index as offset."""
+
+    def __init__(self, epochs: list[list[int]], parts: int = 3) -> None:
+        self.epochs = epochs
+        self.parts = parts
+
+    def partitions(self) -> int:
+        return self.parts
+
+    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
+        e = 0 if offset is None else offset
+        if e >= len(self.epochs):
+            return None
+        return e, self.epochs[e][partition :: self.parts], e + 1
+
+
+def build(
+    pipeline: str, epochs: list[list[int]], use_source: bool = False
+) -> tuple[Dataflow, dict[int, list[Any]]]:
+    """The dataflow and the dict its output epochs land in (each epoch exactly once)."""
+    flow = Dataflow(f"ckpt-{pipeline}")
+    out: dict[int, list[Any]] = {}
+
+    def record(epoch: int, records: list[Any]) -> None:
+        assert epoch not in out, f"epoch {epoch} delivered twice"
+        out[epoch] = sorted(records)
+
+    if use_source:
+        stream = flow.source(EpochSource(epochs))
+    else:
+        handle = flow.new_input()
+        stream = handle.stream
+        for e, records in enumerate(epochs):
+            handle.advance_to(e)
+            handle.send(records)
+    PIPELINES[pipeline](stream).subscribe(record)
+    return flow, out

@@ -1,0 +1,106 @@
+"""Checkpoint and restore on the inline backend: crashes at random scheduling events, under
+random delivery orders, must give exactly the outputs of a run without failures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.checkpoint.pipelines import PIPELINES, build
+
+epochs_st = st.lists(st.lists(st.integers(0, 40), max_size=6), min_size=1, max_size=8)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pipeline=st.sampled_from(sorted(PIPELINES)),
+    epochs=epochs_st,
+    workers=st.integers(1, 3),
+    crashes=st.lists(st.integers(1, 400), max_size=3, unique=True),
+    every=st.integers(1, 3),
+    seed=st.integers(0, 1000),
+    use_source=st.booleans(),
+)
+def test_crashes_change_nothing(
+    tmp_path_factory: pytest.TempPathFactory,
+    pipeline: str,
+    epochs: list[list[int]],
+    workers: int,
+    crashes: list[int],
+    every: int,
+    seed: int,
+    use_source: bool,
+) -> None:
+    flow, expected = build(pipeline, epochs, use_source)
+    flow.run(workers=workers, backend="inline", seed=seed)
+    flow, got = build(pipeline, epochs, use_source)
+    session = flow.activate(
+        workers=workers,
+        backend="inline",
+        seed=seed + 1,
+        checkpoint=str(tmp_path_factory.mktemp("ckpt")),
+        checkpoint_every=every,
+        crash_at=tuple(crashes),
+        max_restarts=len(crashes),
+    )
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    assert got == expected
+    assert session.restarts <= len(crashes)
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2), (2, 2)])
+@pytest.mark.parametrize("pipeline", ["running", "sliding", "sessions"])
+def test_resume_with_other_worker_counts(
+    tmp_path: Path, pipeline: str, before: int, after: int
+) -> None:
+    """A run stopped after epoch 5 resumes, with ``after`` workers, where it left off."""
+    epochs = [[(e * 7 + i * 3) % 40 for i in range(e % 4 + 2)] for e in range(10)]
+    flow, expected = build(pipeline, epochs)
+    flow.run(workers=2, backend="inline")
+
+    flow, first = build(pipeline, epochs[:6])
+    handle = flow._inputs[0]
+    handle.advance_to(6)  # epochs 0..5 complete; the input stays open, as in a driver that died
+    session = flow.activate(workers=before, backend="inline", checkpoint=str(tmp_path))
+    assert session.committed and session.committed[-1] == 5
+    session.close()
+
+    flow, second = build(pipeline, epochs)
+    session = flow.activate(workers=after, backend="inline", checkpoint=str(tmp_path))
+    assert session.restored_epoch == 5
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    assert {**first, **second} == expected
+    assert set(second) == {e for e in expected if e > 5}
+
+
+def test_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path: Path) -> None:
+    epochs = [[e, e + 1] for e in range(8)]
+    flow, expected = build("running", epochs)
+    flow.run(workers=2, backend="inline")
+    flow, _ = build("running", epochs[:6])
+    flow._inputs[0].advance_to(6)
+    flow.activate(workers=2, backend="inline", checkpoint=str(tmp_path)).close()
+    newest = sorted(p for p in os.listdir(tmp_path))[-1]
+    part = tmp_path / newest / "part-1-of-2.bin"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    partial = tmp_path / "ckpt-000000000099"  # written by a worker, never committed
+    partial.mkdir()
+    (partial / "part-0-of-2.bin").write_bytes(b"half")
+
+    flow, got = build("running", epochs)
+    session = flow.activate(workers=2, backend="inline", checkpoint=str(tmp_path))
+    assert session.restored_epoch == int(newest.split("-")[1]) - 1
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    assert got == {e: r for e, r in expected.items() if e > session.restored_epoch}

@@ -1,0 +1,151 @@
+"""Fault injection on real Ray: workers killed with ``ray.kill`` and ``os._exit`` inside a
+vertex, at seeded random points, in wordcount, YSB and incremental connected components.
+The outputs must equal a failure-free run's: nothing lost, nothing delivered twice."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from tests.checkpoint.pipelines import PIPELINES
+from tests.examples import load_example
+from timely import Dataflow, Stream
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
+
+ysb = load_example("ysb")
+icc = load_example("incremental_cc")
+
+ADS = ysb.ad_table(10, 5, seed=1)
+
+
+def wordcount(s: Stream) -> Stream:
+    words = s.select_many(lambda line: line.split())
+    return words.count_by(lambda w: w).concat(
+        PIPELINES["running"](words.select(len)).select(lambda kv: ("len", *kv))
+    )
+
+
+def ysb_views(s: Stream) -> Stream:
+    flow = s.flow
+    table = flow._ads  # type: ignore[attr-defined]
+    return ysb.views_per_campaign(s, table.stream, window_seconds=3)
+
+
+def components(s: Stream) -> Stream:
+    return icc.component_changes(s)
+
+
+def wordcount_epochs(rng: random.Random, n: int) -> list[list[Any]]:
+    words = [f"w{i}" for i in range(30)]
+    return [
+        [" ".join(rng.choices(words, k=rng.randint(1, 6))) for _ in range(rng.randint(1, 8))]
+        for _ in range(n)
+    ]
+
+
+def ysb_epochs(rng: random.Random, n: int) -> list[list[Any]]:
+    ads = [ad for ad, _ in ADS]
+    return [ysb.events_for(s, rng.randint(5, 40), ads, seed=rng.randrange(1000)) for s in range(n)]
+
+
+def cc_epochs(rng: random.Random, n: int) -> list[list[Any]]:
+    return [
+        [(rng.randrange(60), rng.randrange(60)) for _ in range(rng.randint(1, 6))] for _ in range(n)
+    ]
+
+
+CASES: dict[str, tuple[Callable[[Stream], Stream], Callable[[random.Random, int], list[Any]]]] = {
+    "wordcount": (wordcount, wordcount_epochs),
+    "ysb": (ysb_views, ysb_epochs),
+    "incremental_cc": (components, cc_epochs),
+}
+
+
+def exit_once(marker: Path, trigger: Any) -> Callable[[Any], None]:
+    """A function that ends its worker's process (``os._exit``) the first time it sees
+    ``trigger``; the marker file makes it happen once, not again after the restore."""
+
+    def check(record: Any) -> None:
+        if record == trigger and not marker.exists():
+            marker.write_text("exited")
+            os._exit(1)
+
+    return check
+
+
+def run(
+    case: str,
+    epochs: list[list[Any]],
+    backend: str,
+    kills: dict[int, int] | None = None,
+    exits: list[tuple[Path, Any]] = (),  # type: ignore[assignment]
+    **options: Any,
+) -> tuple[dict[int, list[Any]], Any]:
+    """Feed the epochs one by one; before epoch ``e`` in ``kills`` kill that worker."""
+    body, _ = CASES[case]
+    flow = Dataflow(f"faults-{case}")
+    out: dict[int, list[Any]] = {}
+
+    def record(epoch: int, records: list[Any]) -> None:
+        assert epoch not in out, f"epoch {epoch} delivered twice"
+        out[epoch] = sorted(records, key=repr)
+
+    events = flow.new_input("events")
+    flow._ads = flow.new_input("ads")  # type: ignore[attr-defined]
+    stream = events.stream
+    for marker, trigger in exits:
+        stream = stream.inspect(exit_once(marker, trigger))
+    body(stream).subscribe(record)
+    with flow.activate(workers=2, backend=backend, **options) as session:
+        flow._ads.send(ADS)  # type: ignore[attr-defined]
+        flow._ads.close()  # type: ignore[attr-defined]
+        for e, batch in enumerate(epochs):
+            if kills and e in kills:
+                ray.kill(session.actors[kills[e]], no_restart=True)  # type: ignore[attr-defined]
+            events.advance_to(e)
+            events.send(batch)
+            session.poll(timeout=0.02)
+        events.close()
+        session.join()
+    return out, session
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ray_kill_at_random_epochs(case: str, tmp_path: Path) -> None:
+    rng = random.Random(f"kill-{case}")
+    epochs = CASES[case][1](rng, 16)
+    expected, _ = run(case, epochs, "inline")
+    kills = {e: rng.randrange(2) for e in rng.sample(range(1, 16), 4)}
+    got, session = run(
+        case, epochs, "ray", kills, checkpoint=str(tmp_path), max_restarts=len(kills) + 1
+    )
+    assert got == expected
+    assert 1 <= session.restarts <= len(kills) + 1
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_os_exit_inside_a_vertex(case: str, tmp_path: Path) -> None:
+    rng = random.Random(f"exit-{case}")
+    epochs = CASES[case][1](rng, 12)
+    expected, _ = run(case, epochs, "inline")
+    picks = rng.sample(range(1, 12), 3)
+    exits = [(tmp_path / f"exit-{e}", epochs[e][0]) for e in picks]
+    got, session = run(
+        case,
+        epochs,
+        "ray",
+        exits=exits,
+        checkpoint=str(tmp_path / "ckpt"),
+        checkpoint_every=2,
+        max_restarts=4,
+    )
+    assert got == expected
+    assert all(marker.exists() for marker, _ in exits)
+    assert 1 <= session.restarts <= 4

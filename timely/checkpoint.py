@@ -1,0 +1,299 @@
+"""Checkpoints: where they are stored, how a commit is made atomic, and how one is read back.
+
+Layout under the checkpoint root (a local directory, or any URI pyarrow's filesystems
+accept: ``file://``, ``s3://``, ``gs://``, ``hdfs://``)::
+
+    ckpt-000000000041/part-0-of-2.bin      worker 0's snapshot after epoch 41 (msgpack)
+    ckpt-000000000041/part-1-of-2.bin
+    ckpt-000000000041/MANIFEST.json        written last: the commit
+
+Why a manifest: every worker writes its part on its own, off its step loop, whenever its
+vertices have passed the epoch. Only the coordinator (on the driver) knows when all parts
+are durable; it then writes the manifest, which names each part with its size and
+SHA-256. A checkpoint without a manifest, or whose parts do not match it, was never
+committed and is never used: :meth:`CheckpointStore.latest` falls back to the previous
+one. Files are written to a temporary name and renamed, so a reader never sees half a
+file on a local or POSIX store (object stores write whole objects anyway).
+
+Parts are decoded only after their checksum matches a manifest this dataflow wrote, so
+nothing is unpickled (the wire format's fallback for exotic values) that the run did
+not write itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs  # type: ignore[import-untyped]
+
+from timely.errors import ConfigError, TimelyError
+from timely.state import repartition
+
+FORMAT = 1
+_PREFIX = "ckpt-"
+
+
+class CheckpointError(TimelyError):
+    """A checkpoint could not be written or used (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """How and where to checkpoint; ``flow.run(checkpoint=...)`` and friends build it.
+
+    ``every``: checkpoint after every epoch ``e`` with ``e % every == every - 1``.
+    ``keep``: committed checkpoints kept (older ones are deleted).
+    ``max_restarts``: recoveries from worker failures before the run fails.
+    ``on_error``: what a user function's exception does: ``"fail"`` the run, or
+    ``"restore"`` from the last checkpoint and retry (counted against ``max_restarts``).
+    ``resume``: start from the latest checkpoint found under ``uri``, if any.
+    """
+
+    uri: str
+    every: int = 1
+    keep: int = 3
+    max_restarts: int = 3
+    on_error: str = "fail"
+    resume: bool = True
+
+    @staticmethod
+    def from_options(options: dict[str, Any]) -> CheckpointConfig | None:
+        """Take the ``checkpoint*``/recovery options out of ``options`` and check them."""
+        uri = options.pop("checkpoint", None)
+        names = ("checkpoint_every", "keep_checkpoints", "max_restarts", "on_error", "resume")
+        given = {n: options.pop(n) for n in names if n in options}
+        if uri is None:
+            if given:
+                raise ConfigError(
+                    f"{', '.join(sorted(given))} need checkpoint=DIR_OR_URI (where checkpoints go)"
+                )
+            return None
+        if not isinstance(uri, str | os.PathLike) or not str(uri):
+            raise ConfigError(f"checkpoint must be a directory or URI, got {uri!r}")
+        config = CheckpointConfig(
+            uri=str(uri),
+            every=given.get("checkpoint_every", 1),
+            keep=given.get("keep_checkpoints", 3),
+            max_restarts=given.get("max_restarts", 3),
+            on_error=given.get("on_error", "fail"),
+            resume=given.get("resume", True),
+        )
+        for name, value, low in (
+            ("checkpoint_every", config.every, 1),
+            ("keep_checkpoints", config.keep, 1),
+            ("max_restarts", config.max_restarts, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        if config.on_error not in ("fail", "restore"):
+            raise ConfigError(f"on_error must be 'fail' or 'restore', got {config.on_error!r}")
+        return config
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in uri:
+        uri = os.path.abspath(uri)
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except Exception as e:
+        raise ConfigError(
+            f"checkpoint store {uri!r} is not usable ({e}); give a local directory or a URI "
+            "pyarrow can open (file://, s3://, gs://, hdfs://) that every node can reach"
+        ) from e
+    return fs, path.rstrip("/")
+
+
+def epoch_dir(epoch: int) -> str:
+    return f"{_PREFIX}{epoch:012d}"
+
+
+def part_name(worker: int, workers: int) -> str:
+    return f"part-{worker}-of-{workers}.bin"
+
+
+class CheckpointStore:
+    """Reads and writes checkpoint files under one root; picklable (workers get a copy)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._fs: pafs.FileSystem | None = None
+        self._root = ""
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._root = _filesystem(self.uri)
+        return self._fs
+
+    @property
+    def root(self) -> str:
+        _ = self.fs
+        return self._root
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["uri"])  # type: ignore[misc]
+
+    def _path(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    def write(self, relpath: str, data: bytes) -> None:
+        """Write a whole file under a temporary name, then rename it into place."""
+        path = self._path(relpath)
+        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, path)
+
+    def read(self, relpath: str) -> bytes:
+        with self.fs.open_input_stream(self._path(relpath)) as f:
+            data: bytes = f.readall()
+        return data
+
+    def write_part(self, epoch: int, worker: int, workers: int, data: bytes) -> dict[str, Any]:
+        """Write one worker's part; return what the manifest records of it."""
+        name = f"{epoch_dir(epoch)}/{part_name(worker, workers)}"
+        self.write(name, data)
+        return {
+            "worker": worker,
+            "path": name,
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+
+    def commit(
+        self, epoch: int, workers: int, fingerprint: str, name: str, parts: list[dict[str, Any]]
+    ) -> None:
+        """Write the manifest: from now on the checkpoint at ``epoch`` exists."""
+        manifest = {
+            "format": FORMAT,
+            "dataflow": name,
+            "fingerprint": fingerprint,
+            "epoch": epoch,
+            "workers": workers,
+            "parts": sorted(parts, key=lambda p: p["worker"]),
+            "committed_at": time.time(),
+        }
+        self.write(f"{epoch_dir(epoch)}/MANIFEST.json", json.dumps(manifest, indent=1).encode())
+
+    def epochs(self) -> list[int]:
+        """The epochs with a checkpoint directory (committed or not), ascending."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        except Exception as e:
+            raise CheckpointError(f"cannot list checkpoint store {self.uri!r}: {e}") from e
+        out = []
+        for info in infos:
+            base = info.base_name
+            if info.type == pafs.FileType.Directory and base.startswith(_PREFIX):
+                suffix = base[len(_PREFIX) :]
+                if suffix.isdigit():
+                    out.append(int(suffix))
+        return sorted(out)
+
+    def load(self, epoch: int) -> tuple[dict[str, Any], list[bytes]]:
+        """The manifest and verified parts of the checkpoint at ``epoch``; raise
+        :class:`CheckpointError` if it is not committed or any part is damaged."""
+        try:
+            manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint {epoch} has no manifest (never committed)") from None
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
+        if manifest.get("format") != FORMAT:
+            raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
+        datas = []
+        for part in manifest["parts"]:
+            try:
+                data = self.read(part["path"])
+            except OSError as e:
+                raise CheckpointError(f"checkpoint {epoch}: {part['path']} unreadable: {e}") from e
+            if len(data) != part["size"] or hashlib.sha256(data).hexdigest() != part["sha256"]:
+                raise CheckpointError(f"checkpoint {epoch}: {part['path']} fails its checksum")
+            datas.append(data)
+        if len(datas) != manifest["workers"]:
+            raise CheckpointError(
+                f"checkpoint {epoch}: {len(datas)} parts for a run of {manifest['workers']} workers"
+            )
+        return manifest, datas
+
+    def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
+        """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
+        ones are skipped. Refuses checkpoints of a different dataflow."""
+        from timely import serialization
+
+        for epoch in reversed(self.epochs()):
+            try:
+                manifest, datas = self.load(epoch)
+            except CheckpointError:
+                continue
+            if manifest["fingerprint"] != fingerprint:
+                raise CheckpointError(
+                    f"the checkpoints in {self.uri!r} are of dataflow "
+                    f"{manifest.get('dataflow')!r} with a different graph (fingerprint "
+                    f"{manifest['fingerprint']}, this one {fingerprint}); {name!r} cannot resume "
+                    "from them: use another checkpoint directory, or delete this one to start over"
+                )
+            return epoch, [serialization.decode(d) for d in datas]
+        return None
+
+    def collect_garbage(self, keep: int) -> None:
+        """Delete all but the newest ``keep`` committed checkpoints, and any uncommitted
+        directory older than the oldest one kept."""
+        committed = [e for e in self.epochs() if self._has_manifest(e)]
+        if len(committed) <= keep:
+            return
+        oldest_kept = committed[-keep]
+        for epoch in self.epochs():
+            if epoch < oldest_kept:
+                # On failure (a concurrent reader, an eventual store) try again next time.
+                with contextlib.suppress(OSError):
+                    self.fs.delete_dir(self._path(epoch_dir(epoch)))
+
+    def _has_manifest(self, epoch: int) -> bool:
+        info = self.fs.get_file_info(self._path(epoch_dir(epoch), "MANIFEST.json"))
+        return bool(info.type == pafs.FileType.File)
+
+
+def split_parts(parts: list[dict[str, Any]], workers: int) -> list[dict[int, Any]]:
+    """Each new worker's vertex snapshots, from the old workers' parts.
+
+    With the same number of workers, part ``w`` goes to worker ``w``. Otherwise keyed
+    state is re-partitioned by key (:func:`timely.state.repartition`) and source offsets
+    by partition (worker ``w`` reads the partitions ``p % workers == w``).
+    """
+    parts = sorted(parts, key=lambda p: p["worker"])
+    if len(parts) == workers:
+        return [{int(v): s for v, s in p["vertices"].items()} for p in parts]
+    out: list[dict[int, Any]] = [{} for _ in range(workers)]
+    vertices = sorted({int(v) for p in parts for v in p["vertices"]})
+    for v in vertices:
+        snaps = [p["vertices"][v] for p in parts if v in p["vertices"]]
+        kinds = {s["kind"] for s in snaps}
+        if kinds == {"keyed"}:
+            names = snaps[0]["tables"].keys()
+            split = {n: repartition([s["tables"][n] for s in snaps], workers) for n in names}
+            for w in range(workers):
+                out[w][v] = {"kind": "keyed", "tables": {n: split[n][w] for n in names}}
+        elif kinds == {"offsets"}:
+            merged: dict[int, Any] = {}
+            for s in snaps:
+                merged.update({int(p): o for p, o in s["partitions"].items()})
+            for w in range(workers):
+                out[w][v] = {"kind": "offsets", "partitions": merged}
+        else:
+            raise CheckpointError(
+                f"vertex {v} keeps state of kind {sorted(kinds)}, which cannot be re-partitioned; "
+                f"restore it with the {len(parts)} workers it was written with"
+            )
+    return out

@@ -1,0 +1,244 @@
+"""The one state interface of stateful vertices: per-time, per-key tables.
+
+Every stateful operator (``distinct``, ``group_by``, ``count_by``, ``aggregate``,
+``join``) keeps what it buffers for a time in a :class:`KeyedState`, and every such
+vertex is a :class:`StatefulVertex` that lists its tables by name. Why one interface:
+checkpointing (a later issue) must snapshot and restore every operator the same way,
+without knowing what each one computes, and rescaling must move state between workers
+without knowing it either.
+
+It lives in ``timely`` (not ``operators``) because the checkpoint coordinator reads it.
+
+Why keyed, and keyed by what: each of these operators exchanges its input by a key
+before it keeps anything, so a worker only ever holds the keys that
+``stable_hash(key) % workers`` sends to it. A table keyed by that same key is therefore
+partitioned exactly like the channel that feeds it; on a change of worker count,
+:func:`repartition` moves each key to its new owner and the exchange will route new
+records for that key to the same place.
+
+Why per time: the operators' semantics are per time (the output at ``t`` reflects only
+the input at ``t``), so a time's table is dropped as soon as the time completes. State
+carried across epochs lives in a table at a fixed early time (``running_reduce``) or at
+the epochs it came from (windows). A checkpoint at epoch ``e`` keeps the tables of times
+whose epoch is ``<= e`` and leaves out later ones: those are rebuilt by the replay.
+That is only sound if state carried across epochs changes in ``on_notify`` alone (never
+in ``on_recv`` of a later time), which every operator here follows.
+
+Snapshots are plain data (dicts, lists, tuples, ints, str and the operators' own keys
+and values) so that ``timely.serialization`` (msgpack) carries them and a snapshot
+taken on one machine restores on another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+from progress import Timestamp
+from timely.channels import stable_hash
+from timely.vertex import Vertex
+
+V = TypeVar("V")
+
+Snapshot = dict[str, Any]
+"""``{"format": 1, "times": [(time, [(key, value), ...]), ...]}``."""
+
+FORMAT = 1
+
+
+def owner(key: Any, workers: int) -> int:
+    """The worker that holds ``key``: the one the ``exchange`` channel routes it to."""
+    return stable_hash(key) % workers
+
+
+class KeyedState(Generic[V]):
+    """Per-time, per-key values of one operator on one worker.
+
+    ``table(time)`` is the time's ``{key: value}`` dict, to read and write in place;
+    ``pop(time)`` takes it out when the time completes.
+    """
+
+    __slots__ = ("_times", "replicated")
+
+    def __init__(self, replicated: bool = False) -> None:
+        self._times: dict[Timestamp, dict[Any, V]] = {}
+        self.replicated = replicated
+        """Every worker holds the same table (fed by a broadcast): a rescale copies it."""
+
+    def get(self, time: Timestamp) -> dict[Any, V] | None:
+        """The table of ``time``, or None when nothing was kept for it."""
+        return self._times.get(time)
+
+    def table(self, time: Timestamp) -> dict[Any, V]:
+        """The table of ``time``, made empty if it does not exist yet."""
+        t = self._times.get(time)
+        if t is None:
+            self._times[time] = t = {}
+        return t
+
+    def pop(self, time: Timestamp) -> dict[Any, V]:
+        """Take the table of ``time`` out (empty if there was none)."""
+        return self._times.pop(time, {})
+
+    def times(self) -> list[Timestamp]:
+        """The open times, in timestamp order (a restorer re-requests their notifications)."""
+        return sorted(self._times)
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._times.values())
+
+    def items(self) -> Iterator[tuple[Timestamp, Any, V]]:
+        """Every ``(time, key, value)`` held."""
+        for time, t in self._times.items():
+            for key, value in t.items():
+                yield time, key, value
+
+    def snapshot(self, upto: int | None = None) -> Snapshot:
+        """Plain data for a checkpoint: every table, or those of epochs ``<= upto``.
+
+        Values are not copied, so encode the snapshot before mutating the state.
+        """
+        return {
+            "format": FORMAT,
+            "replicated": self.replicated,
+            "times": [
+                (time, list(t.items()))
+                for time, t in sorted(self._times.items())
+                if upto is None or time[0] <= upto
+            ],
+        }
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the contents with ``snapshot``'s (as made by :meth:`snapshot`)."""
+        if snapshot.get("format") != FORMAT:
+            raise ValueError(
+                f"state snapshot has format {snapshot.get('format')!r}; this version reads "
+                f"format {FORMAT}"
+            )
+        self._times = {
+            tuple(time): {_key(k): v for k, v in entries} for time, entries in snapshot["times"]
+        }
+
+
+def _key(k: Any) -> Any:
+    # A carrier that turns tuples into lists (plain msgpack) must not make keys unhashable.
+    return tuple(_key(x) for x in k) if isinstance(k, list) else k
+
+
+def repartition(snapshots: Iterable[Snapshot], workers: int) -> list[Snapshot]:
+    """Re-split the snapshots of one table (one per old worker) over ``workers`` new ones.
+
+    Each key goes to :func:`owner`\\ ``(key, workers)``. A key present in two snapshots
+    means the state was not partitioned by key, which is refused rather than guessed at.
+    """
+    snapshots = list(snapshots)
+    if snapshots and snapshots[0].get("replicated"):
+        return [snapshots[0]] * workers  # every worker had the same table: copy one
+    parts: list[dict[Timestamp, dict[Any, Any]]] = [{} for _ in range(workers)]
+    for snap in snapshots:
+        state: KeyedState[Any] = KeyedState()
+        state.restore(snap)
+        for time, key, value in state.items():
+            t = parts[owner(key, workers)].setdefault(time, {})
+            if key in t:
+                raise ValueError(f"key {key!r} at {time} is in two snapshots: not keyed state")
+            t[key] = value
+    return [
+        {"format": FORMAT, "times": [(time, list(t.items())) for time, t in sorted(p.items())]}
+        for p in parts
+    ]
+
+
+class StatefulVertex(Vertex):
+    """A vertex whose state is a set of named :class:`KeyedState` tables.
+
+    Make tables with :meth:`keyed_state` in ``__init__``; checkpointing then reaches all
+    of them through :meth:`snapshot` and :meth:`restore`, whatever the operator.
+    """
+
+    def __init__(self) -> None:
+        self._states: dict[str, KeyedState[Any]] = {}
+
+    def keyed_state(self, name: str, replicated: bool = False) -> KeyedState[Any]:
+        """A new table, registered under ``name`` for snapshots; ``replicated`` when every
+        worker holds the same contents (a broadcast input), so a rescale copies it."""
+        if name in self._states:
+            raise ValueError(f"state {name!r} is defined twice")
+        state: KeyedState[Any] = KeyedState(replicated)
+        self._states[name] = state
+        return state
+
+    def table_at(self, state: KeyedState[Any], time: Timestamp) -> dict[Any, Any]:
+        """``state``'s table for ``time``; made on first use, with a notification at ``time``."""
+        table = state.get(time)
+        if table is None:
+            table = state.table(time)
+            self.notify_at(time)
+        return table
+
+    def group_into(
+        self, table: dict[Any, Any], key: Callable[[Any], Any], records: list[Any], time: Timestamp
+    ) -> None:
+        """Append each record to the list of its ``key(record)`` in ``table``."""
+        record = None
+        try:
+            for record in records:
+                k = key(record)
+                group = table.get(k)
+                if group is None:
+                    table[k] = [record]
+                else:
+                    group.append(record)
+        except Exception as e:
+            self._ctx.user_error(e, time, record, key)
+
+    def fold_pairs(
+        self,
+        table: dict[Any, Any],
+        f: Callable[[Any, Any], Any],
+        pairs: list[Any],
+        time: Timestamp,
+    ) -> None:
+        """Fold each ``(key, value)`` of ``pairs`` into ``table[key]`` with ``f``."""
+        pair: Any = None
+        try:
+            for pair in pairs:
+                k, v = pair
+                table[k] = f(table[k], v) if k in table else v
+        except Exception as e:
+            self._ctx.user_error(e, time, pair, f)
+
+    def states(self) -> dict[str, KeyedState[Any]]:
+        """The tables by name."""
+        return dict(self._states)
+
+    def snapshot(self, upto: int | None = None) -> dict[str, Snapshot]:
+        """Every table's snapshot, by name (only times of epochs ``<= upto`` if given)."""
+        return {name: s.snapshot(upto) for name, s in self._states.items()}
+
+    def snapshot_at(self, epoch: int) -> dict[str, Any]:
+        return {"kind": "keyed", "tables": self.snapshot(epoch)}
+
+    def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
+        if snapshot.get("kind") != "keyed":
+            raise ValueError(f"step {self.name!r}: not a keyed-state snapshot")
+        self.restore(snapshot["tables"])
+        self.restored(epoch)
+
+    def restored(self, epoch: int) -> None:
+        """Called after a restore from a checkpoint at ``epoch``: request again the
+        notifications later times need (``notify_at`` may use any time after ``epoch``).
+        The per-time tables of open times are not restored, so most operators need none."""
+
+    def restore(self, snapshots: dict[str, Snapshot]) -> None:
+        """Restore every table from ``snapshots`` (as made by :meth:`snapshot`).
+
+        The restored open times still need their notifications requested again
+        (``notify_at(t)`` for ``t`` in each table's ``times()``) once the vertex runs;
+        that is the checkpoint coordinator's job, as only it knows when the vertex may act.
+        """
+        missing = set(self._states) ^ set(snapshots)
+        if missing:
+            raise ValueError(f"snapshot does not match the vertex's state: {sorted(missing)}")
+        for name, s in self._states.items():
+            s.restore(snapshots[name])
