@@ -10,7 +10,7 @@ keep their state in :class:`~operators.state.KeyedState` tables (see ``operators
 """
 
 from operators.batch import select_batch, where_batch
-from operators.join import join
+from operators.join import join, join_streaming
 from operators.keyed import aggregate, count_by, group_by, max_by, min_by
 from operators.loops import fixpoint
 from operators.running import map_with_state, running_reduce
@@ -28,6 +28,7 @@ __all__ = [
     "fixpoint",
     "group_by",
     "join",
+    "join_streaming",
     "map_with_state",
     "max_by",
     "min_by",

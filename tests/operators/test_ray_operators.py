@@ -51,3 +51,32 @@ def test_count_by_join_and_min_by_on_ray() -> None:
     assert Counter(out["join"]) == want_join
     assert Counter(out["even"]) == want_even
     assert Counter(out["min"]) == want_min
+
+
+def test_join_streaming_on_ray() -> None:
+    """Matches across epochs, with and without a retention bound, on two Ray workers."""
+    flow = Dataflow("ray-join-streaming")
+    a = flow.new_input("left")
+    b = flow.new_input("right")
+    key = (lambda x: x[0], lambda y: y[0])
+    a.stream.join_streaming(b.stream, *key, lambda x, y: (x[1], y[1])).collect("all")
+    a.stream.join_streaming(b.stream, *key, lambda x, y: (x[1], y[1]), within=1).collect("near")
+    for handle, feed in ((a, LEFT), (b, RIGHT)):
+        for epoch, records in feed:
+            handle.advance_to(epoch)
+            handle.send(records)
+    out = flow.run(workers=2, backend="ray")
+
+    want_all: Counter[tuple[int, tuple[int, str]]] = Counter()
+    want_near: Counter[tuple[int, tuple[int, str]]] = Counter()
+    for el, lefts in LEFT:
+        for er, rights in RIGHT:
+            for k, v in lefts:
+                for k2, w in rights:
+                    if k == k2:
+                        want_all[(max(el, er), (v, w))] += 1
+                        if abs(el - er) <= 1:
+                            want_near[(max(el, er), (v, w))] += 1
+    assert want_near != want_all  # the bound drops some pairs here
+    assert Counter(out["all"]) == want_all
+    assert Counter(out["near"]) == want_near
