@@ -80,3 +80,27 @@ def test_join_streaming_on_ray() -> None:
     assert want_near != want_all  # the bound drops some pairs here
     assert Counter(out["all"]) == want_all
     assert Counter(out["near"]) == want_near
+
+
+def test_arrow_batches_cross_ray_workers() -> None:
+    """Tables made from dict records travel between actors as Arrow batch records."""
+    import pyarrow.compute as pc
+
+    flow = Dataflow("ray-arrow")
+    inp = flow.new_input()
+    tables = inp.stream.select_batch(
+        lambda t: t.append_column("y", pc.multiply(t["x"], 10)), form="arrow"
+    )
+    tables.exchange(lambda b: b.num_rows % 2).where_batch(
+        lambda t: pc.greater(t["y"], 100), form="arrow"
+    ).select_many(lambda b: [(r["x"], r["y"]) for r in b.to_pylist()]).collect("rows")
+    tables.select(lambda b: type(b).__name__).collect("kinds")
+    for epoch in range(3):
+        inp.advance_to(epoch)
+        inp.send([{"x": epoch * 10 + i} for i in range(12)])
+    out = flow.run(workers=2, backend="ray")
+    want = Counter(
+        (e, (x, 10 * x)) for e in range(3) for x in range(e * 10, e * 10 + 12) if 10 * x > 100
+    )
+    assert Counter(out["rows"]) == want
+    assert {k for _, k in out["kinds"]} == {"RecordBatch"}
