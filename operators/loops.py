@@ -83,10 +83,22 @@ class NewOnly(StatefulVertex):
         self.send_by(0, out, time)
 
     def _forget_finished(self, current: Timestamp) -> None:
-        frontier = self._ctx.worker.frontier(self._ctx.index, 0)
         for t in self.seen.times():
-            if t != current and not any(less_equal(f[:-1], t[:-1]) for f in frontier):
+            if t != current and loop_finished(self, t[:-1]):
                 self.seen.pop(t)
+
+
+def loop_finished(vertex: Vertex, outer: Timestamp, input: int = 0) -> bool:
+    """Whether the loop around ``vertex`` is done with the outer time ``outer`` (an epoch,
+    in a top-level loop): no record at any round of it can reach ``input`` any more.
+
+    Per-epoch state inside a loop cannot be freed from ``on_notify``: no round is known
+    to be the last, so there is no time to ``notify_at``. A vertex asks this instead,
+    from a later call, about the epochs it still holds (see ``NewOnly`` and
+    ``examples/connected_components.py``).
+    """
+    frontier = vertex._ctx.worker.frontier(vertex._ctx.index, input)
+    return not any(less_equal(f[:-1], outer) for f in frontier)
 
 
 @stream_method
