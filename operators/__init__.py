@@ -4,8 +4,9 @@ Importing this package registers its operators as ``Stream`` methods (timely fin
 through the ``timely.operators`` entry point, so ``stream.select(f)`` works without an
 import). The operators are per time, as in Naiad (the output at time ``t`` reflects
 only the input at ``t``), except the windowed ones (``window``, ``reduce_by_window``:
-epochs ``(w - size, w]`` at the window end ``w``) and the running ones
-(``running_reduce``, ``map_with_state``: every epoch up to ``t``). Stateful operators
+epochs ``(w - size, w]`` at the window end ``w``), the running ones
+(``running_reduce``, ``map_with_state``: every epoch up to ``t``) and ``join_streaming``
+(every pair of records across times, at the later one). Stateful operators
 keep their state in :class:`~operators.state.KeyedState` tables (see ``operators/state.py``).
 """
 
