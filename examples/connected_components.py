@@ -9,8 +9,9 @@ Each epoch is an independent graph (a batch of edges; a node is any endpoint). I
 the loop one vertex, ``Propagate``, keyed by node (an ``exchange`` channel), holds for
 its share of the nodes their adjacency and their current label, per epoch; each round
 is one loop iteration, and a round's proposals are folded when the round is complete
-(``notify_at``), so a node improves at most once per round. Outside the loop
-``min_by`` keeps each node's final (least) label.
+(``notify_at``), so a node improves at most once per round. An epoch's graph and
+labels are dropped once the loop is done with the epoch. Outside the loop ``min_by``
+keeps each node's final (least) label.
 
     python examples/connected_components.py --workers 2 --backend ray --nodes 2000 --edges 1500
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 from _cli import add_run_flags, random_graph, run_options
 
+from operators.loops import loop_finished
 from timely import Dataflow, Stream, Vertex, exchange
 
 Time = tuple[int, ...]
@@ -54,7 +56,11 @@ class Propagate(Vertex):
         if best is None:
             best = self.best[time] = {}
             self.notify_at(time)
-        adj = self.adj.setdefault(time[0], defaultdict(list))
+        adj = self.adj.get(time[0])
+        if adj is None:
+            adj = self.adj[time[0]] = defaultdict(list)
+            if len(self.adj) > 1:
+                self._forget_finished(time[0])
         for kind, n, x in records:
             if kind == PROP:
                 if n not in best or x < best[n]:
@@ -63,6 +69,19 @@ class Propagate(Vertex):
                 adj[n].append(x)
                 if n not in best or n < best[n]:
                     best[n] = n  # a node first proposes itself
+
+    def _forget_finished(self, current: int) -> None:
+        """Drop the graphs and labels of the epochs the loop is done with.
+
+        They are kept across the rounds of an epoch, and no round is known to be the
+        last, so they cannot be dropped in ``on_notify``; a new epoch's first batch
+        looks back instead, and the run holds at most the epochs still in the loop
+        plus the last one finished.
+        """
+        for e in list(self.adj):
+            if e != current and loop_finished(self, (e,)):
+                del self.adj[e]
+                self.label.pop(e, None)
 
     def on_notify(self, time: Time) -> None:
         epoch = time[0]

@@ -4,13 +4,14 @@ Importing this package registers its operators as ``Stream`` methods (timely fin
 through the ``timely.operators`` entry point, so ``stream.select(f)`` works without an
 import). The operators are per time, as in Naiad (the output at time ``t`` reflects
 only the input at ``t``), except the windowed ones (``window``, ``reduce_by_window``:
-epochs ``(w - size, w]`` at the window end ``w``) and the running ones
-(``running_reduce``, ``map_with_state``: every epoch up to ``t``). Stateful operators
+epochs ``(w - size, w]`` at the window end ``w``), the running ones
+(``running_reduce``, ``map_with_state``: every epoch up to ``t``) and ``join_streaming``
+(every pair of records across times, at the later one). Stateful operators
 keep their state in :class:`~operators.state.KeyedState` tables (see ``operators/state.py``).
 """
 
 from operators.batch import select_batch, where_batch
-from operators.join import join
+from operators.join import join, join_streaming
 from operators.keyed import aggregate, count_by, group_by, max_by, min_by
 from operators.loops import fixpoint
 from operators.running import map_with_state, running_reduce
@@ -28,6 +29,7 @@ __all__ = [
     "fixpoint",
     "group_by",
     "join",
+    "join_streaming",
     "map_with_state",
     "max_by",
     "min_by",

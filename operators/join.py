@@ -1,4 +1,4 @@
-"""join: per-time equi-join of two streams."""
+"""Equi-joins of two streams: per time (``join``) and across times (``join_streaming``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 from operators.state import StatefulVertex
 from operators.stateless import _check
 from progress import Timestamp
-from timely import Stream, exchange, stream_method
+from progress import join as lub
+from timely import GraphBuildError, Stream, exchange, stream_method
 from timely.errors import function_location
 
 
@@ -84,6 +85,158 @@ def join(
     return stream.flow.vertex(
         [(stream, exchange(left_key)), (other, exchange(right_key))],
         lambda: Join(left_key, right_key, result),
+        name=name,
+        where=function_location(result),
+    )[0]
+
+
+class StreamingJoin(Join):
+    """Matches each time's records with everything the other side had at earlier times.
+
+    ``sides`` (inherited) buffers a time's records per key until the time completes.
+    ``stored`` is the cross-time table: one table at the scope's first time ``(0, ...)``
+    mapping each key to ``(lefts, rights)``, each a list of ``(time, records)`` groups in
+    the order their times were notified. With ``within``, ``arrived`` indexes, per epoch,
+    the keys that stored records at it, so that eviction visits only those keys. Both
+    change only in ``on_notify``: a snapshot at a completed epoch is then consistent.
+    """
+
+    def __init__(
+        self,
+        left_key: Callable[[Any], Any],
+        right_key: Callable[[Any], Any],
+        result: Callable[[Any, Any], Any],
+        within: int | None,
+    ) -> None:
+        super().__init__(left_key, right_key, result)
+        self.within = within
+        self.stored = self.keyed_state("stored")
+        self.arrived = self.keyed_state("arrived") if within is not None else None
+
+    def on_notify(self, time: Timestamp) -> None:
+        fresh = self.sides.pop(time)
+        stored = self.stored.table((0,) * len(time))
+        if self.within is not None:
+            self._evict(stored, time[0] - self.within)
+        result = self.result
+        outs: dict[Timestamp, list[Any]] = {time: []}
+        pair: Any = None
+        try:
+            for k, (lefts, rights) in fresh.items():
+                here = outs[time]
+                for left in lefts:
+                    for right in rights:
+                        pair = (left, right)
+                        here.append(result(left, right))
+                entry = stored.get(k)
+                if entry is None:
+                    continue
+                old_lefts, old_rights = entry
+                if lefts:
+                    for s, olds in old_rights:
+                        out = _bucket(outs, time, s)
+                        for left in lefts:
+                            for right in olds:
+                                pair = (left, right)
+                                out.append(result(left, right))
+                if rights:
+                    for s, olds in old_lefts:
+                        out = _bucket(outs, time, s)
+                        for left in olds:
+                            for right in rights:
+                                pair = (left, right)
+                                out.append(result(left, right))
+        except Exception as e:
+            self._ctx.user_error(e, time, pair, result)
+        self._store(stored, fresh, time)
+        for at, records in outs.items():
+            if records:
+                self.send_by(0, records, at)
+
+    def _store(self, stored: dict[Any, Any], fresh: dict[Any, Any], time: Timestamp) -> None:
+        """Fold a completed time's records into the cross-time table."""
+        for k, (lefts, rights) in fresh.items():
+            entry: tuple[list[Any], list[Any]] | None = stored.get(k)
+            if entry is None:
+                stored[k] = entry = ([], [])
+            if lefts:
+                entry[0].append((time, lefts))
+            if rights:
+                entry[1].append((time, rights))
+        if self.arrived is not None and fresh:
+            self.arrived.table(time).update(dict.fromkeys(fresh))
+
+    def _evict(self, stored: dict[Any, Any], horizon: int) -> None:
+        """Forget the records of epochs before ``horizon``; only the keys they had are visited."""
+        assert self.arrived is not None
+        for t in self.arrived.times():
+            if t[0] >= horizon:
+                break
+            for k in self.arrived.pop(t):
+                entry = stored.get(k)
+                if entry is None:
+                    continue
+                for groups in entry:
+                    n = 0
+                    while n < len(groups) and groups[n][0][0] < horizon:
+                        n += 1
+                    del groups[:n]
+                if not entry[0] and not entry[1]:
+                    del stored[k]
+
+
+def _bucket(outs: dict[Timestamp, list[Any]], time: Timestamp, earlier: Any) -> list[Any]:
+    """The output list for a match of ``time`` with a record of ``earlier``: at their join.
+
+    For epochs that is ``time`` itself; in a loop two times may be incomparable, and the
+    match then belongs at their least upper bound (coordinate-wise max), which is still
+    at or after ``time`` and so may be sent from ``on_notify(time)``.
+    """
+    at = time if len(time) == 1 else lub(time, tuple(earlier))
+    out = outs.get(at)
+    if out is None:
+        outs[at] = out = []
+    return out
+
+
+@stream_method
+def join_streaming(
+    stream: Stream,
+    other: Stream,
+    left_key: Callable[[Any], Any],
+    right_key: Callable[[Any], Any],
+    result: Callable[[Any, Any], Any] = _pair,
+    within: int | None = None,
+    name: str = "join_streaming",
+) -> Stream:
+    """``result(l, r)`` once for every pair with ``left_key(l) == right_key(r)``, across times.
+
+    Unlike :func:`join`, a record also matches the records of the other side that came
+    at earlier times: each matching pair is sent exactly once, at the later of the two
+    times (their least upper bound, for loop timestamps), once that time is complete.
+    A static table sent at epoch 0 thus joins with every later epoch of a stream.
+
+    State grows with everything seen. ``within=w`` (epochs, top-level streams only)
+    bounds it: only pairs whose epochs differ by at most ``w`` match, and a record is
+    forgotten once the epoch ``w`` after its own is complete (``within=0`` is the
+    per-epoch :func:`join`). Both inputs are exchanged by key.
+    """
+    _check("join_streaming", "left_key", left_key)
+    _check("join_streaming", "right_key", right_key)
+    _check("join_streaming", "result", result)
+    if within is not None:
+        if not isinstance(within, int) or isinstance(within, bool) or within < 0:
+            raise GraphBuildError(
+                f"join_streaming: within must be an int >= 0 (epochs) or None, got {within!r}"
+            )
+        if stream.scope.depth:
+            raise GraphBuildError(
+                f"join_streaming: within counts epochs; call .leave() to bring {stream.name!r} "
+                f"out of loop {stream.scope.name!r} first, or drop within"
+            )
+    return stream.flow.vertex(
+        [(stream, exchange(left_key)), (other, exchange(right_key))],
+        lambda: StreamingJoin(left_key, right_key, result, within),
         name=name,
         where=function_location(result),
     )[0]

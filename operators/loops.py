@@ -1,6 +1,10 @@
-"""``fixpoint``: iterate a body until it derives nothing new, per epoch.
+"""Loops that stop by themselves: ``iterate(body, until=...)`` and ``fixpoint``.
 
-Built from timely's loop scopes (``flow.loop()``, ``enter``, ``feedback``, ``leave``)::
+``Stream.iterate`` (in ``timely``) runs a plain loop; with ``until`` it hands over to
+:func:`_iterate_until` here, found through the operator registry. Two ways to stop:
+
+**At a fixpoint** (``until="fixpoint"``, or :func:`fixpoint`), built from timely's loop
+scopes (``flow.loop()``, ``enter``, ``feedback``, ``leave``)::
 
     input ─enter─▶ head ─▶ NewOnly ─┬─▶ body ─▶ feedback ─▶ head (next round)
                                     └─leave─▶ result
@@ -12,6 +16,13 @@ result, per epoch, is the set of everything reached (each record once): the inpu
 records and all that the body derived from them. With ``max_iters``, a record that
 arrives at an earlier round than it was first seen at goes round again from there, and
 a per-epoch ``distinct`` after the loop keeps the result a set.
+
+**When a predicate holds** (``until=pred``), per record, as Haskell's ``until``::
+
+    input ─Until─┬─(done)──────────────────────────────────────▶ result
+                 └─(not yet)─enter─▶ head ─▶ body ─▶ Until ─┬─(done)─leave─▶ result
+                                      ▲                     └─(not yet)─▶ feedback ─┐
+                                      └─────────────────────────────────────────────────┘
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from typing import Any
 from operators.state import StatefulVertex
 from operators.stateless import Distinct, _identity
 from progress import Timestamp, less_equal
-from timely import GraphBuildError, Stream, exchange, stream_method
+from timely import GraphBuildError, Stream, Vertex, exchange, stream_method
 from timely.errors import function_location
 
 
@@ -72,10 +83,22 @@ class NewOnly(StatefulVertex):
         self.send_by(0, out, time)
 
     def _forget_finished(self, current: Timestamp) -> None:
-        frontier = self._ctx.worker.frontier(self._ctx.index, 0)
         for t in self.seen.times():
-            if t != current and not any(less_equal(f[:-1], t[:-1]) for f in frontier):
+            if t != current and loop_finished(self, t[:-1]):
                 self.seen.pop(t)
+
+
+def loop_finished(vertex: Vertex, outer: Timestamp, input: int = 0) -> bool:
+    """Whether the loop around ``vertex`` is done with the outer time ``outer`` (an epoch,
+    in a top-level loop): no record at any round of it can reach ``input`` any more.
+
+    Per-epoch state inside a loop cannot be freed from ``on_notify``: no round is known
+    to be the last, so there is no time to ``notify_at``. A vertex asks this instead,
+    from a later call, about the epochs it still holds (see ``NewOnly`` and
+    ``examples/connected_components.py``).
+    """
+    frontier = vertex._ctx.worker.frontier(vertex._ctx.index, input)
+    return not any(less_equal(f[:-1], outer) for f in frontier)
 
 
 @stream_method
@@ -87,23 +110,26 @@ def fixpoint(
 ) -> Stream:
     """Per epoch, the set reached by applying ``body`` to new records until none is new.
 
+    The same as ``stream.iterate(body, until="fixpoint", max_iters=...)``.
     ``body`` gets a stream inside a loop scope carrying the records that are new in a
     round, and returns a stream (in that scope) of records derived from them; those not
     seen before in the epoch go round again. The result, at each epoch, holds each
-    distinct record of the input and of everything derived once (a set, unordered).
-    ``max_iters`` bounds the rounds: the result then holds what is reached within
-    ``max_iters - 1`` applications of ``body`` (what the last round derives is dropped,
-    as in ``iterate``). Records must be hashable with a stable hash (see
-    ``timely.exchange``), as they are exchanged by value. A stream from outside the loop
-    can be used inside ``body`` with ``s.enter(loop_stream.scope)`` -- but note it is
-    only present at round 0.
+    distinct record of the input and of everything derived once (a set, unordered): the
+    least fixpoint of ``X = input | body(X)`` when ``body`` works record by record.
+    ``max_iters`` bounds the applications of ``body``: the result then holds what is
+    reached within ``max_iters`` of them. Records must be hashable with a stable hash
+    (see ``timely.exchange``), as they are exchanged by value. A stream from outside the
+    loop can be used inside ``body`` with ``s.enter(loop_stream.scope)`` -- but note it
+    is only present at round 0.
     """
     if not callable(body):
         raise GraphBuildError(f"fixpoint: body must be a function of a stream, got {body!r}")
-    if max_iters is not None and max_iters < 1:
-        raise GraphBuildError(f"fixpoint: max_iters must be >= 1, got {max_iters}")
+    _check_max_iters("fixpoint", max_iters)
     flow = stream.flow
-    loop = flow.loop(name=name, parent=stream.scope, max_iters=max_iters)
+    # One round more than applications: round ``max_iters`` only lets the records that
+    # the last application derived leave (``BelowRound`` keeps them from ``body``).
+    rounds = None if max_iters is None else max_iters + 1
+    loop = flow.loop(name=name, parent=stream.scope, max_iters=rounds)
     handle, again = loop.feedback()
     head = stream.enter(loop).concat(again, name=f"{name}.head")
     bounded = max_iters is not None
@@ -113,7 +139,11 @@ def fixpoint(
         name=f"{name}.new",
         where=function_location(body),
     )[0]
-    result = body(new)
+    into_body = new
+    if max_iters is not None:
+        limit = max_iters
+        into_body = new.unary(lambda: BelowRound(limit), name=f"{name}.rounds")
+    result = body(into_body)
     if not isinstance(result, Stream):
         raise GraphBuildError(f"fixpoint: the body must return a Stream, got {result!r}")
     handle.connect(result)
@@ -123,3 +153,98 @@ def fixpoint(
         # its owner worker already (``new`` exchanged by value), so no exchange is needed.
         out = flow.vertex([(out, None)], lambda: Distinct(_identity), name=f"{name}.set")[0]
     return out
+
+
+class BelowRound(Vertex):
+    """Passes on the batches of rounds before ``limit``; drops the others."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        if time[-1] < self.limit:
+            self.send_by(0, records, time)
+
+
+class Until(Vertex):
+    """Sends the records for which ``pred`` holds on output 0, the others on output 1."""
+
+    def __init__(self, pred: Callable[[Any], bool]) -> None:
+        self.pred = pred
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        pred = self.pred
+        done: list[Any] = []
+        more: list[Any] = []
+        record = None
+        try:
+            for record in records:
+                (done if pred(record) else more).append(record)
+        except Exception as e:
+            self._ctx.user_error(e, time, record, pred)
+        if done:
+            self.send_by(0, done, time)
+        if more:
+            self.send_by(1, more, time)
+
+
+def _check_max_iters(op: str, max_iters: int | None) -> None:
+    if max_iters is not None and (
+        not isinstance(max_iters, int) or isinstance(max_iters, bool) or max_iters < 1
+    ):
+        raise GraphBuildError(f"{op}: max_iters must be an int >= 1 or None, got {max_iters!r}")
+
+
+def until_holds(
+    stream: Stream,
+    body: Callable[[Stream], Stream],
+    pred: Callable[[Any], bool],
+    max_iters: int | None = None,
+    name: str = "iterate",
+) -> Stream:
+    """Per record ``x``, the first of ``x, body(x), body(body(x)), ...`` where ``pred`` holds.
+
+    A record for which ``pred`` holds leaves (input records too, before any round);
+    the others go round again. ``body`` may emit any number of records per record: each
+    is followed on its own, and one for which ``body`` emits nothing ends there, not in
+    the result. With ``max_iters``, what still fails ``pred`` after that many
+    applications is dropped; without it, a record that never satisfies ``pred`` keeps
+    the loop (and its epoch) going for ever. Sent at the input record's epoch.
+    """
+    _check_max_iters(name, max_iters)
+    flow = stream.flow
+    where = function_location(pred)
+    done, todo = flow.vertex(
+        [(stream, None)], lambda: Until(pred), name=f"{name}.until", outputs=2, where=where
+    )
+    loop = flow.loop(name=name, parent=stream.scope, max_iters=max_iters)
+    handle, again = loop.feedback()
+    result = body(todo.enter(loop).concat(again, name=f"{name}.head"))
+    if not isinstance(result, Stream):
+        raise GraphBuildError(f"{name}: the body must return a Stream, got {result!r}")
+    finished, more = flow.vertex(
+        [(result, None)], lambda: Until(pred), name=f"{name}.until", outputs=2, where=where
+    )
+    handle.connect(more)
+    return done.concat(finished.leave(), name=f"{name}.done")
+
+
+@stream_method
+def _iterate_until(
+    stream: Stream,
+    body: Callable[[Stream], Stream],
+    until: Any,
+    max_iters: int | None,
+    name: str,
+) -> Stream:
+    """What ``Stream.iterate`` calls when given ``until`` (see its docstring)."""
+    if not callable(body):
+        raise GraphBuildError(f"{name}: body must be a function of a stream, got {body!r}")
+    if until == "fixpoint":
+        reached: Stream = fixpoint(stream, body, max_iters=max_iters, name=name)
+        return reached
+    if isinstance(until, str) or not callable(until):
+        raise GraphBuildError(
+            f"{name}: until must be None, 'fixpoint' or a predicate on records, got {until!r}"
+        )
+    return until_holds(stream, body, until, max_iters=max_iters, name=name)

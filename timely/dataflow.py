@@ -238,16 +238,41 @@ class Stream:
     def iterate(
         self,
         body: Callable[[Stream], Stream],
+        until: str | Callable[[Any], bool] | None = None,
         max_iters: int | None = None,
         name: str = "iterate",
     ) -> Stream:
-        """Apply ``body`` again and again: each round's output is fed back and also leaves.
+        """Apply ``body`` again and again, per epoch, until ``until`` says stop.
 
-        Records go round until ``body`` emits none for them, or ``max_iters`` rounds.
-        The result holds every round's output, at the epoch its input came in.
+        ``body`` gets a stream inside a new loop scope and returns one in that scope.
+        ``max_iters`` bounds how many times ``body`` is applied (unbounded by default).
+
+        - ``until=None``: each round's output is fed back and also leaves; records go
+          round until ``body`` emits none for them. The result holds every round's output.
+        - ``until="fixpoint"``: stop when a round derives nothing new in the epoch; the
+          result is the set reached: the input and all ``body`` derived from it, each once
+          (``body`` only sees what is new; records must be hashable).
+        - ``until=pred``: per record, the first of ``x, body(x), body(body(x)), ...`` for
+          which ``pred`` holds leaves; the others go round again (Haskell's ``until``).
+
+        The last two are in the operator library (``operators/loops.py``).
         """
         if max_iters is not None and max_iters < 1:
             raise GraphBuildError(f"iterate: max_iters must be >= 1, got {max_iters}")
+        if isinstance(until, int):
+            raise GraphBuildError(
+                f"iterate: until must be None, 'fixpoint' or a predicate, got {until!r}; "
+                f"to bound the rounds, pass max_iters={until!r} by keyword"
+            )
+        if until is not None:
+            until_loop = _stream_method("_iterate_until")
+            if until_loop is None:
+                raise GraphBuildError(
+                    "iterate(until=...) is provided by the operator library: install the "
+                    "package that registers the 'timely.operators' entry point (operators/)"
+                )
+            result: Stream = until_loop(self, body, until, max_iters, name)
+            return result
         loop = self.flow.loop(name=name, parent=self.scope, max_iters=max_iters)
         handle, again = loop.feedback()
         result = body(self.enter(loop).concat(again, name=f"{name}.head"))

@@ -61,3 +61,31 @@ def test_cli_inline(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert out.count(" components; largest") == 3
     assert "every label matches a union-find" in out
+
+
+def test_finished_epochs_are_freed() -> None:
+    """Each epoch's graph and labels go once the loop is done with the epoch."""
+    from timely import Dataflow
+
+    graphs = [ex.random_graph(40, 30, seed=s) for s in range(5)]
+    got: dict[int, dict[Any, Any]] = {}
+    flow = Dataflow("cc_memory")
+    edges = flow.new_input("edges")
+    ex.components(edges.stream).subscribe(lambda e, pairs: got.update({e: dict(pairs)}))
+    with flow.activate(workers=2, backend="inline", seed=5) as session:
+        for e, graph in enumerate(graphs):
+            edges.advance_to(e)  # the inline backend finishes epoch e - 1 here
+            edges.send(graph)
+        edges.close()
+        session.join()
+        props = [
+            v
+            for w in session.worker_list  # type: ignore[attr-defined]
+            for v in w.vertices
+            if isinstance(v, ex.Propagate)
+        ]
+    assert got == {e: union_find_labels(g) for e, g in enumerate(graphs)}
+    assert len(props) == 2
+    # Nothing runs after the last epoch finishes, so only it can be left.
+    assert all(set(v.adj) <= {4} and set(v.label) <= {4} for v in props)
+    assert any(v.adj for v in props) and not any(v.best for v in props)
