@@ -200,8 +200,9 @@ class CsvFormat(LineFormat):
         import io
 
         buf = io.StringIO()
+        # "\r\n" (RFC 4180), which also makes the writer quote values holding a bare "\r"
         writer = csv.writer(
-            buf, lineterminator="\n", delimiter=self.delimiter, quotechar=self.quotechar
+            buf, lineterminator="\r\n", delimiter=self.delimiter, quotechar=self.quotechar
         )
         first = records[0]
         if isinstance(first, dict):

@@ -118,7 +118,7 @@ def committed_epoch(path: str | os.PathLike[str]) -> int | None:
 
 _FORMATS: dict[str, Callable[[], FileFormat]] = {
     TextFormat.extension: TextFormat,
-    CsvFormat.extension: CsvFormat,
+    CsvFormat.extension: lambda: CsvFormat(multiline=True),  # parts are read whole
     JsonLinesFormat.extension: JsonLinesFormat,
 }
 
