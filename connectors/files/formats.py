@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from connectors.files.lines import Lines
+from connectors.files.lines import Lines, Taken
 from timely import ConfigError
 
 
@@ -33,11 +33,23 @@ class FileFormat(ABC):
         """Every record of the file ``f`` (called ``name`` in errors)."""
 
 
+SKIP: Any = object()
+"""What :meth:`LineFormat.parse_lines` gives for a line that holds no record (a blank one)."""
+
+
 class LineFormat(FileFormat):
     """A format with one record per line (or, for multi-line CSV, several lines per record)."""
 
     splittable = True
     """Whether a file may be cut into byte ranges at line starts."""
+
+    def parse_lines(self, taken: Taken, preamble: Any) -> list[Any] | None:
+        """One entry per line taken (``SKIP`` for none), or ``None`` to use :meth:`parse`.
+
+        The fast path: a batch of lines parsed at once. ``None`` also when the lines do not
+        parse one record per line; :meth:`parse` then reports the error precisely.
+        """
+        return None
 
     def preamble(self, f: pa.NativeFile, name: str, size: int) -> tuple[Any, int]:
         """What the file says before its records (a CSV header), and where the records start."""
@@ -71,6 +83,9 @@ class TextFormat(LineFormat):
         for start, text in lines:
             yield start, strip_line_end(text)
 
+    def parse_lines(self, taken: Taken, preamble: Any) -> list[Any] | None:
+        return taken.texts()
+
     def encode(self, records: list[Any]) -> bytes:
         for r in records:
             if not isinstance(r, str):
@@ -103,6 +118,13 @@ class JsonLinesFormat(LineFormat):
                     f"{e.colno}): {text[:200]!r}"
                 ) from None
             yield start, value
+
+    def parse_lines(self, taken: Taken, preamble: Any) -> list[Any] | None:
+        texts = taken.texts()
+        try:
+            return [json.loads(t) if t.strip() else SKIP for t in texts]
+        except json.JSONDecodeError:
+            return None  # parse() names the line
 
     def encode(self, records: list[Any]) -> bytes:
         out = []
@@ -195,6 +217,19 @@ class CsvFormat(LineFormat):
                     "line break); pass multiline=True (each file is then read whole)"
                 )
             yield start, _as_dict(names, row) if as_dict else tuple(row)
+
+    def parse_lines(self, taken: Taken, preamble: Any) -> list[Any] | None:
+        texts = taken.texts()
+        try:
+            rows = list(csv.reader(texts, delimiter=self.delimiter, quotechar=self.quotechar))
+        except csv.Error:
+            return None  # parse() names the record
+        if len(rows) != len(texts):
+            return None  # a quoted line break: parse() explains
+        if self.rows == "tuple":
+            return [tuple(r) if r else SKIP for r in rows]
+        names = self.fieldnames if self.fieldnames is not None else preamble
+        return [_as_dict(names, r) if r else SKIP for r in rows]
 
     def encode(self, records: list[Any]) -> bytes:
         import io

@@ -22,12 +22,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from connectors.collections import check_epoch
-from connectors.files.formats import CsvFormat, JsonLinesFormat, LineFormat, Rows, TextFormat
+from connectors.files.formats import (
+    SKIP,
+    CsvFormat,
+    JsonLinesFormat,
+    LineFormat,
+    Rows,
+    TextFormat,
+)
 from connectors.files.fs import FileEntry, list_files
-from connectors.files.lines import Lines, align
+from connectors.files.lines import Lines, align, take
 from timely import ConfigError, Source
 from timely.errors import failure_location, function_location
 
@@ -71,6 +79,7 @@ class FileSource(Source):
         self.records_per_epoch = _positive(f"{kind}: records_per_epoch", records_per_epoch, True)
         self.batch_size = _positive(f"{kind}: batch_size", batch_size)
         split = _positive(f"{kind}: split_bytes", split_bytes, True)
+        self._open: dict[int, Any] = {}  # partition -> its file, open while it is read
         self.files: list[FileEntry] = list_files(path)
         self.preambles: list[Any] = []
         self.ranges: list[tuple[int, int, int, int]] = []  # (file, data start, start, end)
@@ -91,38 +100,90 @@ class FileSource(Source):
     def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
         file, data_start, start, end = self.ranges[partition]
         entry = self.files[file]
-        with entry.open() as f:
-            if offset is None:
-                pos, index, last = align(f, start, data_start), 0, 0
-            else:
-                pos, index, last = offset
-            if pos >= end:
-                return None
-            lines = Lines(f, pos, end, entry.path)
-            batch: list[Any] = []
-            epoch = last
-            nxt = pos
-            for at, record in self.format.parse(lines, self.preambles[file]):
-                e = self._epoch(record, index, entry, at)
-                if batch and e != epoch:
-                    break  # the next batch starts with this record
-                if e < last:
-                    raise ValueError(
-                        f"{entry.path}: the record at byte {at} is at epoch {e}, after records "
-                        f"at epoch {last}; epochs must not decrease within a file: sort it by "
-                        "epoch, or use records_per_epoch"
-                    )
-                epoch = e
-                batch.append(record)
-                index += 1
-                nxt = lines.pos
-                if len(batch) >= self.batch_size:
-                    break
+        f = self._open.get(partition)
+        if f is None:
+            f = self._open[partition] = entry.open()
+        if offset is None:
+            pos, index, last = align(f, start, data_start), 0, 0
+        else:
+            pos, index, last = offset
+        read = self._read_lines if self.format.splittable else self._read_records
+        got = read(f, entry, self.preambles[file], pos, end, index, last) if pos < end else None
+        if got is None:
+            self._open.pop(partition).close()
+        return got
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_open"] = {}  # open files stay in their process
+        return state
+
+    def _read_lines(
+        self, f: Any, entry: FileEntry, meta: Any, pos: int, end: int, index: int, last: int
+    ) -> tuple[int, list[Any], Any] | None:
+        """The fast path for one record per line: take a batch of lines, parse them at once."""
+        limit = self.batch_size
+        per = self.records_per_epoch
+        if per is not None:
+            limit = min(limit, per - index % per)  # a batch never crosses an epoch
+        taken = take(f, pos, end, limit, entry.path)
+        if not taken.raws:
+            return None
+        values = self.format.parse_lines(taken, meta)
+        if values is None:
+            return self._read_records(f, entry, meta, pos, end, index, last)
+        if self.epoch_of is None:
+            batch = [v for v in values if v is not SKIP]
+            epoch = 0 if per is None else index // per
+            return epoch, batch, (taken.next_pos, index + len(batch), epoch)
+        batch = []
+        epoch = last
+        for k, value in enumerate(values):
+            if value is SKIP:
+                continue
+            e = self._epoch(value, index, partial(taken.start_of, k), entry)
+            if batch and e != epoch:
+                return epoch, batch, (taken.start_of(k), index, epoch)
+            if e < last:
+                self._went_back(entry, taken.start_of(k), e, last)
+            epoch = e
+            batch.append(value)
+            index += 1
+        return epoch, batch, (taken.next_pos, index, epoch)
+
+    def _read_records(
+        self, f: Any, entry: FileEntry, meta: Any, pos: int, end: int, index: int, last: int
+    ) -> tuple[int, list[Any], Any] | None:
+        """Record by record: for records that may span lines, and to name a bad line."""
+        lines = Lines(f, pos, end, entry.path)
+        batch: list[Any] = []
+        epoch = last
+        nxt = pos
+        for at, record in self.format.parse(lines, meta):
+            e = self._epoch(record, index, partial(int, at), entry)  # int(at) is at
+            if batch and e != epoch:
+                break  # the next batch starts with this record
+            if e < last:
+                self._went_back(entry, at, e, last)
+            epoch = e
+            batch.append(record)
+            index += 1
+            nxt = lines.pos
+            if len(batch) >= self.batch_size:
+                break
         if not batch:
             return None
         return epoch, batch, (nxt, index, epoch)
 
-    def _epoch(self, record: Any, index: int, entry: FileEntry, at: int) -> int:
+    @staticmethod
+    def _went_back(entry: FileEntry, at: int, epoch: int, last: int) -> None:
+        raise ValueError(
+            f"{entry.path}: the record at byte {at} is at epoch {epoch}, after records at "
+            f"epoch {last}; epochs must not decrease within a file: sort it by epoch, or use "
+            "records_per_epoch"
+        )
+
+    def _epoch(self, record: Any, index: int, at: Callable[[], int], entry: FileEntry) -> int:
         if self.records_per_epoch is not None:
             return index // int(self.records_per_epoch)
         fn = self.epoch_of
@@ -133,7 +194,7 @@ class FileSource(Source):
         except Exception as exc:
             where = failure_location(exc.__traceback__, function_location(fn))
             raise ValueError(
-                f"epoch_of ({where}) failed on the record at byte {at} of {entry.path}, "
+                f"epoch_of ({where}) failed on the record at byte {at()} of {entry.path}, "
                 f"{record!r}: {type(exc).__name__}: {exc}"
             ) from exc
         return check_epoch(e, record, function_location(fn))

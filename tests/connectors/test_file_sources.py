@@ -404,3 +404,9 @@ def test_a_quoted_line_break_needs_multiline() -> None:
 def test_bad_configuration_fails_when_the_source_is_made(make: Any, match: str) -> None:
     with files([b"a\n"]) as (d, _), pytest.raises(ConfigError, match=match):
         make(d)
+
+
+def test_invalid_utf8_names_the_line_and_byte(tmp_path: Path) -> None:
+    (tmp_path / "bad.txt").write_bytes(b"ok\nfine\nbad \xff here\n")
+    with pytest.raises(ValueError, match=r"bad.txt: the line at byte 8 is not valid UTF-8 .* 12"):
+        records(TextSource(tmp_path), 0)
