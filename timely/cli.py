@@ -1,0 +1,232 @@
+"""``python -m timely run module:flow``: run a dataflow that a module defines.
+
+Why a CLI: the module that builds a dataflow should not also have to parse flags and
+choose where it runs. ``module:flow`` names a :class:`~timely.Dataflow` object or a
+zero-argument function that returns one (``flow`` when ``:name`` is left out);
+``module`` is a dotted module name importable from the current directory, or a path to
+a ``.py`` file. Every flag has an environment variable, so a deployment can set them
+once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+from timely.dataflow import Dataflow
+from timely.errors import ConfigError, TimelyError
+from timely.runtime import BACKENDS
+
+ENV = {
+    "workers": "TIMELY_WORKERS",
+    "backend": "TIMELY_BACKEND",
+    "address": "TIMELY_ADDRESS",
+    "checkpoint": "TIMELY_CHECKPOINT",
+}
+DEFAULTS: dict[str, Any] = {"workers": 2, "backend": "ray", "address": None, "checkpoint": None}
+
+
+class CliError(TimelyError):
+    """The command line or the module it names is wrong; the message says how to fix it."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _backend(text: str) -> str:
+    if text not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"unknown backend {text!r}; use one of {BACKENDS}")
+    return text
+
+
+_PARSE: dict[str, Callable[[str], Any]] = {
+    "workers": _positive_int,
+    "backend": _backend,
+    "address": str,
+    "checkpoint": str,
+}
+
+
+def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser; flag defaults come from ``env`` (``os.environ`` by default)."""
+    env = os.environ if env is None else env
+    top = argparse.ArgumentParser(
+        prog="python -m timely",
+        description="Run timely dataflows.",
+    )
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="run a dataflow to completion",
+        description=(
+            "Import MODULE, take the Dataflow named ATTR (or call the zero-argument "
+            "function named ATTR to get one) and run it to completion."
+        ),
+        epilog="Each flag's default comes from its environment variable when that is set.",
+    )
+    run.add_argument(
+        "flow",
+        metavar="MODULE[:ATTR]",
+        help="a dotted module name or a path to a .py file, and the attribute (default: flow)",
+    )
+    helps = {
+        "workers": ("N", "how many workers"),
+        "backend": ("NAME", f"where workers run: {' or '.join(BACKENDS)}"),
+        "address": ("ADDR", "the Ray cluster to join ('auto' or host:port); local Ray if unset"),
+        "checkpoint": ("DIR", "checkpoint to and restore from DIR (a path or URI)"),
+    }
+    for name, (metavar, text) in helps.items():
+        default = DEFAULTS[name]
+        var = ENV[name]
+        if var in env:
+            try:
+                default = _PARSE[name](env[var])
+            except argparse.ArgumentTypeError as e:
+                raise CliError(f"environment variable {var}={env[var]!r}: {e}") from None
+        shown = "unset" if DEFAULTS[name] is None else DEFAULTS[name]
+        run.add_argument(
+            f"--{name}",
+            metavar=metavar,
+            type=_PARSE[name],
+            default=default,
+            help=f"{text} [env {var}; default: {shown}]",
+        )
+    return top
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """``module:attr`` -> ``(module, attr)``; the attribute defaults to ``flow``."""
+    module, sep, attr = spec.rpartition(":")
+    if not sep or not attr.isidentifier():
+        module, attr = spec, "flow"
+    if not module:
+        raise CliError(f"{spec!r} names no module; write MODULE:ATTR, e.g. my_jobs.clicks:flow")
+    return module, attr
+
+
+def import_module(name: str) -> ModuleType:
+    """A module by dotted name (the current directory first on the path) or by file path."""
+    if name.endswith(".py") or os.sep in name or "/" in name:
+        path = os.path.abspath(name)
+        if not os.path.isfile(path):
+            raise CliError(f"no such file: {name!r}")
+        folder, stem = os.path.split(path[:-3] if path.endswith(".py") else path)
+        if not stem.isidentifier():
+            raise CliError(f"{name!r}: a module's file name must be a Python identifier")
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        name = stem
+    elif "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
+            raise CliError(
+                f"cannot import module {name!r}: {e}; run from the directory that holds it, or "
+                "give the path to its .py file"
+            ) from None
+        raise CliError(f"importing {name!r} failed: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        raise CliError(f"importing {name!r} failed: {type(e).__name__}: {e}") from e
+
+
+def _candidates(module: ModuleType) -> list[str]:
+    """Attributes that could be meant: dataflows, and functions the module defines."""
+    out = []
+    for key, value in vars(module).items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, Dataflow) or (
+            inspect.isfunction(value) and value.__module__ == module.__name__
+        ):
+            out.append(key)
+    return out
+
+
+def load_flow(spec: str) -> tuple[Dataflow, ModuleType]:
+    """The dataflow ``spec`` names, and the module it comes from."""
+    module_name, attr = split_spec(spec)
+    module = import_module(module_name)
+    where = getattr(module, "__file__", None) or module_name
+    if not hasattr(module, attr):
+        options = _candidates(module)
+        hint = f"; it defines {', '.join(options)}" if options else ""
+        raise CliError(f"module {module_name!r} ({where}) has no attribute {attr!r}{hint}")
+    obj = getattr(module, attr)
+    if isinstance(obj, Dataflow):
+        return obj, module
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        required = [
+            p.name
+            for p in inspect.signature(obj).parameters.values()
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        if required:
+            raise CliError(
+                f"{spec} takes arguments ({', '.join(required)}); name a Dataflow or a function "
+                "that builds one without arguments"
+            )
+        flow = obj()
+        if not isinstance(flow, Dataflow):
+            raise CliError(f"{spec}() returned a {type(flow).__name__}, not a timely.Dataflow")
+        return flow, module
+    raise CliError(
+        f"{spec} is a {type(obj).__name__}, not a timely.Dataflow or a zero-argument "
+        "function returning one"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    flow, module = load_flow(args.flow)
+    options: dict[str, Any] = {}
+    if args.checkpoint is not None:
+        options["checkpoint"] = args.checkpoint
+    if args.backend == "ray":
+        options["address"] = args.address
+        # Ray workers on other machines (or started elsewhere) cannot import the user's
+        # module by name; ship what it defines by value instead.
+        import ray.cloudpickle
+
+        ray.cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+    elif args.address is not None:
+        raise CliError(
+            f"--address/{ENV['address']} is for the ray backend; drop it or use --backend ray"
+        )
+    results = flow.run(workers=args.workers, backend=args.backend, **options)
+    summary = ", ".join(f"{name!r}: {len(recs)} records" for name, recs in results.items())
+    print(
+        f"timely: dataflow {flow.name!r} finished on {args.workers} workers ({args.backend})"
+        + (f"; collected {summary}" if summary else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status (2: bad usage, 1: the dataflow failed)."""
+    try:
+        args = parser().parse_args(argv)
+        return run(args)
+    except (CliError, ConfigError) as e:
+        print(f"timely: error: {e}", file=sys.stderr)
+        return 2
+    except TimelyError as e:
+        print(f"timely: the dataflow failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
