@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.fs as pafs  # type: ignore[import-untyped]
+import pyarrow.fs as pafs
 
 from timely.errors import ConfigError, TimelyError
 from timely.state import repartition

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
-import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow as pa
 
 from connectors.files.lines import Lines, Taken
 from timely import ConfigError

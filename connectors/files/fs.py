@@ -12,8 +12,8 @@ import os
 import uuid
 from dataclasses import dataclass
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.fs as pafs  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.fs as pafs
 
 from timely import ConfigError
 

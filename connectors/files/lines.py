@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow as pa
 
 BLOCK = 1 << 16
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pyarrow.fs as pafs  # type: ignore[import-untyped]
+import pyarrow.fs as pafs
 
 from connectors.files.formats import CsvFormat, FileFormat, JsonLinesFormat, Rows, TextFormat
 from connectors.files.fs import normalize, resolve, write_atomically
