@@ -49,6 +49,8 @@ class CheckpointConfig:
     """How and where to checkpoint; ``flow.run(checkpoint=...)`` and friends build it.
 
     ``every``: checkpoint after every epoch ``e`` with ``e % every == every - 1``.
+    ``interval``: instead, checkpoint about every ``interval`` seconds: the driver picks
+    an epoch no worker has passed yet and asks every worker for it.
     ``keep``: committed checkpoints kept (older ones are deleted).
     ``max_restarts``: recoveries from worker failures before the run fails.
     ``on_error``: what a user function's exception does: ``"fail"`` the run, or
@@ -58,6 +60,7 @@ class CheckpointConfig:
 
     uri: str
     every: int = 1
+    interval: float | None = None
     keep: int = 3
     max_restarts: int = 3
     on_error: str = "fail"
@@ -67,7 +70,14 @@ class CheckpointConfig:
     def from_options(options: dict[str, Any]) -> CheckpointConfig | None:
         """Take the ``checkpoint*``/recovery options out of ``options`` and check them."""
         uri = options.pop("checkpoint", None)
-        names = ("checkpoint_every", "keep_checkpoints", "max_restarts", "on_error", "resume")
+        names = (
+            "checkpoint_every",
+            "checkpoint_interval",
+            "keep_checkpoints",
+            "max_restarts",
+            "on_error",
+            "resume",
+        )
         given = {n: options.pop(n) for n in names if n in options}
         if uri is None:
             if given:
@@ -77,8 +87,17 @@ class CheckpointConfig:
             return None
         if not isinstance(uri, str | os.PathLike) or not str(uri):
             raise ConfigError(f"checkpoint must be a directory or URI, got {uri!r}")
+        interval = given.get("checkpoint_interval")
+        if interval is not None:
+            if "checkpoint_every" in given:
+                raise ConfigError(
+                    "give checkpoint_every (epochs) or checkpoint_interval (seconds), not both"
+                )
+            if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+                raise ConfigError(f"checkpoint_interval must be seconds > 0, got {interval!r}")
         config = CheckpointConfig(
             uri=str(uri),
+            interval=None if interval is None else float(interval),
             every=given.get("checkpoint_every", 1),
             keep=given.get("keep_checkpoints", 3),
             max_restarts=given.get("max_restarts", 3),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,10 @@ class Session(ABC):
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
         self._input_log: list[tuple[int, tuple[str, Any], int]] = []
         self._input_epoch: dict[int, int] = {}
+        self._requested: int | None = None
+        """On-request mode: the epoch every worker agreed to checkpoint after, until committed."""
+        self._known_epoch = -1
+        self._next_request = time.monotonic() + (checkpoint.interval or 0.0) if checkpoint else 0.0
 
     # -- backends implement ---------------------------------------------------------------
     @abstractmethod
@@ -80,6 +85,11 @@ class Session(ABC):
     def _relaunch(self, restore: Restore | None) -> None:
         """Replace every worker by a new one started from ``restore`` (None: from scratch)."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart workers")
+
+    def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
+        """Ask every worker for a checkpoint after ``epoch``: whether all agreed, and the
+        latest epoch any of them has seen (to ask for a later one if not)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot checkpoint on request")
 
     def _stop(self) -> None:  # noqa: B027 - optional hook; most backends have nothing to free
         """Release workers and resources (idempotent)."""
@@ -108,6 +118,37 @@ class Session(ABC):
         self._guarded(self._poll, timeout)
 
     # -- checkpoints and recovery -------------------------------------------------------------
+    @property
+    def _every(self) -> int | None:
+        """Workers' ``checkpoint_every`` (None: no checkpoints, or on request)."""
+        config = self.checkpoint
+        return config.every if config is not None and config.interval is None else None
+
+    def _maybe_request_checkpoint(self) -> None:
+        """With ``checkpoint_interval``: once it has passed since the last commit, pick an
+        epoch no worker has passed and ask them all for a checkpoint after it."""
+        config = self.checkpoint
+        if config is None or config.interval is None:
+            return
+        now = time.monotonic()
+        if self._requested is not None:
+            if not (self.committed and self.committed[-1] >= self._requested):
+                return
+            self._requested = None
+            self._next_request = now + config.interval
+        if now < self._next_request:
+            return
+        known = max([self._known_epoch, self.restored_epoch, *self._input_epoch.values()])
+        epoch = known + 1
+        self._next_request = float("inf")  # no second request from inside this one
+        agreed, seen = self._request_checkpoint(epoch)
+        if agreed:
+            self._requested = epoch
+        else:
+            self._known_epoch = max(seen, epoch)
+            self._next_request = now  # ask again, later than what they have seen
+
+
     def _initial_restore(self) -> Restore | None:
         """The checkpoint to start from when resuming (None: start from scratch)."""
         if self.checkpoint is None or not self.checkpoint.resume:
@@ -124,6 +165,9 @@ class Session(ABC):
             sink.abort_after(epoch)  # output of later epochs is produced again
         self.restored_epoch = epoch
         self._parts.clear()
+        self._requested = None
+        if self.checkpoint is not None and self.checkpoint.interval is not None:
+            self._next_request = time.monotonic() + self.checkpoint.interval
         if found is None:
             return None
         return epoch, split_parts(found[1], self.workers)

@@ -204,16 +204,23 @@ class Worker:
         accumulate: bool = True,
         checkpoint_every: int | None = None,
         restore: tuple[int, dict[int, Any]] | None = None,
+        checkpoint_on_request: bool = False,
     ) -> None:
-        """``checkpoint_every=k`` snapshots the stateful vertices after every epoch ``e`` with
-        ``e % k == k - 1`` (see :meth:`take_parts`); ``restore=(e, snapshots)`` starts from a
-        checkpoint at epoch ``e``: each vertex gets its snapshot and the roots start at
-        ``e + 1``."""
+        """``checkpoint_every=k`` snapshots the vertices after every epoch ``e`` with
+        ``e % k == k - 1`` (see :meth:`take_parts`); ``checkpoint_on_request`` after the
+        epochs the driver asks for (:meth:`request_checkpoint`) instead.
+        ``restore=(e, snapshots)`` starts from a checkpoint at epoch ``e``: each vertex gets
+        its snapshot and the roots start at ``e + 1``."""
         self.plan = plan
         self.index = index
         self.peers = peers
         self.checkpoint_every = checkpoint_every
-        self.checkpointing = checkpoint_every is not None
+        self.checkpointing = checkpoint_every is not None or checkpoint_on_request
+        self._target: int | None = None
+        """The epoch the driver asked for a checkpoint after (on-request mode)."""
+        self.max_epoch = -1
+        """The latest epoch any vertex here has received or been notified at."""
+        self._max_notified = -1
         start = 0 if restore is None else restore[0] + 1
         graph = plan.graph
         caps = plan.initial_capabilities(start)
@@ -334,6 +341,8 @@ class Worker:
                 continue
             port, time, records = queue.popleft()
             loc = target(v, port)
+            if time[0] > self.max_epoch:
+                self.max_epoch = time[0]
             if not any(less_equal(f, time) for f in frontier(loc)):
                 name = self.plan.vertices[v].name
                 raise ProtocolError(
@@ -353,16 +362,21 @@ class Worker:
         return not any(less_equal(p, t) for _, p, _ in self.inbox[v])
 
     def _notify(self) -> None:
-        every = self.checkpoint_every
+        checkpointing = self.checkpointing
         for v in sorted(self._notify_pending):
             ctx = self.contexts[v]
             for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
-                if every is not None and v in self._snapped and t[0] > self._snapped[v] + every:
+                if checkpointing:
                     # State after the next checkpoint epoch may not change before the
                     # vertex's snapshot for it is taken.
-                    self._snapshot(v)
-                    if t[0] > self._snapped[v] + every:
-                        break
+                    boundary = self._next_boundary(v)
+                    if boundary is not None and t[0] > boundary:
+                        self._snapshot(v)
+                        boundary = self._next_boundary(v)
+                        if boundary is not None and t[0] > boundary:
+                            break
+                    self._max_notified = max(self._max_notified, t[0])
+                    self.max_epoch = max(self.max_epoch, t[0])
                 ctx.requests.discard(t)
                 self._activate(v, -1, t, self.vertices[v].on_notify, t)
                 ctx._hold(t, -1)
@@ -459,16 +473,35 @@ class Worker:
             epochs.extend(t[0] for t in frontier(target(v, i)))
         return min(epochs) if epochs else None
 
+    def _next_boundary(self, v: int) -> int | None:
+        """The next epoch ``v`` must be snapshotted after before anything later changes
+        its state (None: none is due)."""
+        if self.checkpoint_every is not None:
+            return self._snapped[v] + self.checkpoint_every
+        target = self._target
+        return target if target is not None and target > self._snapped[v] else None
+
     def _snapshot(self, v: int) -> None:
         """Snapshot ``v`` after the latest checkpoint epoch it has completely passed."""
-        every = self.checkpoint_every
-        assert every is not None
         low = self._open_epoch(v)
         if low is None:
             return  # finished: snapshotted on demand when a part needs it
-        epoch = (low // every) * every - 1
-        if epoch > self._snapped[v]:
-            self._take(v, epoch)
+        every = self.checkpoint_every
+        if every is not None:
+            epoch = (low // every) * every - 1
+            if epoch > self._snapped[v]:
+                self._take(v, epoch)
+        elif self._target is not None and self._snapped[v] < self._target < low:
+            self._take(v, self._target)
+
+    def request_checkpoint(self, epoch: int) -> bool:
+        """The driver asks for a checkpoint after ``epoch`` (on-request mode). Refused when
+        some vertex here has already moved past it: the driver then asks for a later one."""
+        if epoch <= self._max_notified or any(s >= epoch for s in self._snapped.values()):
+            return False
+        self._target = epoch
+        self._notify_check = True
+        return True
 
     def _take(self, v: int, epoch: int) -> None:
         ctx = self.contexts[v]

@@ -21,7 +21,7 @@ epochs_st = st.lists(st.lists(st.integers(0, 40), max_size=6), min_size=1, max_s
     epochs=epochs_st,
     workers=st.integers(1, 3),
     crashes=st.lists(st.integers(1, 400), max_size=3, unique=True),
-    every=st.integers(1, 3),
+    every=st.sampled_from([1, 2, 3, None]),
     seed=st.integers(0, 1000),
     use_source=st.booleans(),
 )
@@ -31,7 +31,7 @@ def test_crashes_change_nothing(
     epochs: list[list[int]],
     workers: int,
     crashes: list[int],
-    every: int,
+    every: int | None,
     seed: int,
     use_source: bool,
 ) -> None:
@@ -43,7 +43,7 @@ def test_crashes_change_nothing(
         backend="inline",
         seed=seed + 1,
         checkpoint=str(tmp_path_factory.mktemp("ckpt")),
-        checkpoint_every=every,
+        **({"checkpoint_every": every} if every else {"checkpoint_interval": 1e-6}),
         crash_at=tuple(crashes),
         max_restarts=len(crashes),
     )

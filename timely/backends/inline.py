@@ -50,14 +50,14 @@ class InlineSession(Session):
         self._relaunch(self._initial_restore())
 
     def _relaunch(self, restore: Restore | None) -> None:
-        every = self.checkpoint.every if self.checkpoint else None
         self.worker_list = [
             Worker(
                 self.plan,
                 i,
                 self.workers,
                 self.accumulate,
-                checkpoint_every=every,
+                checkpoint_every=self._every,
+                checkpoint_on_request=self._every is None and self.checkpoint is not None,
                 restore=None if restore is None else (restore[0], restore[1][i]),
             )
             for i in range(self.workers)
@@ -74,6 +74,10 @@ class InlineSession(Session):
             self.commands[w].append((vertex, part))
         self._rr = (self._rr + 1) % self.workers
         self._pump()
+
+    def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
+        agreed = [w.request_checkpoint(epoch) for w in self.worker_list]
+        return all(agreed), max(w.max_epoch for w in self.worker_list)
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
         return merge_frontiers([w.frontier(vertex) for w in self.worker_list])
@@ -96,6 +100,8 @@ class InlineSession(Session):
             if not options:
                 return
             self.events += 1
+            if self.events % 64 == 0:
+                self._maybe_request_checkpoint()
             if self.events in self.crash_at:
                 raise WorkerDied(f"injected crash at scheduling event {self.events}")
             if self.events > self.max_events:

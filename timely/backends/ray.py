@@ -95,7 +95,13 @@ class WorkerActor:
         Returns the node id and process id, for the driver's information.
         """
         self.worker = Worker(
-            plan, self.index, self.npeers, self.accumulate, checkpoint_every=every, restore=restore
+            plan,
+            self.index,
+            self.npeers,
+            self.accumulate,
+            checkpoint_every=every,
+            restore=restore,
+            checkpoint_on_request=store is not None and every is None,
         )
         self.store = store
         self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
@@ -288,6 +294,10 @@ class WorkerActor:
         out, self.outputs = self.outputs, []
         return serialization.encode(out), self.finished
 
+    async def request_checkpoint(self, epoch: int) -> tuple[bool, int]:
+        """The driver asks for a checkpoint after ``epoch`` (between steps)."""
+        return self.worker.request_checkpoint(epoch), self.worker.max_epoch
+
     async def frontier(self, vertex: int) -> tuple[tuple[int, ...], ...]:
         """This worker's view of the frontier at ``vertex``'s first input (between steps)."""
         return self.worker.frontier(vertex)
@@ -400,7 +410,7 @@ class RaySession(Session):
             ).remote(i, workers, self.accumulate, self.max_inflight)
             for i in range(workers)
         ]
-        every = self.checkpoint.every if self.checkpoint else None
+        every = self._every
         starts = [
             a.start.remote(
                 self.plan_ref,
@@ -487,6 +497,11 @@ class RaySession(Session):
         seq = self._cmd_seq[w]
         self._cmd_seq[w] = seq + 1
         queue.append(self.actors[w].command.remote(seq, vertex, payload))
+
+    def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
+        refs = [a.request_checkpoint.remote(epoch) for a in self.actors]
+        answers = self._wait_for(refs, list(range(self.workers)))
+        return all(ok for ok, _ in answers), max(seen for _, seen in answers)
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
         refs = [a.frontier.remote(vertex) for a in self.actors]
@@ -592,6 +607,8 @@ class RaySession(Session):
         """Raise the first failure among the workers' loops and heartbeats; with every
         input ``closed``, also a stall (every worker waiting, no progress anywhere)."""
         self._last_check = time.monotonic()
+        if self._runs and len(self._runs) == self.workers:
+            self._maybe_request_checkpoint()
         if not self._runs:
             return
         ready, _ = ray.wait(list(self._runs.values()), num_returns=len(self._runs), timeout=0)
