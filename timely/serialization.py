@@ -103,17 +103,12 @@ def _unpack(data: bytes) -> Any:
 
 def _is_flat(items: list[Any] | tuple[Any, ...]) -> bool:
     """Only scalars and tuples (of scalars and tuples) inside: no list, dict, set or other type."""
-    scalars = _SCALARS
-    for x in items:
-        t = type(x)
-        if t is tuple:
-            for y in x:
-                ty = type(y)
-                if ty not in scalars and not (ty is tuple and _is_flat(y)):
-                    return False
-        elif t not in scalars:
-            return False
-    return True
+    types = set(map(type, items))  # one pass in C: cheap even for long batches
+    if types <= _SCALARS:
+        return True
+    if tuple not in types or not types - {tuple} <= _SCALARS:
+        return False
+    return all(_is_flat(x) for x in items if type(x) is tuple)
 
 
 def _maybe_flat(items: list[Any]) -> Any:

@@ -48,7 +48,7 @@ def test_snapshot_restore_round_trips_through_the_wire_format(
 
 def test_restore_rebuilds_tuple_keys_from_plain_lists() -> None:
     s: KeyedState[Any] = KeyedState()
-    s.restore({"format": 1, "times": [[[2], [[[1, "a"], 5]]]]})
+    s.restore({"format": 2, "times": [[[2], [[1, "a"]], [5]]]})
     assert s.get((2,)) == {(1, "a"): 5}
     with pytest.raises(ValueError, match="format"):
         s.restore({"format": 99, "times": []})
