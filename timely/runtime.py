@@ -148,7 +148,6 @@ class Session(ABC):
             self._known_epoch = max(seen, epoch)
             self._next_request = now  # ask again, later than what they have seen
 
-
     def _initial_restore(self) -> Restore | None:
         """The checkpoint to start from when resuming (None: start from scratch)."""
         if self.checkpoint is None or not self.checkpoint.resume:
