@@ -157,3 +157,38 @@ def test_os_exit_inside_a_vertex(case: str, tmp_path: Path) -> None:
     assert got == expected
     assert all(marker.exists() for marker, _ in exits)
     assert 1 <= session.restarts <= 4
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)])
+def test_restore_on_ray_with_another_worker_count(before: int, after: int, tmp_path: Path) -> None:
+    """Stop a run after a checkpoint; resume it on Ray with another number of workers."""
+    rng = random.Random(f"rescale-{before}")
+    epochs = cc_epochs(rng, 12)
+    expected, _ = run("incremental_cc", epochs, "inline")
+    body = CASES["incremental_cc"][0]
+
+    def flow_for(n: int) -> tuple[Dataflow, dict[int, list[Any]], Any]:
+        flow = Dataflow("rescale")
+        out: dict[int, list[Any]] = {}
+        events = flow.new_input("events")
+        flow.new_input("ads").close()  # unused here; closed so that it holds no epoch back
+        body(events.stream).subscribe(lambda e, r: out.setdefault(e, sorted(r, key=repr)))
+        for e, batch in enumerate(epochs[:n]):
+            events.advance_to(e)
+            events.send(batch)
+        return flow, out, events
+
+    flow, first, events = flow_for(7)
+    events.advance_to(7)
+    session = flow.activate(workers=before, backend="ray", checkpoint=str(tmp_path))
+    while not session.committed or session.committed[-1] < 6:
+        session.poll(timeout=0.05)
+    session.close()
+
+    flow, second, _ = flow_for(12)
+    session = flow.activate(workers=after, backend="ray", checkpoint=str(tmp_path))
+    assert session.restored_epoch == 6
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    assert {**{e: r for e, r in first.items() if e <= 6}, **second} == expected
