@@ -11,6 +11,7 @@ keep their state in :class:`~operators.state.KeyedState` tables (see ``operators
 """
 
 from operators.batch import select_batch, where_batch
+from operators.columnar import count_columns, where_columns
 from operators.join import join, join_streaming
 from operators.keyed import aggregate, count_by, group_by, max_by, min_by
 from operators.loops import fixpoint
@@ -25,6 +26,7 @@ __all__ = [
     "StatefulVertex",
     "aggregate",
     "count_by",
+    "count_columns",
     "distinct",
     "fixpoint",
     "group_by",
@@ -42,5 +44,6 @@ __all__ = [
     "select_many",
     "where",
     "where_batch",
+    "where_columns",
     "window",
 ]
