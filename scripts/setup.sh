@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with the given extras (default: dev).
 # Re-runs pip only when pyproject.toml changed since the last install.
+# With the spark extra, also makes sure Java 17+ is there (scripts/check_java.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-dev}"
@@ -9,6 +10,9 @@ if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; th
   echo "timely needs Python >= 3.10 (found: $("$py" --version 2>&1)); set PYTHON=/path/to/python3.10+" >&2
   exit 2
 fi
+case ",$extras," in
+  *,spark,*) bash scripts/check_java.sh ;;
+esac
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi

@@ -3,7 +3,7 @@
 # HYPOTHESIS_PROFILE=ci selects the deeper property-test profile (.ci/run sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh dev
+bash scripts/setup.sh dev,spark  # the Spark connector's tests run a real local Spark
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

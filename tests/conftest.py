@@ -1,4 +1,4 @@
-"""Test-session set-up: hypothesis profiles, and one local Ray for the whole session.
+"""Test-session set-up: hypothesis profiles, one local Ray and one local Spark for the session.
 
 ``dev`` (the default) is fast for the edit-test loop; ``ci`` goes deeper and is what
 ``.ci/run`` selects through ``HYPOTHESIS_PROFILE=ci``.
@@ -54,3 +54,27 @@ def ray_local() -> Iterator[Any]:
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One local SparkSession (the JVM takes seconds to start): ``local[2]``, few shuffle
+    partitions, no UI, an in-memory catalog in a temp warehouse."""
+    from pyspark.sql import SparkSession  # the spark extra is part of the test set-up
+
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("timely-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.sql.catalogImplementation", "in-memory")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,370 @@
+"""PySpark in and out of a dataflow: DataFrames become a source, epochs go back as tables.
+
+**Source: hand-over through Parquet, never a collect().** :func:`spark_source` has
+Spark write the DataFrame as Parquet to a staging location, partition by partition,
+and returns a :class:`~connectors.parquet.ParquetSource` over those files: each
+worker reads its (file, row group) partitions straight from storage, so neither the
+driver nor any one process holds the whole DataFrame. With ``deterministic=True``
+(the default) the staged files do not depend on how Spark happened to partition or
+order the DataFrame: rows are hash-partitioned on their values into ``partitions``
+files and sorted within each (by the epoch column first), so staging the same data
+twice gives every worker the same records in the same epochs, and a replay from
+recorded offsets reads exactly what was read before. Epochs come from an integer
+column or from the row order (see ``ParquetSource``).
+
+**Sink: exactly once, then Spark.** :class:`SparkSink` is a
+:class:`~connectors.parquet.ParquetSink` (per-epoch part files, committed with the
+checkpoints) whose driver side turns committed epochs into a Spark DataFrame
+(:meth:`SparkSink.dataframe`: Spark reads the committed files) and, given ``table``,
+appends each newly committed range of epochs to a Spark table. The Parquet output is
+exactly once; the table append happens after the commit and is recorded in
+``_PUBLISHED``, so only a driver crash between an append and that record can append
+the same epochs twice.
+
+On a cluster, ``staging`` and the sink's path must be storage every Spark executor
+and every timely worker can reach (``s3://...``, ``hdfs://...``); local paths work for
+local Spark and local Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from connectors._storage import read_text, resolve, write_atomic
+from connectors.arrow_records import SchemaError
+from connectors.parquet import (
+    ParquetSink,
+    ParquetSource,
+    committed_epoch,
+    committed_files,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PUBLISHED = "_PUBLISHED"
+_INTEGRAL = ("ByteType", "ShortType", "IntegerType", "LongType")
+_NOT_PARQUET = ("NullType", "CalendarIntervalType")
+_UNORDERED = ("MapType", "VariantType")
+
+
+def _pyspark() -> Any:
+    try:
+        import pyspark.sql
+    except ImportError:
+        raise ImportError(
+            "the Spark connector needs pyspark: pip install 'timely[spark]' (and Java 17+)"
+        ) from None
+    return pyspark.sql
+
+
+def active_spark(spark: SparkSession | None = None) -> SparkSession:
+    """``spark``, else the active SparkSession, else a new local one."""
+    if spark is not None:
+        return spark
+    sql = _pyspark()
+    active = sql.SparkSession.getActiveSession()
+    if active is not None:
+        return active  # type: ignore[no-any-return]
+    return sql.SparkSession.builder.getOrCreate()  # type: ignore[no-any-return]
+
+
+def _as_dataframe(data: Any, spark: SparkSession | None, format: str) -> DataFrame:
+    if hasattr(data, "sparkSession") and hasattr(data, "write"):
+        return data  # type: ignore[no-any-return]
+    if not isinstance(data, str):
+        raise TypeError(
+            f"spark_source reads a Spark DataFrame, a table name or a path, not "
+            f"{type(data).__name__}"
+        )
+    session = active_spark(spark)
+    from pyspark.errors import AnalysisException
+
+    try:
+        if "/" in data or "://" in data or os.path.exists(data):
+            return session.read.format(format).load(data)
+        return session.table(data)
+    except AnalysisException as e:
+        first = str(e).splitlines()[0]
+        raise ValueError(
+            f"Spark cannot read {data!r} ({first}); pass an existing table name, or a path "
+            f"to {format} data (format= for another format)"
+        ) from None
+
+
+def _type_name(dt: Any) -> str:
+    return type(dt).__name__
+
+
+def _orderable(dt: Any) -> bool:
+    """Whether Spark can sort and hash values of ``dt`` (maps and variants it cannot)."""
+    name = _type_name(dt)
+    if name in _UNORDERED:
+        return False
+    if name == "ArrayType":
+        return _orderable(dt.elementType)
+    if name == "StructType":
+        return all(_orderable(f.dataType) for f in dt.fields)
+    return True
+
+
+def _check_types(df: DataFrame, epoch_column: str | None, columns: Sequence[str]) -> None:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    for name in [*columns, *([epoch_column] if epoch_column else [])]:
+        if name not in fields:
+            what = "epoch column" if name == epoch_column else "column"
+            raise SchemaError(
+                f"{what} {name!r} is not in the DataFrame (its columns: {list(fields)}); "
+                "pass one of those"
+            )
+    if epoch_column is not None and _type_name(fields[epoch_column]) not in _INTEGRAL:
+        raise SchemaError(
+            f"epoch column {epoch_column!r} is {fields[epoch_column].simpleString()}, not an "
+            f"integer type; derive an integer epoch, e.g. df.withColumn({epoch_column!r}, "
+            f"F.col({epoch_column!r}).cast('long')) (for a timestamp: seconds since the start "
+            "divided by the epoch length)"
+        )
+    for name in columns:
+        if _type_name(fields[name]) in _NOT_PARQUET:
+            raise SchemaError(
+                f"column {name!r} has Spark type {fields[name].simpleString()}, which Parquet "
+                f"cannot store; cast it, e.g. df.withColumn({name!r}, "
+                f"F.col({name!r}).cast('string')), or leave it out with columns="
+            )
+
+
+class SparkSource(ParquetSource):
+    """A :class:`ParquetSource` over a DataFrame's staged files; ``cleanup()`` deletes them."""
+
+    staged: str
+
+    def cleanup(self) -> None:
+        """Delete the staged files (after the run; a restore would need them)."""
+        fs, path = resolve(self.staged)
+        fs.delete_dir(path)
+
+
+def spark_source(
+    data: DataFrame | str,
+    spark: SparkSession | None = None,
+    epoch_column: str | None = None,
+    records: str = "tuples",
+    staging: str | None = None,
+    columns: Sequence[str] | None = None,
+    batch_size: int = 65_536,
+    partitions: int | None = None,
+    deterministic: bool = True,
+    format: str = "parquet",
+) -> SparkSource:
+    """A dataflow source over a Spark DataFrame, a table name, or a path Spark reads.
+
+    Spark writes the rows as Parquet under ``staging`` (a new directory in it; default:
+    a local temp directory) and the workers read those files. ``partitions`` is the
+    number of staged files with ``deterministic=True`` (default: Spark's
+    ``spark.sql.shuffle.partitions``); ``deterministic=False`` keeps Spark's own
+    partitioning and skips the shuffle, for DataFrames whose partitioning is already
+    stable. ``records``, ``columns``, ``batch_size``: as for ``ParquetSource``.
+    """
+    df = _as_dataframe(data, spark, format)
+    wanted = list(columns) if columns is not None else list(df.columns)
+    _check_types(df, epoch_column, wanted)
+    keep = wanted + ([epoch_column] if epoch_column and epoch_column not in wanted else [])
+    df = df.select(*keep)
+    if deterministic:
+        fields = df.schema.fields
+        ordered = [f.name for f in fields if _orderable(f.dataType)]
+        n = partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
+        if n < 1:
+            raise ValueError(f"partitions must be >= 1, got {n}")
+        df = df.repartition(n, *ordered) if ordered else df.coalesce(1)
+        first = [epoch_column] if epoch_column else []
+        df = df.sortWithinPartitions(*first, *[c for c in ordered if c != epoch_column])
+    elif epoch_column is not None:
+        df = df.sortWithinPartitions(epoch_column)  # epochs must not decrease within a file
+    target = _staging_uri(staging)
+    df.write.mode("errorifexists").parquet(target)
+    src = SparkSource(
+        target, epoch_column=epoch_column, records=records, batch_size=batch_size, columns=wanted
+    )
+    src.staged = target
+    return src
+
+
+def _staging_uri(staging: str | None) -> str:
+    """A new directory under ``staging`` as a URI Spark and pyarrow agree on."""
+    name = f"timely-stage-{uuid.uuid4().hex[:12]}"
+    if staging is None:
+        staging = tempfile.mkdtemp(prefix="timely-spark-")
+    if "://" in staging:
+        return f"{staging.rstrip('/')}/{name}"
+    return "file://" + os.path.join(os.path.abspath(staging), name)
+
+
+def arrow_schema_of(schema: Any) -> pa.Schema:
+    """A ``pyarrow.Schema`` from one, or from a Spark ``StructType`` (field by field, so a
+    type Arrow cannot hold is named)."""
+    if schema is None or isinstance(schema, pa.Schema):
+        return schema
+    if _type_name(schema) != "StructType":
+        raise TypeError(
+            f"schema must be a pyarrow.Schema or a Spark StructType, got {type(schema).__name__}"
+        )
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fields = []
+    for f in schema.fields:
+        try:
+            typ = to_arrow_type(f.dataType)
+        except Exception:
+            raise SchemaError(
+                f"column {f.name!r}: Spark type {f.dataType.simpleString()} has no Arrow "
+                "equivalent; use another type for it (e.g. a string or a long)"
+            ) from None
+        fields.append(pa.field(f.name, typ, nullable=f.nullable))
+    return pa.schema(fields)
+
+
+def _check_table_schema(table: str, ours: pa.Schema, theirs: pa.Schema) -> None:
+    for field in ours:
+        i = theirs.get_field_index(field.name)
+        if i < 0:
+            raise SchemaError(
+                f"column {field.name!r} is not in table {table!r} (its columns: "
+                f"{theirs.names}); drop it from the output or add it to the table"
+            )
+        if theirs.field(i).type != field.type:
+            raise SchemaError(
+                f"column {field.name!r} is {field.type} in the sink's schema but "
+                f"{theirs.field(i).type} in table {table!r}; make the sink's schema say "
+                f"{theirs.field(i).type} (convert the values in the dataflow)"
+            )
+    missing = [n for n in theirs.names if ours.get_field_index(n) < 0]
+    if missing:
+        raise SchemaError(
+            f"table {table!r} has column {missing[0]!r}, which the sink's schema lacks; add "
+            "it to the schema (and the records)"
+        )
+
+
+class SparkSink(ParquetSink):
+    """Dataflow output to Parquet under ``path`` (exactly once), then to Spark.
+
+    ``schema``: a ``pyarrow.Schema`` or a Spark ``StructType``; when ``table`` names an
+    existing Spark table and no schema is given, the table's schema is used, and a
+    given schema must match it (checked here, before anything runs). ``table``: append
+    each newly committed range of epochs to it (created on first use).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        schema: Any = None,
+        table: str | None = None,
+        spark: SparkSession | None = None,
+    ) -> None:
+        arrow = arrow_schema_of(schema)
+        self.table = table
+        self._spark = spark
+        if table is not None:
+            session = active_spark(spark)
+            if session.catalog.tableExists(table):
+                from pyspark.sql.pandas.types import to_arrow_schema
+
+                existing = to_arrow_schema(session.table(table).schema)
+                if arrow is None:
+                    arrow = existing
+                else:
+                    _check_table_schema(table, arrow, existing)
+        super().__init__(path, arrow)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_spark"] = None  # workers never touch Spark
+        return state
+
+    def commit(self, epoch: int | None) -> None:
+        super().commit(epoch)
+        if self.table is not None:
+            self._publish()
+
+    def _publish(self) -> None:
+        assert self.table is not None
+        fs, root = self._fs, self._root
+        text = read_text(fs, f"{root}/{PUBLISHED}")
+        published = -1 if text is None else int(json.loads(text)["epoch"])
+        last = committed_epoch(fs, root)
+        if last <= published:
+            return
+        df = self.dataframe(after=published)
+        df.write.mode("append").saveAsTable(self.table)
+        write_atomic(fs, f"{root}/{PUBLISHED}", json.dumps({"epoch": last}).encode())
+
+    def dataframe(
+        self,
+        spark: SparkSession | None = None,
+        epoch_column: str | None = None,
+        after: int = -1,
+    ) -> DataFrame:
+        """The committed epochs ``> after`` as a Spark DataFrame (Spark reads the files).
+
+        ``epoch_column`` adds each row's epoch under that name.
+        """
+        session = active_spark(spark or self._spark)
+        files = [(e, f) for e, f in committed_files(self.path) if e > after]
+        schema = self.schema
+        if schema is None and files:
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(files[0][1], filesystem=self._fs)
+        spark_schema = _spark_schema(schema) if schema is not None else None
+        if epoch_column is not None and schema is not None and epoch_column in schema.names:
+            raise SchemaError(
+                f"the data already has a column {epoch_column!r}; pass another epoch_column "
+                "name, or None"
+            )
+        if not files:
+            empty = spark_schema if spark_schema is not None else _pyspark().types.StructType()
+            df = session.createDataFrame([], empty)
+            if epoch_column is not None:
+                from pyspark.sql import functions as F
+
+                df = df.withColumn(epoch_column, F.lit(None).cast("long"))
+            return df
+        reader = session.read
+        if spark_schema is not None:
+            reader = reader.schema(spark_schema)
+        df = reader.parquet(*[self._uri(f) for _, f in files])
+        if epoch_column is None:
+            return df
+        from pyspark.sql import functions as F
+
+        where = F.col("_metadata.file_path")  # .../epoch=<e>/part-...: the epoch is in the path
+        return df.withColumn(epoch_column, F.regexp_extract(where, r"epoch=(\d+)/", 1).cast("long"))
+
+    def _uri(self, fs_path: str) -> str:
+        if "://" in self.path:
+            return f"{self.path.split('://', 1)[0]}://{fs_path}"
+        return "file://" + fs_path
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def spark_sink(
+    path: str,
+    schema: Any = None,
+    table: str | None = None,
+    spark: SparkSession | None = None,
+) -> SparkSink:
+    """A :class:`SparkSink`: ``stream.sink(spark_sink(path, schema, table=...))``."""
+    return SparkSink(path, schema=schema, table=table, spark=spark)

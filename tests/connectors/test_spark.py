@@ -1,0 +1,165 @@
+"""The PySpark connector on a real local SparkSession (and real Ray for the round trip).
+
+- Spark -> dataflow -> Spark equals Spark's own computation of the same query.
+- Staging the same DataFrame twice gives every worker the same records in the same
+  epochs, even when Spark's own row order is random.
+- Schema problems fail with the column's name and the fix.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+import operators  # noqa: F401 - registers the Stream methods
+from connectors.arrow_records import SchemaError
+from connectors.spark import SparkSink, spark_source
+from timely import Dataflow, UserFunctionError
+
+
+def events(spark: Any, n: int) -> Any:
+    """A click/view log made by Spark from ids, in a random order (rand() has no seed)."""
+    return (
+        spark.range(n)
+        .select(
+            (F.col("id") * 7 % 23).alias("user"),
+            (F.col("id") * 13 % 5).alias("ad"),
+            F.when(F.col("id") % 3 == 0, "click").otherwise("view").alias("kind"),
+            (F.col("id") % 6).cast("int").alias("epoch"),
+        )
+        .orderBy(F.rand())
+    )
+
+
+def test_round_trip_on_ray_equals_spark_own_query(
+    spark: Any, ray_local: Any, tmp_path: Any
+) -> None:
+    df = events(spark, 3000).cache()
+    flow = Dataflow("clicks_per_ad")
+    src = spark_source(df, epoch_column="epoch", records="dicts", staging=str(tmp_path))
+    assert src.partitions() >= 2, "the test needs several partitions to spread"
+    counts = (
+        flow.source(src)
+        .where(lambda e: e["kind"] == "click")
+        .count_by(lambda e: e["ad"])
+        .select(lambda kv: {"ad": kv[0], "clicks": kv[1]})
+    )
+    schema = T.StructType(
+        [T.StructField("ad", T.LongType()), T.StructField("clicks", T.LongType())]
+    )
+    sink = SparkSink(str(tmp_path / "out"), schema=schema, table="clicks_per_ad")
+    counts.sink(sink)
+    flow.run(workers=2, backend="ray")
+
+    want = Counter(
+        (r["epoch"], r["ad"], r["count"])
+        for r in df.where("kind = 'click'").groupBy("epoch", "ad").count().collect()
+    )
+    got = sink.dataframe(spark, epoch_column="epoch").collect()
+    assert Counter((r["epoch"], r["ad"], r["clicks"]) for r in got) == want
+    table = spark.table("clicks_per_ad")
+    assert table.schema == schema
+    assert Counter((r["ad"], r["clicks"]) for r in table.collect()) == Counter(
+        (ad, c) for _, ad, c in want
+    )
+    sink.commit(None)  # a second commit appends nothing new to the table
+    assert spark.table("clicks_per_ad").count() == len(want)
+
+
+def per_worker(src: Any, workers: int) -> list[dict[int, Counter[Any]]]:
+    """What each worker reads: its partitions' records, per epoch."""
+    out: list[dict[int, Counter[Any]]] = [defaultdict(Counter) for _ in range(workers)]
+    for p in range(src.partitions()):
+        offset = None
+        while (got := src.read(p, offset)) is not None:
+            epoch, records, offset = got
+            out[p % workers][epoch].update(records)
+    return out
+
+
+@pytest.mark.parametrize("epoch_column", ["epoch", None])
+def test_two_stagings_give_each_worker_the_same_records(
+    spark: Any, tmp_path: Any, epoch_column: str | None
+) -> None:
+    df = events(spark, 2000)  # not cached: each staging runs the random orderBy again
+    a = spark_source(df, epoch_column=epoch_column, staging=str(tmp_path), batch_size=97)
+    b = spark_source(df, epoch_column=epoch_column, staging=str(tmp_path), batch_size=97)
+    assert a.staged != b.staged and a.partitions() >= 2
+    for workers in (2, 3):
+        assert per_worker(a, workers) == per_worker(b, workers)
+    everything = sum((c for w in per_worker(a, 1) for c in w.values()), Counter())
+    assert everything == Counter(tuple(r) for r in df.collect())
+    if epoch_column is None:  # epochs by row order: 97 rows each, over all files
+        sizes = [sum(c.values()) for _, c in sorted(per_worker(a, 1)[0].items())]
+        assert sizes[:-1] == [97] * (len(sizes) - 1)
+
+
+def test_source_from_a_table_name_and_a_path(spark: Any, tmp_path: Any) -> None:
+    df = spark.createDataFrame([(1, "a"), (2, "b"), (2, "c")], "n long, s string")
+    df.write.parquet(str(tmp_path / "data"))
+    df.createOrReplaceTempView("small")
+    for data in ("small", str(tmp_path / "data")):
+        src = spark_source(data, spark=spark, epoch_column="n", staging=str(tmp_path))
+        got = sorted((e, r) for e, c in per_worker(src, 1)[0].items() for r in c.elements())
+        assert got == [(1, (1, "a")), (2, (2, "b")), (2, (2, "c"))]
+
+
+def test_source_schema_errors_name_the_column_and_the_fix(spark: Any, tmp_path: Any) -> None:
+    df = spark.createDataFrame([(1, "a", 1.5)], "n long, s string, x double")
+    with pytest.raises(SchemaError, match=r"epoch column 'when' is not in .*\['n', 's', 'x'\]"):
+        spark_source(df, epoch_column="when", staging=str(tmp_path))
+    with pytest.raises(SchemaError, match=r"epoch column 's' is string, not an integer.*cast"):
+        spark_source(df, epoch_column="s", staging=str(tmp_path))
+    with pytest.raises(SchemaError, match=r"column 'y' is not in the DataFrame"):
+        spark_source(df, columns=["n", "y"], staging=str(tmp_path))
+    void = df.withColumn("nothing", F.lit(None))
+    with pytest.raises(SchemaError, match=r"'nothing' has Spark type void.*cast\('string'\)"):
+        spark_source(void, staging=str(tmp_path))
+    with pytest.raises(ValueError, match=r"Spark cannot read 'no_such_table'"):
+        spark_source("no_such_table", spark=spark, staging=str(tmp_path))
+
+
+def test_sink_schema_errors_name_the_column_and_the_fix(spark: Any, tmp_path: Any) -> None:
+    spark.createDataFrame([(1, "a")], "id long, name string").write.saveAsTable("people")
+    wrong_type = pa.schema([("id", pa.string()), ("name", pa.string())])
+    with pytest.raises(SchemaError, match=r"column 'id' is string in the sink's schema but int64"):
+        SparkSink(str(tmp_path / "a"), schema=wrong_type, table="people", spark=spark)
+    extra = pa.schema([("id", pa.int64()), ("name", pa.string()), ("age", pa.int64())])
+    with pytest.raises(SchemaError, match=r"column 'age' is not in table 'people'"):
+        SparkSink(str(tmp_path / "b"), schema=extra, table="people", spark=spark)
+    interval = T.StructType([T.StructField("gap", T.CalendarIntervalType())])
+    with pytest.raises(SchemaError, match=r"column 'gap': Spark type interval has no Arrow"):
+        SparkSink(str(tmp_path / "c"), schema=interval)
+
+    # no schema given: the existing table's is used, and records that do not fit it fail
+    sink = SparkSink(str(tmp_path / "d"), table="people", spark=spark)
+    flow = Dataflow("bad_people")
+    handle = flow.new_input()
+    handle.stream.sink(sink, name="people_out")
+    handle.send([{"id": 2, "name": "b"}, {"id": "three", "name": "c"}])
+    with pytest.raises(UserFunctionError, match=r"'people_out'.*column 'id': cannot convert"):
+        flow.run(workers=1, backend="inline")
+
+    ok = SparkSink(str(tmp_path / "e"), table="people", spark=spark)
+    flow = Dataflow("people")
+    handle = flow.new_input()
+    handle.stream.sink(ok)
+    handle.send([{"id": 2, "name": "b"}])
+    flow.run(workers=2, backend="inline")
+    assert sorted(tuple(r) for r in spark.table("people").collect()) == [(1, "a"), (2, "b")]
+
+
+def test_sink_dataframe_of_nothing_has_the_schema(spark: Any, tmp_path: Any) -> None:
+    schema = pa.schema([("k", pa.string()), ("v", pa.float64())])
+    sink = SparkSink(str(tmp_path / "none"), schema=schema)
+    flow = Dataflow("nothing")
+    flow.new_input().stream.sink(sink)
+    flow.run(workers=1, backend="inline")
+    df = sink.dataframe(spark, epoch_column="epoch")
+    assert df.count() == 0
+    assert df.columns == ["k", "v", "epoch"]
