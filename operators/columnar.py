@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from operators.state import Snapshot, StatefulVertex, owner
 from operators.stateless import _check
