@@ -8,15 +8,24 @@ from typing import Any
 
 
 def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
-    """``--workers``, ``--backend`` (ray by default) and ``--address`` (a Ray cluster)."""
+    """``--workers``, ``--backend`` (ray by default), ``--address`` (a Ray cluster) and
+    ``--checkpoint`` (where checkpoints go: recovery from failures, resume)."""
     ap.add_argument("--workers", type=int, default=workers)
     ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
     ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
+    ap.add_argument(
+        "--checkpoint",
+        default=None,
+        help="checkpoint directory or URI: survive worker failures, resume a stopped run",
+    )
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
     """The session options the flags ask for (``address`` only means something on Ray)."""
-    return {} if args.backend == "inline" else {"address": args.address}
+    options: dict[str, Any] = {} if args.backend == "inline" else {"address": args.address}
+    if getattr(args, "checkpoint", None):
+        options["checkpoint"] = args.checkpoint
+    return options
 
 
 def random_graph(nodes: int, edges: int, seed: int) -> list[tuple[int, int]]:

@@ -36,7 +36,7 @@ import connected_components
 from _cli import add_run_flags, run_options
 
 from connectors.spark import SparkSink, active_spark, spark_source
-from timely import Dataflow, Probe, Vertex
+from timely import Dataflow, Probe, StatefulVertex
 
 EPOCHS = 20
 WINDOW = 5
@@ -96,16 +96,42 @@ def prepare_input(spark: Any, data: str, size: int) -> tuple[str, str]:
     return events, follows
 
 
-class SoFar(Vertex):
-    """Re-sends each record at its epoch and every later one up to ``last``: each epoch
-    then carries everything so far (the graph as it stands after that epoch)."""
+class SoFar(StatefulVertex):
+    """Sends, at each epoch up to ``last``, every record of that epoch and the ones before:
+    each epoch then carries everything so far (the graph as it stands after it).
+
+    The records wait in keyed state (per epoch, under this worker's index) and go out from
+    ``on_notify``, so a checkpoint after any epoch holds them and nothing is in flight.
+    """
 
     def __init__(self, last: int) -> None:
+        super().__init__()
         self.last = last
+        self.kept = self.keyed_state("kept")
+        self.asked: set[int] = set()
 
     def on_recv(self, input: int, records: list[Any], time: Time) -> None:
-        for e in range(time[0], self.last + 1):
-            self.send_by(0, records, (e,))
+        if self.kept.get(time) is None:
+            self._ask_from(time[0])
+        self.kept.table(time).setdefault(self.worker, []).extend(records)
+
+    def _ask_from(self, epoch: int) -> None:
+        for e in range(epoch, self.last + 1):
+            if e not in self.asked:
+                self.asked.add(e)
+                self.notify_at((e,))
+
+    def restored(self, epoch: int) -> None:
+        if self.kept.times():
+            self._ask_from(epoch + 1)
+
+    def on_notify(self, time: Time) -> None:
+        out: list[Any] = []
+        for t in self.kept.times():
+            if t[0] <= time[0]:
+                for records in self.kept.table(t).values():
+                    out.extend(records)
+        self.send_by(0, out, time)
 
 
 def _is_click(event: tuple[Any, ...]) -> bool:
