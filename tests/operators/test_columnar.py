@@ -201,7 +201,7 @@ def test_sum_counts_snapshot_folds_pending_partials_into_keyed_state() -> None:
     v.on_recv(0, [partial({("x", 1): 2, ("y", 2): 1})], (3,))
     v.on_recv(0, [partial({("x", 1): 5})], (3,))
     snap = serialization.decode(serialization.encode(v.snapshot()))
-    assert snap["counts"]["times"] == [((3,), [(("x", 1), 7), (("y", 2), 1)])]
+    assert snap["counts"]["times"] == [((3,), [("x", 1), ("y", 2)], [7, 1])]
 
     fresh = SumCounts(columnar=False)
     fresh._ctx = ctx = _Ctx()  # type: ignore[assignment]
