@@ -193,10 +193,15 @@ class SourceVertex(Vertex):
             cap.downgrade((low,))
 
     def snapshot_at(self, epoch: int) -> dict[str, Any]:
-        """Per partition ``[offset, epoch, done]``: where to read from after ``epoch``."""
-        parts: dict[int, list[Any]] = {p: [None, 0, True] for p in self.done}
-        for p, offset in self.offsets.items():
-            history = self.history[p]
+        """Per partition ``[offset, epoch, done]``: where to read from after ``epoch``.
+
+        A partition read past ``epoch`` (even to its end) resumes at its first batch of a
+        later epoch, found in ``history``; the source may have run far ahead of the
+        checkpoint, since reading is not held back for it.
+        """
+        parts: dict[int, list[Any]] = {}
+        for p in sorted(set(self.offsets) | self.done):
+            history = self.history.get(p, [])
             later = [i for i, (e, _) in enumerate(history) if e > epoch]
             if later:  # the first batch after `epoch`: resume there
                 e, offset = history[later[0]]
@@ -204,7 +209,10 @@ class SourceVertex(Vertex):
                 parts[p] = [offset, e, False]
             else:
                 history.clear()
-                parts[p] = [offset, self.epochs[p], False]
+                if p in self.done:
+                    parts[p] = [None, 0, True]
+                else:
+                    parts[p] = [self.offsets[p], self.epochs[p], False]
         return {"kind": "offsets", "partitions": parts}
 
     def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
