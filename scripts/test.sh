@@ -7,6 +7,6 @@ bash scripts/setup.sh dev,spark  # the Spark connector's tests run a real local 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-# Three test processes on two cores: many tests wait on Ray, Spark or subprocesses, so a
-# third process keeps the CPUs busy (PYTEST_PROCESSES=1 runs them in this process).
-.venv/bin/python -m pytest -n "${PYTEST_PROCESSES:-3}" "$@"
+# Two test processes, one per core (a third, measured, slowed the Ray tests more than it
+# gained: each process runs its own local Ray). PYTEST_PROCESSES=1: all in this process.
+.venv/bin/python -m pytest -n "${PYTEST_PROCESSES:-2}" "$@"
