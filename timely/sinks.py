@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from progress import Timestamp
-from timely.vertex import Vertex
+from timely.system import TimeBuffer
 
 
 class Sink(ABC):
@@ -43,22 +43,14 @@ class Sink(ABC):
         """Discard uncommitted output of epochs ``> epoch`` (``-1``: of every epoch)."""
 
 
-class SinkVertex(Vertex):
+class SinkVertex(TimeBuffer):
     """Buffers each time's records and hands them to the sink when the time completes."""
 
     def __init__(self, sink: Sink) -> None:
+        super().__init__()
         self.sink = sink
-        self.pending: dict[Timestamp, list[Any]] = {}
 
-    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        buf = self.pending.get(time)
-        if buf is None:
-            self.pending[time] = buf = []
-            self.notify_at(time)
-        buf.extend(records)
-
-    def on_notify(self, time: Timestamp) -> None:
-        records = self.pending.pop(time)
+    def complete(self, time: Timestamp, records: list[Any]) -> None:
         try:
             self.sink.write(self.worker, self.workers, time[0], records)
         except Exception as e:

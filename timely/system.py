@@ -60,11 +60,11 @@ class Inspect(Vertex):
         self.send_by(0, records, time)
 
 
-class Gathered(Vertex):
-    """Buffers an epoch's records (all routed to worker 0) and emits them when it completes."""
+class TimeBuffer(Vertex):
+    """Buffers each time's records and hands them to :meth:`complete` once the time is
+    complete: the shape of every vertex where records leave the dataflow."""
 
-    def __init__(self, key: str) -> None:
-        self.key = key
+    def __init__(self) -> None:
         self.pending: dict[Timestamp, list[Any]] = {}
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
@@ -75,7 +75,22 @@ class Gathered(Vertex):
         buf.extend(records)
 
     def on_notify(self, time: Timestamp) -> None:
-        self._ctx.emit(self.key, time[0], self.pending.pop(time))
+        self.complete(time, self.pending.pop(time))
+
+    def complete(self, time: Timestamp, records: list[Any]) -> None:
+        """Every record at ``time`` has arrived: here they are."""
+        raise NotImplementedError
+
+
+class Gathered(TimeBuffer):
+    """Buffers an epoch's records (all routed to worker 0) and emits them when it completes."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+    def complete(self, time: Timestamp, records: list[Any]) -> None:
+        self._ctx.emit(self.key, time[0], records)
 
 
 class InputVertex(Vertex):
