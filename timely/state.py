@@ -142,23 +142,16 @@ def repartition(snapshots: Iterable[Snapshot], workers: int) -> list[Snapshot]:
     snapshots = list(snapshots)
     if snapshots and snapshots[0].get("replicated"):
         return [snapshots[0]] * workers  # every worker had the same table: copy one
-    parts: list[dict[Timestamp, dict[Any, Any]]] = [{} for _ in range(workers)]
+    parts: list[KeyedState[Any]] = [KeyedState() for _ in range(workers)]
     for snap in snapshots:
         state: KeyedState[Any] = KeyedState()
         state.restore(snap)
         for time, key, value in state.items():
-            t = parts[owner(key, workers)].setdefault(time, {})
+            t = parts[owner(key, workers)].table(time)
             if key in t:
                 raise ValueError(f"key {key!r} at {time} is in two snapshots: not keyed state")
             t[key] = value
-    return [
-        {
-            "format": FORMAT,
-            "replicated": False,
-            "times": [(time, list(t.keys()), list(t.values())) for time, t in sorted(p.items())],
-        }
-        for p in parts
-    ]
+    return [p.snapshot() for p in parts]
 
 
 class StatefulVertex(Vertex):
