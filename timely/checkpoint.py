@@ -269,11 +269,12 @@ class CheckpointStore:
     def collect_garbage(self, keep: int) -> None:
         """Delete all but the newest ``keep`` committed checkpoints, and any uncommitted
         directory older than the oldest one kept."""
-        committed = [e for e in self.epochs() if self._has_manifest(e)]
+        epochs = self.epochs()
+        committed = [e for e in epochs if self._has_manifest(e)]
         if len(committed) <= keep:
             return
         oldest_kept = committed[-keep]
-        for epoch in self.epochs():
+        for epoch in epochs:
             if epoch < oldest_kept:
                 # On failure (a concurrent reader, an eventual store) try again next time.
                 with contextlib.suppress(OSError):
