@@ -363,21 +363,8 @@ class RaySession(Session):
         self.pids: list[int] = []
         """Each worker's process id."""
         self._stopped = False
-        self._runs: dict[int, Any] = {}
-        self._run_worker: dict[Any, int] = {}
-        self._pings: dict[int, tuple[Any, float]] = {}
-        self._last_ping: dict[int, float] = {}
-        self._progress: dict[int, tuple[int, bool]] = {}
-        self._last_change = time.monotonic()
         self._last_check = 0.0
-        self._polls: dict[int, tuple[Any, concurrent.futures.Future[Any]]] = {}
-        # (worker, future) of each poll that answered, in answer order
-        self._answers: deque[tuple[int, Any]] = deque()
-        self._answered = threading.Event()
-        self._delivering = False
-        self._cmd_seq = [0] * workers
-        self._cmd_refs: list[deque[Any]] = [deque() for _ in range(workers)]
-        self._rr = 0
+        self._forget_workers()
 
         self.started_ray = _connect(address)
         self.cpus = num_cpus_per_worker or _share_cpus(workers)
@@ -396,6 +383,24 @@ class RaySession(Session):
         except BaseException:
             self._stop()
             raise
+
+    def _forget_workers(self) -> None:
+        """The driver's bookkeeping of a set of actors, empty: their loops, heartbeats,
+        output polls and numbered commands. Set at the start and before a relaunch."""
+        self._runs: dict[int, Any] = {}
+        self._run_worker: dict[Any, int] = {}
+        self._pings: dict[int, tuple[Any, float]] = {}
+        self._last_ping: dict[int, float] = {}
+        self._progress: dict[int, tuple[int, bool]] = {}
+        self._last_change = time.monotonic()
+        self._polls: dict[int, tuple[Any, concurrent.futures.Future[Any]]] = {}
+        # (worker, future) of each poll that answered, in answer order
+        self._answers: deque[tuple[int, Any]] = deque()
+        self._answered = threading.Event()
+        self._delivering = False
+        self._cmd_seq = [0] * self.workers
+        self._cmd_refs: list[deque[Any]] = [deque() for _ in range(self.workers)]
+        self._rr = 0
 
     def _launch(self, restore: Restore | None) -> None:
         """Start one actor per worker (from ``restore`` if given) and their loops."""
@@ -429,21 +434,15 @@ class RaySession(Session):
         for w in range(workers):
             self._long_poll(w)
 
+    def _kill_actors(self) -> None:
+        for actor in self.actors:
+            with contextlib.suppress(Exception):  # already dead is fine
+                ray.kill(actor, no_restart=True)
+
     def _relaunch(self, restore: Restore | None) -> None:
         """Kill every actor (the failed one may be gone already) and start new ones."""
-        for actor in self.actors:
-            with contextlib.suppress(Exception):
-                ray.kill(actor, no_restart=True)
-        self._runs, self._run_worker = {}, {}
-        self._pings, self._last_ping, self._progress = {}, {}, {}
-        self._polls = {}
-        self._answers.clear()
-        self._answered.clear()
-        self._delivering = False
-        self._cmd_seq = [0] * self.workers
-        self._cmd_refs = [deque() for _ in range(self.workers)]
-        self._rr = 0
-        self._last_change = time.monotonic()
+        self._kill_actors()
+        self._forget_workers()
         self._launch(restore)
 
     def _started(self, refs: list[Any], cpus: float) -> list[tuple[str, int]]:
@@ -651,9 +650,7 @@ class RaySession(Session):
         if self._stopped:
             return
         self._stopped = True
-        for actor in self.actors:
-            with contextlib.suppress(Exception):  # already dead is fine
-                ray.kill(actor, no_restart=True)
+        self._kill_actors()
 
 
 def _connect(address: str | None) -> bool:
