@@ -224,8 +224,12 @@ class Session(ABC):
         self.committed.append(epoch)
         for done in [e for e in self._parts if e <= epoch]:
             del self._parts[done]
+        # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
+        # newest damaged falls back to an older one and must replay from there.
+        kept = self.committed[-self.checkpoint.keep :]
+        oldest = kept[0] if len(kept) == self.checkpoint.keep else -1
         self._input_log = [
-            entry for entry in self._input_log if not (entry[1][0] == "send" and entry[2] <= epoch)
+            entry for entry in self._input_log if not (entry[1][0] == "send" and entry[2] <= oldest)
         ]
         for sink in self.flow._sinks:
             sink.commit(epoch)
