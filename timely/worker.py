@@ -33,7 +33,7 @@ from timely.errors import (
     UserFunctionError,
     failing_record,
     failure_location,
-    function_location,
+    step_error,
 )
 from timely.plan import Plan, VertexSpec
 from timely.system import InputVertex, SourceVertex
@@ -194,12 +194,10 @@ class VertexContext:
     def user_error(
         self, error: BaseException, time: Timestamp | None, record: Any, fn: Any
     ) -> None:
-        """Stop the run with the step, the user function's file:line, the time and the record."""
-        where = failure_location(
-            error.__traceback__, function_location(fn) if fn else self.spec.where
-        )
-        raise UserFunctionError(
-            self.spec.name, where, time, record, error, self.worker.index
+        """Stop the run with the step, the time, the record and the file:line that failed:
+        the user function's, or timely's own for a bug in timely (``InternalError``)."""
+        raise step_error(
+            self.spec.name, error, time, record, fn, self.spec.where, self.worker.index
         ) from error
 
 

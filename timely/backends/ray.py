@@ -584,7 +584,8 @@ class RaySession(Session):
                 try:
                     payload, finished = future.result()
                 except Exception as e:
-                    raise _translate(e, w) from None
+                    error = _translate(e, w)
+                    raise error from error.__cause__  # see _translate
                 if not finished:
                     self._long_poll(w)
                 for key, epoch, records in serialization.decode(payload):
@@ -600,7 +601,8 @@ class RaySession(Session):
         try:
             return ray.get(ref)
         except (RayTaskError, RayActorError) as e:
-            raise _translate(e, worker) from None
+            error = _translate(e, worker)
+            raise error from error.__cause__  # see _translate
 
     def _wait_for(self, refs: list[Any], workers: list[int]) -> list[Any]:
         """The results of ``refs`` (calls to ``workers``), watching every worker meanwhile."""
@@ -713,7 +715,10 @@ def _check_fits(cpus: float, workers: int) -> None:
 
 def _translate(error: BaseException, worker: int) -> BaseException:
     """What the driver raises for a failed call to ``worker``: timely's own errors (a user
-    function's failure, say) as they were raised, an actor's death as ``WorkerDied``."""
+    function's failure, say) as they were raised, an actor's death as ``WorkerDied``.
+
+    Raise it ``from`` its own ``__cause__``: that keeps the user's exception as the cause
+    of a ``UserFunctionError`` and leaves Ray's wrapper out of the chain."""
     if isinstance(error, RayTaskError):
         cause = error.cause
         if isinstance(cause, TimelyError):
