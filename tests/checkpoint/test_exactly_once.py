@@ -134,9 +134,11 @@ class Paced(Source):
 
 
 INTERVAL = 0.2
-SLACK = 1.0
-"""A commit waits for the slowest worker's frontier to pass the epoch asked for, and
-the driver checks every 0.1 s: on a quiet machine gaps stay within INTERVAL + 0.3 s."""
+SLACK = 2.5
+"""A commit waits for the slowest worker's frontier to pass the epoch asked for, and the
+driver looks every 0.1 s: on a quiet machine the gaps are 0.2-0.4 s, with the rest of
+the suite running beside them up to 1.3 s were seen. Before the fix they were 4 s and
+more (2 checkpoints in 8 s)."""
 
 
 @pytest.mark.slow
@@ -145,7 +147,7 @@ def test_on_ray_checkpoint_interval_keeps_gaps_within_the_interval(tmp_path: Pat
     flow = Dataflow("paced")
     seen: list[int] = []
     (
-        flow.source(Paced(300, 0.004))
+        flow.source(Paced(500, 0.004))
         .running_reduce(lambda x: x % 4, operator.add)
         .subscribe(lambda e, _: seen.append(e))
     )
@@ -159,4 +161,4 @@ def test_on_ray_checkpoint_interval_keeps_gaps_within_the_interval(tmp_path: Pat
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert len(session.committed) >= (ended - started) / (INTERVAL + SLACK) - 1
     assert max(gaps) <= INTERVAL + SLACK, gaps
-    assert seen == sorted(set(seen)) and len(seen) == 300
+    assert seen == sorted(set(seen)) and len(seen) == 500
