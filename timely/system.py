@@ -56,7 +56,7 @@ class Inspect(Vertex):
             for record in records:
                 f(record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, f)
+            self.fail(e, time, record, f)
         self.send_by(0, records, time)
 
 

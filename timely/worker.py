@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from progress import (
     ChangeBatch,
@@ -193,7 +193,7 @@ class VertexContext:
 
     def user_error(
         self, error: BaseException, time: Timestamp | None, record: Any, fn: Any
-    ) -> None:
+    ) -> NoReturn:
         """Stop the run with the step, the time, the record and the file:line that failed:
         the user function's, or timely's own for a bug in timely (``InternalError``)."""
         raise step_error(
