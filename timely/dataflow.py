@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from progress import GraphError, PathSummary
 from timely.channels import Channel, Gather, broadcast, exchange, pipeline
 from timely.errors import GraphBuildError, function_location
+from timely.messages import Advance, Close, InputCommand, Send
 from timely.plan import EdgeSpec, Plan, VertexSpec
 from timely.vertex import Vertex
 
@@ -371,12 +372,12 @@ class InputHandle:
         self.stream = Stream(flow, vertex, 0, flow.root)
         self.epoch = 0
         self.closed = False
-        self._pending: list[tuple[str, Any]] = []
+        self._pending: list[InputCommand] = []
 
     def send(self, records: Iterable[Any]) -> None:
         """Send ``records`` at the current epoch."""
         self._live("send")
-        self._command(("send", list(records)))
+        self._command(Send(list(records)))
 
     def advance_to(self, epoch: int) -> None:
         """Move to ``epoch``; the epochs before it are complete from this input's side."""
@@ -387,19 +388,19 @@ class InputHandle:
             )
         if epoch > self.epoch:
             self.epoch = epoch
-            self._command(("advance", epoch))
+            self._command(Advance(epoch))
 
     def close(self) -> None:
         """No more records from this input."""
         if not self.closed:
             self.closed = True
-            self._command(("close", None))
+            self._command(Close())
 
     def _live(self, what: str) -> None:
         if self.closed:
             raise ValueError(f"cannot {what}: input {self.name!r} is closed")
 
-    def _command(self, cmd: tuple[str, Any]) -> None:
+    def _command(self, cmd: InputCommand) -> None:
         session = self.flow._session
         if session is None:
             self._pending.append(cmd)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, split_parts
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
+from timely.messages import Advance, InputCommand, Send
 from timely.plan import Plan
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Session(ABC):
         self.restarts = 0
         self._delivered: dict[str, int] = {}
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
-        self._input_log: list[tuple[int, tuple[str, Any], int]] = []
+        self._input_log: list[tuple[int, InputCommand, int]] = []
         self._input_epoch: dict[int, int] = {}
         self._requested: int | None = None
         """On-request mode: the epoch every worker agreed to checkpoint after, until committed."""
@@ -76,7 +77,7 @@ class Session(ABC):
 
     # -- backends implement ---------------------------------------------------------------
     @abstractmethod
-    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: InputCommand) -> None:
         """Route a driver input command (send, advance, close) to the workers."""
 
     @abstractmethod
@@ -104,13 +105,12 @@ class Session(ABC):
         """Release workers and resources (idempotent)."""
 
     # -- the driver's API -------------------------------------------------------------------
-    def input_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def input_command(self, vertex: int, cmd: InputCommand) -> None:
         """Hand a driver input command (send, advance, close) to the workers."""
-        op, arg = cmd
-        if op == "advance":
-            self._input_epoch[vertex] = arg
+        if isinstance(cmd, Advance):
+            self._input_epoch[vertex] = cmd.epoch
         epoch = self._input_epoch.get(vertex, 0)
-        if op == "send" and epoch <= self.restored_epoch:
+        if isinstance(cmd, Send) and epoch <= self.restored_epoch:
             return  # resumed after this epoch: the checkpoint already reflects it
         if self.checkpoint is not None:
             self._input_log.append((vertex, cmd, epoch))
@@ -215,7 +215,7 @@ class Session(ABC):
             try:
                 self._relaunch(self._load_restore())
                 for vertex, cmd, epoch in list(self._input_log):
-                    if cmd[0] == "send" and epoch <= self.restored_epoch:
+                    if isinstance(cmd, Send) and epoch <= self.restored_epoch:
                         continue
                     self._send_command(vertex, cmd)
                 return
@@ -246,7 +246,9 @@ class Session(ABC):
         kept = self.committed[-self.checkpoint.keep :]
         oldest = kept[0] if len(kept) == self.checkpoint.keep else -1
         self._input_log = [
-            entry for entry in self._input_log if not (entry[1][0] == "send" and entry[2] <= oldest)
+            entry
+            for entry in self._input_log
+            if not (isinstance(entry[1], Send) and entry[2] <= oldest)
         ]
         for sink in self.flow._sinks:
             sink.commit(epoch)
@@ -306,23 +308,22 @@ def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[
     return sorted(chain)
 
 
-def route_input(cmd: tuple[str, Any], workers: int, turn: int) -> list[tuple[int, tuple[str, Any]]]:
+def route_input(cmd: InputCommand, workers: int, turn: int) -> list[tuple[int, InputCommand]]:
     """Where a driver input command goes: ``(worker, command)`` pairs, in order.
 
     ``send`` spreads its records over the workers in contiguous chunks, starting at
     worker ``turn`` (callers rotate it so small sends do not all land on worker 0);
     ``advance`` and ``close`` go to every worker.
     """
-    op, arg = cmd
-    if op != "send":
+    if not isinstance(cmd, Send):
         return [(w, cmd) for w in range(workers)]
-    records = arg
+    records = cmd.records
     size = -(-len(records) // workers) if records else 0
-    out = []
+    out: list[tuple[int, InputCommand]] = []
     for i in range(workers):
         chunk = records[i * size : (i + 1) * size]
         if chunk:
-            out.append(((turn + i) % workers, ("send", chunk)))
+            out.append(((turn + i) % workers, Send(chunk)))
     return out
 
 

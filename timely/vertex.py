@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from progress import Timestamp
 
 if TYPE_CHECKING:
-    from timely.worker import VertexContext
+    from timely.context import VertexContext
 
 
 class Capability:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from timely import serialization
 from timely.checkpoint import CheckpointConfig
 from timely.errors import ConfigError, WorkerDied
+from timely.messages import InputCommand, WorkerMessage
 from timely.plan import Plan
 from timely.runtime import PART_KEY, Restore, Session, merge_frontiers, route_input
-from timely.worker import Worker, WorkerMessage
+from timely.worker import Worker
 
 if TYPE_CHECKING:
     from timely.dataflow import Dataflow
@@ -63,13 +64,13 @@ class InlineSession(Session):
             for i in range(self.workers)
         ]
         self.channels: dict[tuple[int, int], deque[WorkerMessage]] = {}
-        self.commands: list[deque[tuple[int, tuple[str, Any]]]] = [
+        self.commands: list[deque[tuple[int, InputCommand]]] = [
             deque() for _ in range(self.workers)
         ]
         self._rr = 0
 
     # -- driver side ------------------------------------------------------------------------
-    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: InputCommand) -> None:
         for w, part in route_input(cmd, self.workers, self._rr):
             self.commands[w].append((vertex, part))
         self._rr = (self._rr + 1) % self.workers

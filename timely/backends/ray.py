@@ -48,9 +48,10 @@ from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 from timely import serialization
 from timely.checkpoint import CheckpointConfig, CheckpointStore
 from timely.errors import ConfigError, TimelyError, WorkerDied
+from timely.messages import InputCommand, WorkerMessage, command_from_wire, command_to_wire
 from timely.plan import Plan
 from timely.runtime import PART_KEY, Restore, Session, merge_frontiers, route_input
-from timely.worker import Worker, WorkerMessage
+from timely.worker import Worker
 
 if TYPE_CHECKING:
     from timely.dataflow import Dataflow
@@ -112,8 +113,8 @@ class WorkerActor:
         self.incoming: deque[tuple[WorkerMessage, asyncio.Future[None]]] = deque()
         self.early: dict[tuple[int, int], tuple[WorkerMessage, asyncio.Future[None]]] = {}
         self.next_seq = [0] * self.npeers
-        self.commands: deque[tuple[int, tuple[str, Any], asyncio.Future[None]]] = deque()
-        self.early_commands: dict[int, tuple[int, tuple[str, Any], asyncio.Future[None]]] = {}
+        self.commands: deque[tuple[int, InputCommand, asyncio.Future[None]]] = deque()
+        self.early_commands: dict[int, tuple[int, InputCommand, asyncio.Future[None]]] = {}
         self.next_command = 0
         self.outputs: Outputs = []
         self.pending_writes: list[concurrent.futures.Future[None]] = []
@@ -151,7 +152,8 @@ class WorkerActor:
         if self.finished or seq < self.next_command or seq in self.early_commands:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.early_commands[seq] = (vertex, serialization.decode(payload), fut)
+        cmd = command_from_wire(serialization.decode(payload))
+        self.early_commands[seq] = (vertex, cmd, fut)
         while self.next_command in self.early_commands:
             self.commands.append(self.early_commands.pop(self.next_command))
             self.next_command += 1
@@ -484,7 +486,7 @@ class RaySession(Session):
         return [self._get(ref, i) for i, ref in enumerate(refs)]
 
     # -- driver side ------------------------------------------------------------------------
-    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: InputCommand) -> None:
         for w, part in route_input(cmd, self.workers, self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
@@ -492,7 +494,7 @@ class RaySession(Session):
             self._check()  # a failed worker drops commands: say so now, not at join
         self._collect(0)
 
-    def _command(self, w: int, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _command(self, w: int, vertex: int, cmd: InputCommand) -> None:
         queue = self._cmd_refs[w]
         if len(queue) >= self.max_inflight:
             done, _ = ray.wait(list(queue), num_returns=len(queue), timeout=0)
@@ -501,7 +503,8 @@ class RaySession(Session):
                 self._get(ref, w)
             while len(queue) >= self.max_inflight:
                 self._wait_for([queue.popleft()], [w])
-        payload = serialization.encode(cmd)  # before taking a number: a failure leaves no gap
+        # Encoded before taking a number: a failure leaves no gap.
+        payload = serialization.encode(command_to_wire(cmd))
         seq = self._cmd_seq[w]
         self._cmd_seq[w] = seq + 1
         queue.append(self.actors[w].command.remote(seq, vertex, payload))
