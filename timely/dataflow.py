@@ -12,6 +12,7 @@ from timely.channels import Channel, Gather, broadcast, exchange, pipeline
 from timely.errors import GraphBuildError, function_location
 from timely.messages import Advance, Close, InputCommand, Send
 from timely.plan import EdgeSpec, Plan, VertexSpec
+from timely.spec import RunSpec
 from timely.vertex import Vertex
 
 if TYPE_CHECKING:
@@ -552,9 +553,8 @@ class Dataflow:
         """Start the dataflow and return a session: feed inputs while it runs, then ``join()``."""
         from timely.runtime import start_session
 
-        plan = self.build()
         session = start_session(
-            self, plan, workers=workers, backend=backend, address=address, **options
+            self._run_spec(), workers=workers, backend=backend, address=address, **options
         )
         self._session = session
         try:
@@ -566,6 +566,21 @@ class Dataflow:
             session.close()  # release the workers: the caller never got the session
             raise
         return session
+
+    def _run_spec(self) -> RunSpec:
+        """What a session needs of this dataflow (it reads nothing else of it)."""
+
+        def detach() -> None:
+            self._session = None
+
+        return RunSpec(
+            plan=self.build(),
+            collects=list(self._collects),
+            callbacks=dict(self._outputs),
+            sinks=list(self._sinks),
+            open_inputs=lambda: [h.name for h in self._inputs if not h.closed],
+            detach=detach,
+        )
 
     def _session_or_fail(self, what: str) -> Session:
         if self._session is None:

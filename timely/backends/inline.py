@@ -16,12 +16,12 @@ from timely import serialization
 from timely.checkpoint import CheckpointConfig
 from timely.errors import ConfigError, WorkerDied
 from timely.messages import InputCommand, WorkerMessage
-from timely.plan import Plan
-from timely.runtime import PART_KEY, Restore, Session, merge_frontiers, route_input
+from timely.runtime import Restore, Session, merge_frontiers, route_input
+from timely.spec import RunSpec
 from timely.worker import Worker
 
 if TYPE_CHECKING:
-    from timely.dataflow import Dataflow
+    pass
 
 
 class InlineSession(Session):
@@ -29,8 +29,7 @@ class InlineSession(Session):
 
     def __init__(
         self,
-        flow: Dataflow,
-        plan: Plan,
+        spec: RunSpec,
         workers: int,
         seed: int = 0,
         accumulate: bool = True,
@@ -40,7 +39,7 @@ class InlineSession(Session):
     ) -> None:
         """``crash_at``: fault injection for tests: at each of these scheduling events every
         worker is lost (as if its process died) and the session recovers as on Ray."""
-        super().__init__(flow, plan, workers, checkpoint)
+        super().__init__(spec, workers, checkpoint)
         if max_events < 1:
             raise ConfigError(f"max_events must be >= 1, got {max_events}")
         self.rng = random.Random(seed)
@@ -123,9 +122,10 @@ class InlineSession(Session):
         for key, epoch, records in worker.take_emitted():
             self._deliver(key, epoch, records)
         for epoch, part in worker.take_parts():
-            assert self.store is not None
-            info = self.store.write_part(epoch, w, self.workers, serialization.encode(part))
-            self._deliver(PART_KEY, epoch, [info])
+            assert self.coordinator is not None
+            store = self.coordinator.store
+            info = store.write_part(epoch, w, self.workers, serialization.encode(part))
+            self._part_written(epoch, info)
 
     def _wait(self) -> None:
         self._pump()
