@@ -10,14 +10,26 @@ writes the results.
 
    - clicks per ad over a sliding window of the last 5 epochs (``reduce_by_window``,
      updated incrementally with an inverse as the window slides);
-   - connected components of the follows graph as it stands after each epoch, by label
-     propagation inside ``iterate`` (``examples/connected_components.py``), then the
-     size of each component.
+   - connected components of the follows graph as it stands after each epoch, kept up
+     to date incrementally: each epoch sends only its new edges, and a union-find that
+     lives across epochs (``component_changes`` of ``examples/incremental_cc.py``) turns
+     them into the ``(user, component)`` changes of that epoch; ``ComponentSizes`` applies
+     the changes to the sizes it keeps and reports, after every epoch, the size of each
+     component of the graph so far (named by its least user), the same output as when
+     each epoch re-sent the whole graph so far and recomputed its components from
+     scratch (label propagation inside ``iterate``, ``examples/connected_components.py``:
+     what a batch job such as Spark does). Now an epoch's work is what its new edges
+     change, plus listing the sizes.
 
    A progress bar shows the epochs done and the records read per second.
 3. **Spark out.** Both outputs go through ``SparkSink`` (per-epoch Parquet, committed
    at the end of the run, exactly once); Spark reads the committed output and writes it
-   as Parquet tables under ``--data``/results, then prints a summary.
+   as Parquet tables under ``--data``/results, then prints a summary with each phase's
+   time (the dataflow's including, and also alone, the start of Ray and the workers).
+
+With ``--checkpoint`` every vertex's state is checkpointed (the union-find and the
+component sizes are keyed state at epoch 0, changed only when an epoch completes), and a
+run that loses workers recovers with each epoch's output written once.
 
     python examples/pipeline.py --workers 2 --size 300000 [--address auto]
 """
@@ -32,11 +44,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import connected_components
+import incremental_cc
 from _cli import add_run_flags, run_options
 
 from connectors.spark import SparkSink, active_spark, spark_source
-from timely import Dataflow, Probe, StatefulVertex
+from timely import Dataflow, Probe, StatefulVertex, Stream, exchange
 
 EPOCHS = 20
 WINDOW = 5
@@ -96,42 +108,69 @@ def prepare_input(spark: Any, data: str, size: int) -> tuple[str, str]:
     return events, follows
 
 
-class SoFar(StatefulVertex):
-    """Sends, at each epoch up to ``last``, every record of that epoch and the ones before:
-    each epoch then carries everything so far (the graph as it stands after it).
+class ComponentSizes(StatefulVertex):
+    """After every epoch up to ``last``: ``(component, users)`` for each component of the
+    graph so far, from ``component_changes``' ``(user, component)`` changes.
 
-    The records wait in keyed state (per epoch, under this worker's index) and go out from
-    ``on_notify``, so a checkpoint after any epoch holds them and nothing is in flight.
+    It keeps each user's component and each component's size, and changes them by what
+    an epoch changed: the work per epoch is that epoch's changes plus the report. Like
+    ``Components``, whose one worker feeds it, its state is one keyed table at epoch 0
+    under the one key every change is exchanged by, changed only in ``on_notify``; each
+    epoch's changes wait in a per-time table. It asks for a notification at every epoch
+    from its first change up to ``last``, so an epoch that changes nothing (no new edge,
+    or only edges within a component) still reports every component.
     """
 
     def __init__(self, last: int) -> None:
         super().__init__()
         self.last = last
-        self.kept = self.keyed_state("kept")
-        self.asked: set[int] = set()
+        self.graph = self.keyed_state("graph")
+        self.pending = self.keyed_state("pending")
+        self.first: int | None = None  # notifications are asked at epochs first..last
 
     def on_recv(self, input: int, records: list[Any], time: Time) -> None:
-        if self.kept.get(time) is None:
-            self._ask_from(time[0])
-        self.kept.table(time).setdefault(self.worker, []).extend(records)
+        self._ask_from(time[0])
+        self.notify_at(time)  # also past ``last``, should such an epoch ever come
+        self.pending.table(time).setdefault(0, []).extend(records)
 
     def _ask_from(self, epoch: int) -> None:
-        for e in range(epoch, self.last + 1):
-            if e not in self.asked:
-                self.asked.add(e)
-                self.notify_at((e,))
+        upto = self.last if self.first is None else self.first - 1
+        for e in range(epoch, upto + 1):
+            self.notify_at((e,))
+        if self.first is None or epoch < self.first:
+            self.first = epoch
 
     def restored(self, epoch: int) -> None:
-        if self.kept.times():
+        if self.graph.get((0,)):
             self._ask_from(epoch + 1)
 
     def on_notify(self, time: Time) -> None:
-        out: list[Any] = []
-        for t in self.kept.times():
-            if t[0] <= time[0]:
-                for records in self.kept.table(t).values():
-                    out.extend(records)
-        self.send_by(0, out, time)
+        graph = self.graph.table((0,)).setdefault(0, {"component": {}, "size": {}})
+        component, size = graph["component"], graph["size"]
+        for user, new in self.pending.pop(time).get(0, []):
+            old = component.get(user)
+            if old is not None:
+                left = size[old] - 1
+                if left:
+                    size[old] = left
+                else:
+                    del size[old]
+            component[user] = new
+            size[new] = size.get(new, 0) + 1
+        self.send_by(0, list(size.items()), time)
+
+
+def _to_one(change: tuple[Any, Any]) -> int:
+    return 0
+
+
+def component_sizes(edges: Stream, last: int) -> Stream:
+    """``(component, users)`` for each component of the ``(u, v)`` edges up to each epoch
+    (up to ``last``), kept up to date from each epoch's new edges."""
+    changes = incremental_cc.component_changes(edges)
+    return changes.unary(
+        lambda: ComponentSizes(last), name="component_sizes", channel=exchange(_to_one)
+    )
 
 
 def _is_click(event: tuple[Any, ...]) -> bool:
@@ -144,10 +183,6 @@ def _ad(event: tuple[Any, ...]) -> Any:
 
 def _one(event: tuple[Any, ...]) -> int:
     return 1
-
-
-def _label(pair: tuple[Any, Any]) -> Any:
-    return pair[1]
 
 
 def build(
@@ -166,9 +201,7 @@ def build(
     )
     per_ad.sink(ad_sink, name="ad_clicks")
 
-    graph = flow.source(follows, name="follows").unary(lambda: SoFar(EPOCHS - 1), name="so_far")
-    labels = connected_components.components(graph)
-    comp_sizes = labels.count_by(_label, name="component_sizes")
+    comp_sizes = component_sizes(flow.source(follows, name="follows"), EPOCHS - 1)
     comp_sink = SparkSink(
         os.path.join(out, "components"),
         pa.schema([("component", pa.int64()), ("users", pa.int64())]),
@@ -197,8 +230,8 @@ def run(
     import ray.cloudpickle
 
     # Examples are not an installed package: ship this module and the sibling example the
-    # label propagation comes from to the Ray workers by value (as for a script's __main__).
-    ray.cloudpickle.register_pickle_by_value(connected_components)
+    # union-find comes from to the Ray workers by value (as for a script's __main__).
+    ray.cloudpickle.register_pickle_by_value(incremental_cc)
     if __name__ != "__main__":
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t0 = time.perf_counter()
@@ -220,17 +253,18 @@ def run(
     flow = Dataflow("pipeline")
     (ad_sink, comp_sink), probes = build(flow, events, follows, out)
     total = EPOCHS
-    start = time.perf_counter()
     with flow.activate(workers=workers, backend=backend, **options) as session:
+        started = time.perf_counter()  # Ray (if this process starts it) and the workers up
         # the inline backend runs inside join(); on Ray the workers run while we watch
         while backend == "ray" and (done := epochs_done(probes, total)) < total:
             if not quiet:
                 rows = sum(per_epoch.get(e, 0) for e in range(done))
-                progress(done, total, rows, time.perf_counter() - start)
+                progress(done, total, rows, time.perf_counter() - started)
             session.poll(0.5)
         session.join()
+        restarts = session.restarts
     if not quiet:
-        progress(total, total, sum(per_epoch.values()), time.perf_counter() - start)
+        progress(total, total, sum(per_epoch.values()), time.perf_counter() - started)
         print(file=sys.stderr)
     t2 = time.perf_counter()
 
@@ -260,10 +294,16 @@ def run(
     return {
         "results": results,
         "records": sum(per_epoch.values()),
-        "seconds": {"spark_in": t1 - t0, "dataflow": t2 - t1, "spark_out": t3 - t2},
+        "seconds": {
+            "spark_in": t1 - t0,
+            "dataflow": t2 - t1,  # of which starting Ray and the workers:
+            "dataflow_start": started - t1,
+            "spark_out": t3 - t2,
+        },
         "top_ads": [(r["ad"], r["clicks"]) for r in top],
         "components": n_comps,
         "largest_component": largest,
+        "restarts": restarts,
     }
 
 
@@ -299,8 +339,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"follows graph after epoch {EPOCHS - 1}: {summary['components']:,} components, "
         f"the largest with {summary['largest_component']:,} users"
     )
+    if summary["restarts"]:
+        print(f"recovered from {summary['restarts']} worker failure(s) (--checkpoint)")
     print(
-        f"time: Spark in {s['spark_in']:.1f} s, dataflow {s['dataflow']:.1f} s, "
+        f"time: Spark in {s['spark_in']:.1f} s, dataflow {s['dataflow']:.1f} s (of which "
+        f"starting Ray and the workers {s['dataflow_start']:.1f} s), "
         f"Spark out {s['spark_out']:.1f} s"
     )
     return summary

@@ -1,5 +1,7 @@
 """examples/pipeline.py end to end at a small size, on local Ray and the test Spark, checked
-against a computation of its own from the input files (pyarrow and plain Python)."""
+against a computation of its own from the input files (pyarrow and plain Python); its
+incremental component sizes against a from-scratch union-find after every epoch, and at
+every crash point of a checkpointed run."""
 
 from __future__ import annotations
 
@@ -8,8 +10,13 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tests.checkpoint.sweep import ALL, epochs_for, sweep
 from tests.examples import load_example
+from timely import Dataflow, Stream
 
 ex = load_example("pipeline")
 
@@ -35,19 +42,32 @@ def find(parent: dict[int, int], x: int) -> int:
     return x
 
 
-def expected_components(follows: dict[str, list[Any]]) -> set[tuple[int, int, int]]:
-    """``(epoch, least user, users)`` per component of the edges up to each epoch."""
-    out = set()
+def from_scratch(edges: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """``(least user, users)`` per component of ``edges``, by a union-find from scratch."""
+    parent: dict[int, int] = {}  # roots are least members
+    for u, v in edges:
+        ru, rv = find(parent, u), find(parent, v)
+        if ru != rv:
+            parent[max(ru, rv)] = min(ru, rv)
+    return set(Counter(find(parent, x) for x in list(parent)).items())
+
+
+def check_components_after_every_epoch(
+    follows: dict[str, list[Any]], comps: dict[str, list[Any]]
+) -> set[tuple[int, int]]:
+    """The output after each epoch equals a from-scratch union-find of the edges so far
+    (each component once: exactly-once output); returns the last epoch's components."""
+    got: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for e, label, n in zip(comps["epoch"], comps["component"], comps["users"]):
+        got[e].append((label, n))
+    assert set(got) <= set(range(ex.EPOCHS))
+    edges = sorted(zip(follows["epoch"], follows["src"], follows["dst"]))
+    want: set[tuple[int, int]] = set()
     for epoch in range(ex.EPOCHS):
-        parent: dict[int, int] = {}  # a union-find from scratch; roots are least members
-        for e, u, v in zip(follows["epoch"], follows["src"], follows["dst"]):
-            if e <= epoch:
-                ru, rv = find(parent, u), find(parent, v)
-                if ru != rv:
-                    parent[max(ru, rv)] = min(ru, rv)
-        sizes = Counter(find(parent, x) for x in list(parent))
-        out.update((epoch, label, n) for label, n in sizes.items())
-    return out
+        want = from_scratch([(u, v) for e, u, v in edges if e <= epoch])
+        assert set(got[epoch]) == want, f"epoch {epoch}: components differ from a union-find"
+        assert len(got[epoch]) == len(want), f"epoch {epoch}: a component reported twice"
+    return want
 
 
 def test_pipeline_matches_an_independent_computation(
@@ -68,13 +88,105 @@ def test_pipeline_matches_an_independent_computation(
     assert len(ads["ad"]) == len(want_ads)  # each (window, ad) once: exactly-once output
 
     comps = pq.read_table(os.path.join(results, "components")).to_pydict()
-    got = list(zip(comps["epoch"], comps["component"], comps["users"]))
-    want = expected_components(follows)
-    assert set(got) == want and len(got) == len(want)
+    final = check_components_after_every_epoch(follows, comps)
 
     last = ex.EPOCHS - 1
-    final = [(label, n) for e, label, n in want if e == last]
     assert summary["components"] == len(final)
     assert summary["largest_component"] == max(n for _, n in final)
     top = sorted(((-n, ad) for w, ad, n in want_ads if w == last))[:3]
     assert summary["top_ads"] == [(ad, -n) for n, ad in top]
+
+
+def sizes_by_epoch(
+    epochs: list[list[tuple[int, int]]], workers: int, **options: Any
+) -> dict[int, list[tuple[int, int]]]:
+    """``component_sizes`` over one batch of edges per epoch, on the inline backend."""
+    flow = Dataflow("component_sizes")
+    out: dict[int, list[tuple[int, int]]] = {}
+
+    def record(epoch: int, records: list[tuple[int, int]]) -> None:
+        assert epoch not in out, f"epoch {epoch} delivered twice"
+        out[epoch] = records
+
+    edges = flow.new_input("edges")
+    ex.component_sizes(edges.stream, len(epochs) - 1).subscribe(record)
+    for e, batch in enumerate(epochs):
+        edges.advance_to(e)
+        edges.send(batch)
+    edges.close()
+    flow.activate(workers=workers, backend="inline", **options).join()
+    return out
+
+
+@settings(max_examples=40)
+@given(
+    epochs=st.lists(
+        st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=12),
+        min_size=1,
+        max_size=7,
+    ),
+    workers=st.integers(1, 3),
+    seed=st.integers(0, 1000),
+)
+def test_component_sizes_after_every_epoch(
+    epochs: list[list[tuple[int, int]]], workers: int, seed: int
+) -> None:
+    # every epoch from the first edge on reports, even one with no new edge or none that
+    # joins two components
+    out = sizes_by_epoch(epochs, workers, seed=seed)
+    so_far: list[tuple[int, int]] = []
+    for e, batch in enumerate(epochs):
+        so_far.extend(batch)
+        if not so_far:
+            assert e not in out
+            continue
+        want = from_scratch(so_far)
+        assert set(out[e]) == want and len(out[e]) == len(want), e
+    assert set(out) <= set(range(len(epochs)))
+
+
+def _edges_of_ints(s: Stream) -> Stream:
+    return ex.component_sizes(s.select(lambda x: (x % 7, x // 7)), 9)
+
+
+@pytest.mark.parametrize(
+    ("source", "workers", "seed"), [(True, 3, 1), (False, 2, 0)], ids=["source", "bursty"]
+)
+def test_component_sizes_at_every_crash_point(
+    monkeypatch: pytest.MonkeyPatch, source: bool, workers: int, seed: int
+) -> None:
+    monkeypatch.setitem(ALL, "pipeline_component_sizes", _edges_of_ints)
+    events, wrong = sweep(
+        "pipeline_component_sizes", epochs_for(10, 3), source, workers=workers, seed=seed
+    )
+    assert events > 20
+    assert wrong == [], f"{len(wrong)} of {events} crash points give other outputs: {wrong[:10]}"
+
+
+CRASH_AT = 90
+"""A scheduling event about halfway through the inline run at size 3000 (177 events)."""
+
+
+def test_pipeline_recovers_exactly_once_through_the_spark_sink(spark: Any, tmp_path: Any) -> None:
+    # inline, checkpointed after every epoch, every worker lost once mid-run
+    summary = ex.run(
+        str(tmp_path),
+        size=3000,
+        workers=2,
+        backend="inline",
+        quiet=True,
+        checkpoint=str(tmp_path / "checkpoints"),
+        checkpoint_every=1,
+        crash_at=(CRASH_AT,),
+        max_restarts=1,
+    )
+    assert summary["restarts"] == 1
+    inputs = tmp_path / "input-3000"
+    events = pq.read_table(inputs / "events").to_pydict()
+    ads = pq.read_table(os.path.join(summary["results"], "ad_clicks")).to_pydict()
+    want_ads = expected_ad_clicks(events)
+    assert set(zip(ads["window_end"], ads["ad"], ads["clicks"])) == want_ads
+    assert len(ads["ad"]) == len(want_ads)
+    follows = pq.read_table(inputs / "follows").to_pydict()
+    comps = pq.read_table(os.path.join(summary["results"], "components")).to_pydict()
+    check_components_after_every_epoch(follows, comps)
