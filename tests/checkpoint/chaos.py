@@ -19,6 +19,7 @@ handles, replaced by a new list when it relaunches its workers).
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import random
@@ -218,11 +219,12 @@ def plan_kills(
     """Kill events for a run of ``case`` over ``epochs`` epochs (``case.epochs`` by
     default): after the first few epochs, and early enough that the run is still going
     when the last one lands (the driver holds its last burst until then; a source cannot
-    be held, so its kills come in the first half)."""
+    be held, so its kills come in the first 40%, which leaves a long run without kills
+    after them, where the checkpoint cadence shows)."""
     n = case.epochs if epochs is None else epochs
     rng = random.Random(f"chaos-{case.name}-{seed}-kills")
     first = 3
-    last = n - case.burst - case.lag - 3 if case.feed == "driver" else n // 2
+    last = n - case.burst - case.lag - 3 if case.feed == "driver" else n * 2 // 5
     return schedule(rng, kinds, case.workers, first, last)
 
 
@@ -235,7 +237,12 @@ def case_data(case: Case, seed: int, epochs: int | None = None) -> list[list[Any
 # -- recording -----------------------------------------------------------------------------
 class Recorder:
     """The subscribe callback: each epoch's records (sorted), arrival times, and the
-    epochs delivered twice. Thread-safe for the killer, which waits on ``cond``."""
+    epochs delivered twice. Thread-safe for the killer, which waits on ``cond``.
+
+    With ``session`` set, it also notes when the session's count of committed checkpoints
+    changed (``commit_times``): outputs and checkpoint parts reach the driver together, so
+    a delivery is when a commit can be seen.
+    """
 
     def __init__(self) -> None:
         self.out: dict[int, list[Any]] = {}
@@ -243,9 +250,15 @@ class Recorder:
         self.duplicates: list[int] = []
         self.high = -1
         self.cond = threading.Condition()
+        self.session: Any = None
+        self.commit_times: list[float] = []
+        self._commits = 0
 
     def __call__(self, epoch: int, records: list[Any]) -> None:
         now = time.monotonic()
+        if self.session is not None and len(self.session.committed) != self._commits:
+            self._commits = len(self.session.committed)
+            self.commit_times.append(now)
         with self.cond:
             twice = epoch in self.out
             if twice:
@@ -281,9 +294,6 @@ class KillRecord:
     """The latest epoch delivered when the first kill was made."""
     committed: int = -1
     """The session's latest committed checkpoint when the first kill was made."""
-    since_commit: float | None = None
-    """Seconds since a new checkpoint commit was last seen (or since the session started
-    or last recovered, if later) when the first kill was made."""
     relaunch_high: int = -1
     """The latest epoch delivered once the session had relaunched its workers (for the
     last time, for ``recovery``)."""
@@ -322,8 +332,6 @@ class Killer(threading.Thread):
         self.stop = threading.Event()
         self.done = threading.Event()
         self.error: BaseException | None = None
-        self._commits = 0
-        self._commit_seen = time.monotonic()
 
     def run(self) -> None:
         import ray
@@ -334,7 +342,7 @@ class Killer(threading.Thread):
                     return
                 record = KillRecord(event)
                 self.records.append(record)
-                if not self._wait_for(event.after - 1):
+                if not self.recorder.wait_past(event.after - 1, self.stop, self.timeout):
                     record.missed = "not triggered"
                     return
                 if self.observe is not None:
@@ -351,27 +359,10 @@ class Killer(threading.Thread):
                 if record.missed is None:
                     first_new = self._next_after(record.relaunch_high)
                     record.latency = self.recorder.arrived[first_new] - record.at
-                self._commit_seen = time.monotonic()  # recovered: the interval starts again
         except BaseException as e:  # reported by the driver thread
             self.error = e
         finally:
             self.done.set()
-
-    def _wait_for(self, epoch: int) -> bool:
-        """Wait until an epoch > ``epoch`` arrives, noting checkpoint commits meanwhile."""
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline and not self.stop.is_set():
-            self._note_commits()
-            if self.recorder.wait_past(epoch, self.stop, 0.02):
-                self._note_commits()
-                return True
-        return False
-
-    def _note_commits(self) -> None:
-        n = len(self.session.committed)
-        if n != self._commits:
-            self._commits = n
-            self._commit_seen = time.monotonic()
 
     def _sleep(self, seconds: float) -> None:
         """A seeded delay that places a kill (the schedule, not a wait for anything)."""
@@ -388,7 +379,6 @@ class Killer(threading.Thread):
             record.high = self.recorder.high
         record.committed = session.committed[-1] if session.committed else -1
         record.at = time.monotonic()
-        record.since_commit = record.at - self._commit_seen
         ray.kill(actors[event.first], no_restart=True)
         record.kills += 1
         if event.kind == "pair":
@@ -417,7 +407,7 @@ class Killer(threading.Thread):
         """Watch ``session.actors`` until the session has replaced ``old``: the new list."""
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline and not self.stop.is_set():
-            current = self.session.actors
+            current: list[Any] = self.session.actors
             if current is not old:
                 return current  # the same list: a later relaunch replaces it again
             self.stop.wait(0.001)
@@ -436,6 +426,11 @@ class Outcome:
     restarts: int = 0
     records: list[KillRecord] = field(default_factory=list)
     seconds: float = 0.0
+    error: str | None = None
+    """With ``run(..., catch=True)``: the exception that ended the run early."""
+    longest_without_commit: float | None = None
+    """The longest time the run went on without a new checkpoint commit, counted from its
+    first output to its last, outside the recoveries (kill to next new output)."""
 
     @property
     def kills(self) -> int:
@@ -495,9 +490,12 @@ def run(
     tmp: Path,
     events: Sequence[KillEvent] = (),
     max_restarts: int | None = None,
+    catch: bool = False,
 ) -> Outcome:
     """Run ``case`` on ``data``; on Ray with checkpoints in ``tmp`` and the kill schedule
-    ``events``; inline (the oracle) without either."""
+    ``events``; inline (the oracle) without either. With ``catch``, an exception that
+    ends the Ray run is returned in ``Outcome.error``, with what happened until then (the
+    soak counts it and goes on); otherwise it is raised."""
     recorder = Recorder()
     sink_dir = tmp / f"sink-{backend}" if case.sink else None
     flow, handle = build(case, data, recorder, sink_dir)
@@ -520,19 +518,27 @@ def run(
     session = flow.activate(
         workers=case.workers, backend="ray", checkpoint=str(tmp / "ckpt"), **options
     )
+    recorder.session = session
     observe = (lambda: sink_records(sink_dir)) if case.sink else None
     killer = Killer(session, recorder, events, observe)
+    error = None
     try:
         killer.start()
         if handle is not None:
             drive(case, handle, data, session, recorder, killer.done.is_set)
         session.join()
+    except Exception as e:
+        if not catch:
+            raise
+        error = f"{type(e).__name__}: {e}"
     finally:
         killer.stop.set()
         killer.join()
         session.close()
     if killer.error is not None:
-        raise killer.error
+        if not catch:
+            raise killer.error
+        error = error or f"the killer failed: {killer.error!r}"
     return Outcome(
         recorder.out,
         recorder.duplicates,
@@ -541,7 +547,30 @@ def run(
         restarts=session.restarts,
         records=killer.records,
         seconds=time.monotonic() - start,
+        error=error,
+        longest_without_commit=longest_without_commit(recorder, killer.records),
     )
+
+
+def longest_without_commit(recorder: Recorder, records: list[KillRecord]) -> float | None:
+    """The longest gap between checkpoint commits while the dataflow ran: over the
+    stretches from the first output to the first kill, from each recovery (the next new
+    output) to the next kill, and from the last recovery to the last output."""
+    if not recorder.arrived:
+        return None
+    start, end = min(recorder.arrived.values()), max(recorder.arrived.values())
+    stretches = []
+    for r in records:
+        if r.latency is None:
+            break  # the run did not recover from this one: what follows is not a stretch
+        stretches.append((start, r.at))
+        start = r.at + r.latency
+    stretches.append((start, end))
+    worst = 0.0
+    for a, b in stretches:
+        points = [a, *(t for t in recorder.commit_times if a < t < b), b]
+        worst = max(worst, *(y - x for x, y in itertools.pairwise(points)))
+    return worst
 
 
 def sink_records(sink_dir: Path | None) -> list[tuple[int, Any]] | None:

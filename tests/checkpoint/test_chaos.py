@@ -28,10 +28,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
 
 SEED = 1
 
-SINCE_COMMIT_SLACK = 1.0
-"""With ``checkpoint_interval``, seconds beyond the interval a kill may come after the
-last commit (or recovery): a request, the epoch it names and the parts' writes take
-well under this; a checkpoint that is not taken at all takes forever."""
+COMMIT_SLACK = 1.0
+"""With ``checkpoint_interval``, how much longer than the interval a running dataflow
+may go without a new commit: a request, the epoch it names and the parts' writes take
+well under this; a checkpoint that is never taken takes forever."""
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -55,12 +55,8 @@ def test_kills_change_no_output(name: str, tmp_path: Path) -> None:
         # epoch whose checkpoint was lost to a kill is computed and committed again).
         assert sorted(set(range(len(data) - 1)) - set(got.committed)) == []
     else:
-        late = [
-            (r.event.after, round(r.since_commit, 2))
-            for r in got.records
-            if r.since_commit is not None and r.since_commit > case.interval + SINCE_COMMIT_SLACK
-        ]
-        assert late == [], "kills long after the last checkpoint commit: (epoch, seconds)"
+        assert got.longest_without_commit is not None
+        assert got.longest_without_commit <= case.interval + COMMIT_SLACK
     if case.sink:
         assert expected.sink and got.sink == expected.sink
         assert all(r.observed for r in got.records[1:])  # the reads during the run saw output
