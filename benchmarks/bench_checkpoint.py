@@ -23,6 +23,8 @@ import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +33,7 @@ from typing import Any
 import operators  # noqa: F401 - registers the stream methods
 from benchmarks.tables import markdown
 from timely import Dataflow, serialization
-from timely.checkpoint import CheckpointStore
+from timely.checkpoint import CheckpointStore, decode_part
 from timely.state import KeyedState
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -87,6 +89,43 @@ def throughput(backend: str, workers: int, epochs: int, lines: int, rounds: int)
     }
 
 
+def against(
+    checkout: str, backend: str, workers: int, epochs: int, lines: int, rounds: int
+) -> list[dict[str, Any]]:
+    """The same throughput measurement, alternating round by round between this checkout
+    (in this process) and another one (a subprocess importing that checkout's timely),
+    so that both see the same machine load: ``[this, other]``."""
+    code = (
+        "import json, sys; from benchmarks.bench_checkpoint import throughput; "
+        f"print(json.dumps(throughput({backend!r}, {workers}, {epochs}, {lines}, 1)))"
+    )
+    env = {**os.environ, "PYTHONPATH": checkout}
+    mine, theirs = [], []
+    for _ in range(rounds):
+        mine.append(throughput(backend, workers, epochs, lines, 1))
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True
+        )
+        if done.returncode:
+            raise RuntimeError(f"the run in {checkout} failed:\n{done.stderr[-2000:]}")
+        theirs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    out = []
+    for runs, label in ((mine, "this checkout"), (theirs, checkout)):
+        plain = statistics.median(r["words"] / r["plain_words_per_s"] for r in runs)
+        ckpt = statistics.median(r["words"] / r["checkpointed_words_per_s"] for r in runs)
+        words = runs[0]["words"]
+        out.append(
+            {
+                **runs[0],
+                "code": label,
+                "plain_words_per_s": words / plain,
+                "checkpointed_words_per_s": words / ckpt,
+                "slowdown": ckpt / plain - 1,
+            }
+        )
+    return out
+
+
 def recovery(epochs: int, kills: int) -> dict[str, Any]:
     """Kill a worker every few epochs; time from each kill to the next new epoch output."""
     import ray
@@ -138,12 +177,13 @@ def size_and_write(keys: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         store = CheckpointStore(d)
         t0 = time.perf_counter()
-        snap = {"format": 1, "vertices": {3: {"kind": "keyed", "tables": {"s": state.snapshot()}}}}
-        data = serialization.encode(snap)
+        # As a worker does: the vertex's snapshot encoded when taken, then the part.
+        vertex = serialization.encode({"kind": "keyed", "tables": {"s": state.snapshot()}})
+        data = serialization.encode({"format": 2, "vertices": {3: vertex}})
         t1 = time.perf_counter()
         store.write_part(0, 0, 1, data)
         t2 = time.perf_counter()
-        back = serialization.decode(store.read("ckpt-000000000000/part-0-of-1.bin"))
+        back = decode_part(store.read("ckpt-000000000000/part-0-of-1.bin"))
         restored: KeyedState[int] = KeyedState()
         restored.restore(back["vertices"][3]["tables"]["s"])
         t3 = time.perf_counter()
@@ -162,6 +202,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-ray", action="store_true")
+    ap.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="also measure inline throughput with the timely of another checkout (a git "
+        "worktree of an earlier commit), alternating rounds with this one",
+    )
     args = ap.parse_args()
     quick = args.quick
     out: dict[str, Any] = {
@@ -169,6 +215,24 @@ def main() -> None:
         "load_average": os.getloadavg(),
     }
     epochs, lines, rounds = (20, 100, 1) if quick else (60, 400, 3)
+    if args.against:
+        pair = against(args.against, "inline", 1, epochs, lines, rounds)
+        out["against"] = pair
+        print(
+            markdown(
+                ["code", "words/s, none", "words/s, every epoch", "slower by"],
+                [
+                    (
+                        r["code"],
+                        f"{r['plain_words_per_s']:,.0f}",
+                        f"{r['checkpointed_words_per_s']:,.0f}",
+                        f"{r['slowdown']:+.1%}",
+                    )
+                    for r in pair
+                ],
+            )
+        )
+        print()
     runs = [throughput("inline", 1, epochs, lines, rounds)]
     if not args.skip_ray:
         runs.append(throughput("ray", 2, epochs, lines, rounds))

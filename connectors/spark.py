@@ -16,10 +16,14 @@ column or from the row order (see ``ParquetSource``).
 :class:`~connectors.parquet.ParquetSink` (per-epoch part files, committed with the
 checkpoints) whose driver side turns committed epochs into a Spark DataFrame
 (:meth:`SparkSink.dataframe`: Spark reads the committed files) and, given ``table``,
-appends each newly committed range of epochs to a Spark table. The Parquet output is
-exactly once; the table append happens after the commit and is recorded in
-``_PUBLISHED``, so only a driver crash between an append and that record can append
-the same epochs twice.
+writes each newly committed range of epochs to a Spark table, also exactly once. The
+table has an integer epoch column (``epoch_column``, default ``"epoch"``) and is
+partitioned by it; each write replaces the partitions of the epochs it carries
+(dynamic partition overwrite) instead of appending, so a driver that dies anywhere
+between the commit and the ``_PUBLISHED`` marker that records the write only makes
+the next run write those epochs again, not twice. ``_PUBLISHED`` just saves
+re-writing epochs already there. The sink owns its epochs' partitions: rows others
+put into the same epochs of the table are replaced (other epochs are left alone).
 
 On a cluster, ``staging`` and the sink's path must be storage every Spark executor
 and every timely worker can reach (``s3://...``, ``hdfs://...``); local paths work for
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
 
 PUBLISHED = "_PUBLISHED"
 _INTEGRAL = ("ByteType", "ShortType", "IntegerType", "LongType")
+_OVERWRITE_MODE = "spark.sql.sources.partitionOverwriteMode"
 _NOT_PARQUET = ("NullType", "CalendarIntervalType")
 _UNORDERED = ("MapType", "VariantType")
 
@@ -253,13 +258,74 @@ def _check_table_schema(table: str, ours: pa.Schema, theirs: pa.Schema) -> None:
         )
 
 
+def _table_schema(session: SparkSession, table: str, epoch_column: str) -> pa.Schema | None:
+    """The existing ``table``'s columns other than ``epoch_column`` (``None``: no such
+    table), after checking that ``epoch_column`` is an integer partition column: without
+    one, re-writing an epoch could not replace it (it would append it twice, or with a
+    plain overwrite replace the whole table)."""
+    if not session.catalog.tableExists(table):
+        return None
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = session.table(table).schema
+    fields = {f.name: f.dataType for f in schema.fields}
+    partitions = [c.name for c in session.catalog.listColumns(table) if c.isPartition]
+    e = repr(epoch_column)
+    other = (
+        "; or write to a new table (SparkSink creates it so), or pass epoch_column= naming "
+        "the table's integer partition column for the epoch"
+    )
+    if epoch_column not in fields:
+        raise SchemaError(
+            f"table {table!r} has no column {e}, which SparkSink needs to replace an epoch's "
+            f"rows after a crash instead of appending them twice; copy the table into one "
+            f"partitioned by it, e.g. spark.table({table!r}).withColumn({e}, "
+            f"F.lit(-1).cast('long')).write.partitionBy({e}).saveAsTable(<new name>){other}"
+        )
+    if _type_name(fields[epoch_column]) not in _INTEGRAL:
+        raise SchemaError(
+            f"column {e} of table {table!r} is {fields[epoch_column].simpleString()}, not an "
+            f"integer type, so it cannot hold the epoch; copy the table with it cast, e.g. "
+            f"spark.table({table!r}).withColumn({e}, F.col({e}).cast('long'))"
+            f".write.partitionBy({e}).saveAsTable(<new name>){other}"
+        )
+    if epoch_column not in partitions:
+        raise SchemaError(
+            f"table {table!r} is not partitioned by {e} (partitions: {partitions}), so "
+            f"re-writing an epoch cannot replace just that epoch; copy it into one that is, "
+            f"e.g. spark.table({table!r}).write.partitionBy({e}).saveAsTable(<new name>){other}"
+        )
+    rest = [f for f in schema.fields if f.name != epoch_column]
+    return to_arrow_schema(type(schema)(rest))
+
+
+def _replace_epochs(df: DataFrame, table: str) -> None:
+    """Insert ``df`` into ``table``, replacing the partitions (epochs) ``df`` has rows for
+    and leaving the others. The mode is the session's setting, set for this write only:
+    ``insertInto`` ignores the writer option of the same name."""
+    session = df.sparkSession
+    columns = session.table(table).columns  # insertInto matches columns by position
+    before = session.conf.get(_OVERWRITE_MODE)
+    session.conf.set(_OVERWRITE_MODE, "dynamic")
+    try:
+        df.select(*columns).write.insertInto(table, overwrite=True)
+    finally:
+        if before is None:
+            session.conf.unset(_OVERWRITE_MODE)
+        else:
+            session.conf.set(_OVERWRITE_MODE, before)
+
+
 class SparkSink(ParquetSink):
     """Dataflow output to Parquet under ``path`` (exactly once), then to Spark.
 
     ``schema``: a ``pyarrow.Schema`` or a Spark ``StructType``; when ``table`` names an
-    existing Spark table and no schema is given, the table's schema is used, and a
-    given schema must match it (checked here, before anything runs). ``table``: append
-    each newly committed range of epochs to it (created on first use).
+    existing Spark table and no schema is given, the table's schema (less the epoch
+    column) is used, and a given schema must match it (checked here, before anything
+    runs). ``table``: write each newly committed range of epochs to it, each row with
+    its epoch in ``epoch_column``, replacing those epochs' partitions so that a re-run
+    after a crash writes no epoch twice. On first use the table is created partitioned
+    by ``epoch_column``; an existing table must have it as an integer partition column.
     """
 
     def __init__(
@@ -268,16 +334,16 @@ class SparkSink(ParquetSink):
         schema: Any = None,
         table: str | None = None,
         spark: SparkSession | None = None,
+        epoch_column: str = "epoch",
     ) -> None:
         arrow = arrow_schema_of(schema)
         self.table = table
+        self.epoch_column = epoch_column
         self._spark = spark
         if table is not None:
-            session = active_spark(spark)
-            if session.catalog.tableExists(table):
-                from pyspark.sql.pandas.types import to_arrow_schema
-
-                existing = to_arrow_schema(session.table(table).schema)
+            _check_no_epoch_column(arrow, epoch_column)
+            existing = _table_schema(active_spark(spark), table, epoch_column)
+            if existing is not None:
                 if arrow is None:
                     arrow = existing
                 else:
@@ -295,6 +361,9 @@ class SparkSink(ParquetSink):
             self._publish()
 
     def _publish(self) -> None:
+        """Write the committed epochs after ``_PUBLISHED`` to the table, then move the
+        marker. Idempotent per epoch: dying before the marker only means the next call
+        writes the same epochs again, and they replace what the first write left."""
         assert self.table is not None
         fs, root = self._fs, self._root
         text = read_text(fs, f"{root}/{PUBLISHED}")
@@ -302,8 +371,15 @@ class SparkSink(ParquetSink):
         last = committed_epoch(fs, root)
         if last <= published:
             return
-        df = self.dataframe(after=published)
-        df.write.mode("append").saveAsTable(self.table)
+        session = active_spark(self._spark)
+        df = self.dataframe(session, epoch_column=self.epoch_column, after=published)
+        existing = _table_schema(session, self.table, self.epoch_column)
+        if existing is not None:
+            if self.schema is not None:
+                _check_table_schema(self.table, self.schema, existing)
+            _replace_epochs(df, self.table)
+        elif df.columns != [self.epoch_column]:  # with no columns yet, create it later
+            df.write.partitionBy(self.epoch_column).saveAsTable(self.table)
         write_atomic(fs, f"{root}/{PUBLISHED}", json.dumps({"epoch": last}).encode())
 
     def dataframe(
@@ -346,12 +422,21 @@ class SparkSink(ParquetSink):
         from pyspark.sql import functions as F
 
         where = F.col("_metadata.file_path")  # .../epoch=<e>/part-...: the epoch is in the path
-        return df.withColumn(epoch_column, F.regexp_extract(where, r"epoch=(\d+)/", 1).cast("long"))
+        epoch = F.regexp_extract(where, r"/epoch=(\d+)/[^/]*$", 1).cast("long")
+        return df.withColumn(epoch_column, epoch)
 
     def _uri(self, fs_path: str) -> str:
         if "://" in self.path:
             return f"{self.path.split('://', 1)[0]}://{fs_path}"
         return "file://" + fs_path
+
+
+def _check_no_epoch_column(schema: pa.Schema | None, epoch_column: str) -> None:
+    if schema is not None and epoch_column in schema.names:
+        raise SchemaError(
+            f"the sink's schema has a column {epoch_column!r}, the name the table's epoch "
+            "column gets; pass another epoch_column= name, or rename that column"
+        )
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -365,6 +450,7 @@ def spark_sink(
     schema: Any = None,
     table: str | None = None,
     spark: SparkSession | None = None,
+    epoch_column: str = "epoch",
 ) -> SparkSink:
     """A :class:`SparkSink`: ``stream.sink(spark_sink(path, schema, table=...))``."""
-    return SparkSink(path, schema=schema, table=table, spark=spark)
+    return SparkSink(path, schema=schema, table=table, spark=spark, epoch_column=epoch_column)

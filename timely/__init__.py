@@ -16,6 +16,7 @@ from timely.dataflow import (
 from timely.errors import (
     ConfigError,
     GraphBuildError,
+    InternalError,
     TimelyError,
     UserFunctionError,
     WorkerDied,
@@ -35,6 +36,7 @@ __all__ = [
     "Feedback",
     "GraphBuildError",
     "InputHandle",
+    "InternalError",
     "KeyedState",
     "Probe",
     "Results",

@@ -249,8 +249,6 @@ class CheckpointStore:
     def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
         """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
         ones are skipped. Refuses checkpoints of a different dataflow."""
-        from timely import serialization
-
         for epoch in reversed(self.epochs()):
             try:
                 manifest, datas = self.load(epoch)
@@ -263,7 +261,7 @@ class CheckpointStore:
                     f"{manifest['fingerprint']}, this one {fingerprint}); {name!r} cannot resume "
                     "from them: use another checkpoint directory, or delete this one to start over"
                 )
-            return epoch, [serialization.decode(d) for d in datas]
+            return epoch, [decode_part(d) for d in datas]
         return None
 
     def collect_garbage(self, keep: int) -> None:
@@ -283,6 +281,22 @@ class CheckpointStore:
     def _has_manifest(self, epoch: int) -> bool:
         info = self.fs.get_file_info(self._path(epoch_dir(epoch), "MANIFEST.json"))
         return bool(info.type == pafs.FileType.File)
+
+
+def decode_part(data: bytes) -> dict[str, Any]:
+    """A worker's part as written (checksum already verified), each vertex's snapshot
+    decoded: parts of format 2 carry every vertex's snapshot encoded on its own, format 1
+    (older runs) as plain data."""
+    from timely import serialization
+
+    part: dict[str, Any] = serialization.decode(data)
+    if part.get("format") not in (1, 2):
+        raise CheckpointError(f"checkpoint part of format {part.get('format')!r}: not readable")
+    part["vertices"] = {
+        int(v): serialization.decode(s) if isinstance(s, bytes) else s
+        for v, s in part["vertices"].items()
+    }
+    return part
 
 
 def split_parts(parts: list[dict[str, Any]], workers: int) -> list[dict[int, Any]]:

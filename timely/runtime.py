@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 PART_KEY = "\x00checkpoint-part"
 """The output key under which a worker's host reports a checkpoint part it wrote."""
 
+_MAX_LOOKAHEAD = 1 << 20
+"""Bounds the checkpoint request's lookahead (in epochs)."""
+
 Restore = tuple[int, list[dict[int, Any]]]
 """A checkpoint to start from: its epoch and each worker's vertex snapshots."""
 
@@ -56,6 +59,8 @@ class Session(ABC):
         """The epoch of the checkpoint the workers last started from (-1: none)."""
         self.committed: list[int] = []
         """Epochs of the checkpoints this session committed, in order."""
+        self.commit_times: list[float] = []
+        """When each of ``committed`` was committed (``time.monotonic()``)."""
         self.restarts = 0
         self._delivered: dict[str, int] = {}
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
@@ -64,6 +69,9 @@ class Session(ABC):
         self._requested: int | None = None
         """On-request mode: the epoch every worker agreed to checkpoint after, until committed."""
         self._known_epoch = -1
+        self._lookahead = 1
+        self._requested_at = 0.0
+        """How far past the last floor heard the next checkpoint request asks."""
         self._next_request = time.monotonic() + (checkpoint.interval or 0.0) if checkpoint else 0.0
 
     # -- backends implement ---------------------------------------------------------------
@@ -88,7 +96,8 @@ class Session(ABC):
 
     def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
         """Ask every worker for a checkpoint after ``epoch``: whether all agreed, and the
-        latest epoch any of them has seen (to ask for a later one if not)."""
+        highest :meth:`~timely.worker.Worker.checkpoint_floor` among them (to ask for a
+        later epoch if not)."""
         raise NotImplementedError(f"{type(self).__name__} cannot checkpoint on request")
 
     def _stop(self) -> None:  # noqa: B027 - optional hook; most backends have nothing to free
@@ -135,18 +144,25 @@ class Session(ABC):
             if not (self.committed and self.committed[-1] >= self._requested):
                 return
             self._requested = None
-            self._next_request = now + config.interval
+            # Measured from the agreed request, not the commit: the gap between two
+            # commits is then about the interval, not the interval plus a commit's latency.
+            self._next_request = self._requested_at + config.interval
         if now < self._next_request:
             return
-        known = max([self._known_epoch, self.restored_epoch, *self._input_epoch.values()])
-        epoch = known + 1
+        # The floor moves on while the request travels: ask that far ahead of the last
+        # floor heard, doubling the distance after each refusal and halving it after
+        # each agreement, so it settles near how far the workers move in one round trip.
+        epoch = max(self._known_epoch, self.restored_epoch) + self._lookahead
         self._next_request = float("inf")  # no second request from inside this one
-        agreed, seen = self._request_checkpoint(epoch)
+        agreed, floor = self._request_checkpoint(epoch)
+        self._known_epoch = max(self._known_epoch, floor)
         if agreed:
             self._requested = epoch
+            self._requested_at = now
+            self._lookahead = max(1, self._lookahead // 2)
         else:
-            self._known_epoch = max(seen, epoch)
-            self._next_request = now  # ask again, later than what they have seen
+            self._lookahead = min(2 * self._lookahead, _MAX_LOOKAHEAD)
+            self._next_request = now  # ask again, after the floor they answered
 
     def _initial_restore(self) -> Restore | None:
         """The checkpoint to start from when resuming (None: start from scratch)."""
@@ -222,6 +238,7 @@ class Session(ABC):
         except OSError as e:
             raise CheckpointError(f"cannot commit the checkpoint at epoch {epoch}: {e}") from e
         self.committed.append(epoch)
+        self.commit_times.append(time.monotonic())
         for done in [e for e in self._parts if e <= epoch]:
             del self._parts[done]
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the

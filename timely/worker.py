@@ -33,7 +33,7 @@ from timely.errors import (
     UserFunctionError,
     failing_record,
     failure_location,
-    function_location,
+    step_error,
 )
 from timely.plan import Plan, VertexSpec
 from timely.system import InputVertex, SourceVertex
@@ -41,6 +41,14 @@ from timely.vertex import Capability, Vertex
 
 DataBatch = tuple[int, int, Timestamp, list[Any]]
 """``(vertex, input port, time, records)``."""
+
+
+PART_FORMAT = 2
+"""A checkpoint part: ``{"format", "epoch", "worker", "workers", "vertices": {v: bytes}}``,
+each vertex's snapshot encoded on its own (see :meth:`Worker._take`)."""
+
+_encode: Any = None
+"""``timely.serialization.encode``, imported on first use (it imports this module)."""
 
 
 class ProtocolError(TimelyError):
@@ -169,6 +177,8 @@ class VertexContext:
         self._hold(time, -1)
 
     def _hold(self, time: Timestamp, delta: int) -> None:
+        if delta > 0 and time[0] > self.worker.max_epoch:
+            self.worker.max_epoch = time[0]
         self.caps[time] += delta
         if self.caps[time] < 0:
             raise ProtocolError(f"step {self.spec.name!r}: capability at {time} dropped twice")
@@ -184,12 +194,10 @@ class VertexContext:
     def user_error(
         self, error: BaseException, time: Timestamp | None, record: Any, fn: Any
     ) -> None:
-        """Stop the run with the step, the user function's file:line, the time and the record."""
-        where = failure_location(
-            error.__traceback__, function_location(fn) if fn else self.spec.where
-        )
-        raise UserFunctionError(
-            self.spec.name, where, time, record, error, self.worker.index
+        """Stop the run with the step, the time, the record and the file:line that failed:
+        the user function's, or timely's own for a bug in timely (``InternalError``)."""
+        raise step_error(
+            self.spec.name, error, time, record, fn, self.spec.where, self.worker.index
         ) from error
 
 
@@ -219,7 +227,8 @@ class Worker:
         self._target: int | None = None
         """The epoch the driver asked for a checkpoint after (on-request mode)."""
         self.max_epoch = -1
-        """The latest epoch any vertex here has received or been notified at."""
+        """The latest epoch any vertex here has received at, been notified at or held a
+        capability at."""
         self._max_notified = -1
         start = 0 if restore is None else restore[0] + 1
         graph = plan.graph
@@ -294,13 +303,15 @@ class Worker:
             bool(self.progress.pending()) and self.progress.must_flush(idle=True)
         )
 
-    def _local_work(self) -> bool:
+    def _local_work(self, sources: bool = True) -> bool:
+        """Whether a step now has something to do here; ``sources=False`` leaves out active
+        sources, which always have (they read a batch a step)."""
         return bool(
             self._ready
             or self._commands
             or self.received_since_step
             or (self._notify_pending and (self._notify_check or self._frontier_moved))
-            or any(self.vertices[v].active for v in self._sources)  # type: ignore[attr-defined]
+            or (sources and any(self.vertices[v].active for v in self._sources))  # type: ignore[attr-defined]
         )
 
     def step(self) -> list[tuple[int, WorkerMessage]]:
@@ -439,8 +450,10 @@ class Worker:
         self._out = {}
         self.progress.record(self._updates.drain())
         # Progress rides along with data that goes out anyway: holding it back would only
-        # cost another message. Otherwise accumulation decides.
-        batch = self.progress.flush(force=bool(messages), idle=not self._local_work())
+        # cost another message. Otherwise accumulation decides. A running source does not
+        # count as more work in this round: it always has some, and its epochs would
+        # otherwise complete for no one until it ends.
+        batch = self.progress.flush(force=bool(messages), idle=not self._local_work(False))
         if batch is not None:
             self.tracker.update_all(self.progress.receive(batch))
             self._frontier_moved = True
@@ -473,84 +486,134 @@ class Worker:
             epochs.extend(t[0] for t in frontier(target(v, i)))
         return min(epochs) if epochs else None
 
-    def _next_boundary(self, v: int) -> int | None:
-        """The next epoch ``v`` must be snapshotted after before anything later changes
-        its state (None: none is due)."""
-        if self.checkpoint_every is not None:
-            return self._snapped[v] + self.checkpoint_every
-        target = self._target
-        return target if target is not None and target > self._snapped[v] else None
+    def _open_at(self, v: int, epoch: int) -> bool:
+        """Whether ``v`` may still receive, be notified or send at ``epoch`` or earlier: the
+        cheap form of ``_open_epoch(v) <= epoch``, stopping at the first witness."""
+        frontier = self.tracker.frontier
+        for i in range(self.plan.vertices[v].inputs):
+            for t in frontier(target(v, i)):
+                if t[0] <= epoch:
+                    return True
+        ctx = self.contexts[v]
+        for t in ctx.requests:
+            if t[0] <= epoch:
+                return True
+        for t in ctx.caps:
+            if t[0] <= epoch:
+                return True
+        return any(t[0] <= epoch for _, t, _ in self.inbox[v])
 
-    def _snapshot(self, v: int) -> None:
-        """Snapshot ``v`` after the latest checkpoint epoch it has completely passed."""
-        low = self._open_epoch(v)
-        if low is None:
-            return  # finished: snapshotted on demand when a part needs it
+    def _due(self, after: int, upto: int | None) -> range | list[int]:
+        """The checkpoint epochs in ``(after, upto]`` (``upto=None``: the first one only).
+
+        With ``checkpoint_every=k`` they are the epochs ``e`` with ``(e + 1) % k == 0``;
+        on request, the epoch the driver asked for."""
         every = self.checkpoint_every
         if every is not None:
-            epoch = (low // every) * every - 1
-            if epoch > self._snapped[v]:
-                self._take(v, epoch)
-        elif self._target is not None and self._snapped[v] < self._target < low:
-            self._take(v, self._target)
+            first = ((after + 1) // every + 1) * every - 1
+            return range(first, (first if upto is None else upto) + 1, every)
+        target = self._target
+        if target is not None and after < target and (upto is None or target <= upto):
+            return [target]
+        return []
+
+    def _next_boundary(self, v: int) -> int | None:
+        """The next checkpoint epoch ``v`` must be snapshotted after before a notification
+        at a later epoch may change its state (None: none is due)."""
+        due = self._due(self._snapped[v], None)
+        return due[0] if due else None
+
+    def _snapshot(self, v: int) -> None:
+        """Snapshot ``v`` for every checkpoint epoch it has completely passed since its
+        last snapshot: each of them, not only the latest, so that a vertex whose
+        frontier jumps over several (a stateless step, a burst of epochs in one step)
+        still has its share in every one of those checkpoints.
+
+        One state serves them all: the hold-back in :meth:`_notify` keeps ``v`` from being
+        notified after the first of them before this snapshot, and what it received
+        after it sits in per-time tables that ``snapshot_at(e)`` leaves out."""
+        boundary = self._next_boundary(v)
+        if boundary is None or self._open_at(v, boundary):
+            return  # the common case, checked at every step: nothing is due yet
+        low = self._open_epoch(v)
+        # A finished vertex's state is final: it serves every checkpoint epoch after its
+        # last snapshot, up to the latest epoch this worker has seen.
+        upto = self.max_epoch if low is None else low - 1
+        for epoch in self._due(self._snapped[v], upto):
+            self._take(v, epoch)
+
+    def checkpoint_floor(self) -> int:
+        """The latest epoch a checkpoint here can no longer be taken after: some vertex has
+        been notified at it, or snapshotted after it. Any later epoch can, even one the
+        sources have read past (they resume from their read history), so the driver asks
+        for the one just after the highest floor: the checkpoint then completes as soon
+        as the slowest worker's frontier passes it."""
+        return max(self._max_notified, max(self._snapped.values(), default=-1))
 
     def request_checkpoint(self, epoch: int) -> bool:
         """The driver asks for a checkpoint after ``epoch`` (on-request mode). Refused when
-        some vertex here has already moved past it: the driver then asks for a later one."""
-        if epoch <= self._max_notified or any(s >= epoch for s in self._snapped.values()):
+        ``epoch`` is not after :meth:`checkpoint_floor`: the driver then asks for a later one."""
+        if epoch <= self.checkpoint_floor():
             return False
         self._target = epoch
         self._notify_check = True
         return True
 
     def _take(self, v: int, epoch: int) -> None:
+        """Snapshot ``v`` for the checkpoint at ``epoch``, encoded at once.
+
+        Encoding here is what makes the snapshot a copy: the vertex may change its state
+        in place (a ``[value, count]`` entry, a user's dict) as soon as it is notified of
+        the next epoch, possibly later in this same step."""
+        global _encode
+        if _encode is None:
+            from timely.serialization import encode as _encode
         ctx = self.contexts[v]
         ctx.now = None
         try:
             snap = self.vertices[v].snapshot_at(epoch)
+            data = None if snap is None else _encode(snap)
         except Exception as e:
             ctx.user_error(e, (epoch,), None, type(self.vertices[v]).snapshot_at)
         part = self._parts.setdefault(epoch, {})
-        part[v] = snap  # None for a stateless vertex: left out of the written part
+        part[v] = data  # None for a stateless vertex: left out of the written part
         self._snapped[v] = epoch
         self._notify_check = True  # notifications held back for this snapshot may go now
 
     def _checkpoint_scan(self) -> None:
+        """Snapshot what is due; hand over every part that is complete, oldest first."""
         for v in self._stateful:
             self._snapshot(v)
-        if not self._parts:
-            return
-        for epoch in sorted(self._parts, reverse=True):
+        for epoch in sorted(self._parts):
             part = self._parts[epoch]
             missing = [v for v in self._stateful if v not in part]
             # A finished vertex's state is final and, by the hold-back in _notify, reflects
             # no epoch after the one following its last snapshot: valid for this part.
-            if all(self._open_epoch(v) is None and self._snapped[v] < epoch for v in missing):
-                for v in missing:
-                    self._take(v, epoch)
-                self._done_parts.append(
-                    (
-                        epoch,
-                        {
-                            "format": 1,
-                            "epoch": epoch,
-                            "worker": self.index,
-                            "workers": self.peers,
-                            "vertices": {
-                                v: snap
-                                for v, snap in self._parts.pop(epoch).items()
-                                if snap is not None
-                            },
-                        },
-                    )
+            if not all(self._open_epoch(v) is None and self._snapped[v] < epoch for v in missing):
+                continue
+            for v in missing:
+                self._take(v, epoch)
+            del self._parts[epoch]
+            self._done_parts.append(
+                (
+                    epoch,
+                    {
+                        "format": PART_FORMAT,
+                        "epoch": epoch,
+                        "worker": self.index,
+                        "workers": self.peers,
+                        "vertices": {v: data for v, data in part.items() if data is not None},
+                    },
                 )
-                for older in [e for e in self._parts if e < epoch]:
-                    del self._parts[older]  # superseded before they were complete
-                break
+            )
+            for older in [e for e in self._parts if e < epoch]:
+                del self._parts[older]  # superseded (a target the driver gave up on)
 
     def take_parts(self) -> list[tuple[int, dict[str, Any]]]:
-        """Checkpoint parts completed since the last call: ``(epoch, part)``; encode each
-        before the next step, since it shares objects with the live state."""
+        """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order.
+
+        Each vertex's snapshot in a part is already encoded (bytes), so the part owes
+        nothing to the live state and may be written at leisure."""
         out, self._done_parts = self._done_parts, []
         return out
 

@@ -4,6 +4,8 @@
 - Staging the same DataFrame twice gives every worker the same records in the same
   epochs, even when Spark's own row order is random.
 - Schema problems fail with the column's name and the fix.
+- A driver that dies while publishing to a table leaves, after the resumed run, every
+  epoch in the table exactly once.
 """
 
 from __future__ import annotations
@@ -63,10 +65,8 @@ def test_round_trip_on_ray_equals_spark_own_query(
     got = sink.dataframe(spark, epoch_column="epoch").collect()
     assert Counter((r["epoch"], r["ad"], r["clicks"]) for r in got) == want
     table = spark.table("clicks_per_ad")
-    assert table.schema == schema
-    assert Counter((r["ad"], r["clicks"]) for r in table.collect()) == Counter(
-        (ad, c) for _, ad, c in want
-    )
+    assert table.schema == schema.add("epoch", T.LongType())
+    assert Counter((r["epoch"], r["ad"], r["clicks"]) for r in table.collect()) == want
     sink.commit(None)  # a second commit appends nothing new to the table
     assert spark.table("clicks_per_ad").count() == len(want)
 
@@ -125,7 +125,8 @@ def test_source_schema_errors_name_the_column_and_the_fix(spark: Any, tmp_path: 
 
 
 def test_sink_schema_errors_name_the_column_and_the_fix(spark: Any, tmp_path: Any) -> None:
-    spark.createDataFrame([(1, "a")], "id long, name string").write.saveAsTable("people")
+    people = spark.createDataFrame([(1, "a", 5)], "id long, name string, epoch long")
+    people.write.partitionBy("epoch").saveAsTable("people")
     wrong_type = pa.schema([("id", pa.string()), ("name", pa.string())])
     with pytest.raises(SchemaError, match=r"column 'id' is string in the sink's schema but int64"):
         SparkSink(str(tmp_path / "a"), schema=wrong_type, table="people", spark=spark)
@@ -135,9 +136,13 @@ def test_sink_schema_errors_name_the_column_and_the_fix(spark: Any, tmp_path: An
     interval = T.StructType([T.StructField("gap", T.CalendarIntervalType())])
     with pytest.raises(SchemaError, match=r"column 'gap': Spark type interval has no Arrow"):
         SparkSink(str(tmp_path / "c"), schema=interval)
+    clash = pa.schema([("id", pa.int64()), ("epoch", pa.int64())])
+    with pytest.raises(SchemaError, match=r"has a column 'epoch'.*another epoch_column="):
+        SparkSink(str(tmp_path / "c"), schema=clash, table="new_people", spark=spark)
 
     # no schema given: the existing table's is used, and records that do not fit it fail
     sink = SparkSink(str(tmp_path / "d"), table="people", spark=spark)
+    assert sink.schema == pa.schema([("id", pa.int64()), ("name", pa.string())])
     flow = Dataflow("bad_people")
     handle = flow.new_input()
     handle.stream.sink(sink, name="people_out")
@@ -145,13 +150,33 @@ def test_sink_schema_errors_name_the_column_and_the_fix(spark: Any, tmp_path: An
     with pytest.raises(UserFunctionError, match=r"'people_out'.*column 'id': cannot convert"):
         flow.run(workers=1, backend="inline")
 
+    # epoch 0 goes in beside the table's own epoch 5, which the sink leaves alone
     ok = SparkSink(str(tmp_path / "e"), table="people", spark=spark)
     flow = Dataflow("people")
     handle = flow.new_input()
     handle.stream.sink(ok)
     handle.send([{"id": 2, "name": "b"}])
     flow.run(workers=2, backend="inline")
-    assert sorted(tuple(r) for r in spark.table("people").collect()) == [(1, "a"), (2, "b")]
+    got = sorted(tuple(r) for r in spark.table("people").collect())
+    assert got == [(1, "a", 5), (2, "b", 0)]
+
+
+def test_sink_refuses_a_table_without_an_epoch_partition(spark: Any, tmp_path: Any) -> None:
+    """A table made before (no epoch column, or not partitioned by it) is refused up front,
+    with the fix, rather than appended to twice or overwritten whole."""
+    spark.createDataFrame([(1, "a")], "id long, name string").write.saveAsTable("old_people")
+    with pytest.raises(SchemaError, match=r"'old_people' has no column 'epoch'.*partitionBy"):
+        SparkSink(str(tmp_path / "a"), table="old_people", spark=spark)
+    flat = spark.createDataFrame([(1, 0)], "id long, epoch long")
+    flat.write.saveAsTable("flat_people")
+    with pytest.raises(SchemaError, match=r"'flat_people' is not partitioned by 'epoch'"):
+        SparkSink(str(tmp_path / "b"), table="flat_people", spark=spark)
+    spark.createDataFrame([(1, "x")], "id long, at string").write.partitionBy("at").saveAsTable(
+        "text_epochs"
+    )
+    with pytest.raises(SchemaError, match=r"'at' of table 'text_epochs' is string, not an int"):
+        SparkSink(str(tmp_path / "c"), table="text_epochs", spark=spark, epoch_column="at")
+    assert spark.table("flat_people").count() == 1  # nothing written
 
 
 def test_sink_dataframe_of_nothing_has_the_schema(spark: Any, tmp_path: Any) -> None:
@@ -163,3 +188,69 @@ def test_sink_dataframe_of_nothing_has_the_schema(spark: Any, tmp_path: Any) -> 
     df = sink.dataframe(spark, epoch_column="epoch")
     assert df.count() == 0
     assert df.columns == ["k", "v", "epoch"]
+
+
+class DriverDied(BaseException):
+    """The driver's death at an injected point: a BaseException, so nothing catches it."""
+
+
+def numbered(epochs: int) -> tuple[Dataflow, Any]:
+    """A dataflow sending ``(epoch, i)`` rows, 3 per epoch; the same graph every time."""
+    flow = Dataflow("numbered")
+    handle = flow.new_input("rows")
+    for e in range(epochs):
+        handle.advance_to(e)
+        handle.send([(e, i) for i in range(3)])
+    return flow, handle.stream
+
+
+@pytest.mark.parametrize("dies", ["before the append", "before the marker", "after the marker"])
+def test_a_resumed_run_leaves_every_epoch_in_the_table_once(
+    spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, dies: str
+) -> None:
+    """The driver dies while publishing the second checkpoint's epochs to the table; the
+    run resumed from the checkpoints publishes again, and no epoch is there twice."""
+    import connectors.spark as spark_module
+
+    table = "numbered_" + dies.replace(" ", "_")
+    schema = pa.schema([("at", pa.int64()), ("i", pa.int64())])
+    calls = 0
+
+    def crash_on_the_second(original: Any, after: bool) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2 and not after:
+                raise DriverDied(dies)
+            out = original(*args, **kwargs)
+            if calls == 2:
+                raise DriverDied(dies)
+            return out
+
+        return wrapper
+
+    if dies == "before the append":  # the rows to append are read first, then appended
+        monkeypatch.setattr(SparkSink, "dataframe", crash_on_the_second(SparkSink.dataframe, False))
+    else:
+        after = dies == "after the marker"
+        write = spark_module.write_atomic
+        monkeypatch.setattr(spark_module, "write_atomic", crash_on_the_second(write, after))
+    checkpoint = dict(checkpoint=str(tmp_path / "ckpt"), checkpoint_every=1)
+    overwrite_mode = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
+    out = str(tmp_path / "out")
+    flow, stream = numbered(4)
+    stream.sink(SparkSink(out, schema=schema, table=table, spark=spark))
+    with pytest.raises(DriverDied):
+        flow.run(workers=2, backend="inline", **checkpoint)
+    monkeypatch.undo()
+    assert calls == 2
+
+    flow, stream = numbered(6)  # the resumed run, with two more epochs
+    stream.sink(SparkSink(out, schema=schema, table=table, spark=spark))
+    flow.run(workers=2, backend="inline", **checkpoint)
+    rows = spark.table(table).collect()
+    assert Counter((r["at"], r["i"]) for r in rows) == Counter(
+        (e, i) for e in range(6) for i in range(3)
+    )
+    assert all(r["epoch"] == r["at"] for r in rows)
+    assert spark.conf.get("spark.sql.sources.partitionOverwriteMode") == overwrite_mode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ from timely import (
     ConfigError,
     Dataflow,
     GraphBuildError,
+    InternalError,
+    TimelyError,
     UserFunctionError,
     Vertex,
     exchange,
@@ -168,3 +171,74 @@ def test_vertex_factory_error_names_the_step() -> None:
     ) as info:
         flow.run(workers=1, backend="inline")
     assert info.value.where.startswith(__file__ + ":")
+
+
+# -- whose fault: the user's code or timely's own ------------------------------------------------
+def test_a_bug_inside_an_operator_is_an_internal_error_not_the_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import operators  # noqa: F401 - registers the Stream methods
+    from operators.windows import WindowReduce
+
+    # Stand in for a bug in the window operator: its partial tables come back as lists,
+    # so its own loop (in operators/windows.py) fails, while the user's f is fine.
+    monkeypatch.setattr(WindowReduce, "_epochs", lambda self, lo, hi: [[("a", 1)]])
+    flow = Dataflow("internal")
+    inp = flow.new_input()
+    inp.stream.reduce_by_window(lambda r: r, lambda a, b: a + b, 2, name="sums").collect("out")
+    inp.advance_to(1)
+    inp.send([1, 2])
+    with pytest.raises(TimelyError) as info:
+        flow.run(workers=1, backend="inline")
+    err = info.value
+    assert not isinstance(err, UserFunctionError)  # not the user's function failing
+    assert isinstance(err, InternalError)
+    assert err.step == "sums" and err.time == (2,)
+    windows = sys.modules["operators.windows"].__file__
+    assert err.where.startswith(f"{windows}:")  # the innermost frame: timely's own line
+    assert isinstance(err.__cause__, AttributeError)
+    message = str(err)
+    assert "step 'sums': internal error in timely at " + err.where in message
+    assert "please report it" in message and "AttributeError" in message
+
+
+def test_a_bug_inside_a_connector_is_an_internal_error() -> None:
+    from connectors.collections import from_collection
+
+    src = from_collection([1, 2, 3], partitions=1)
+    src._parts = [[5]]  # type: ignore[list-item] - corrupt the source's own table
+    flow = Dataflow("connector")
+    flow.source(src, name="numbers").collect("out")
+    with pytest.raises(TimelyError) as info:
+        flow.run(workers=1, backend="inline")
+    err = info.value
+    assert not isinstance(err, UserFunctionError)
+    assert isinstance(err, InternalError)
+    assert err.step == "numbers"
+    assert err.where.startswith(f"{sys.modules['connectors.collections'].__file__}:")
+    assert "not subscriptable" in str(err)
+
+
+def test_failures_of_user_code_stay_user_function_errors() -> None:
+    """Guards: the user's lambda, a builtin passed as the function (no frame of its own),
+    and a key that is not hashable all fail in or because of user code."""
+    import operators  # noqa: F401 - registers the Stream methods
+
+    def run(build: Any, records: list[Any]) -> UserFunctionError:
+        flow = Dataflow("user")
+        inp = flow.new_input()
+        build(inp.stream).collect("out")
+        inp.send(records)
+        with pytest.raises(UserFunctionError) as info:
+            flow.run(workers=2, backend="inline")
+        return info.value
+
+    line = sys._getframe().f_lineno + 1
+    err = run(lambda s: s.select(lambda x: 10 // x, name="divide"), [5, 0])
+    assert err.step == "divide" and err.where == f"{__file__}:{line}"
+    assert err.record_repr == "0" and isinstance(err.__cause__, ZeroDivisionError)
+    err = run(lambda s: s.select(int, name="parse"), ["7", "x"])
+    assert err.step == "parse" and err.record_repr == "'x'"
+    assert isinstance(err.__cause__, ValueError)
+    err = run(lambda s: s.running_reduce(lambda r: {r}, lambda a, b: a + b), [1, 2])
+    assert "unhashable type: 'set'" in str(err)

@@ -254,6 +254,70 @@ def test_user_function_error_names_step_place_time_and_record() -> None:
     assert "ZeroDivisionError: unlucky record" in str(error)
 
 
+def _reject_13(x: int) -> int:
+    if x == 13:
+        raise ValueError(f"bad record {x}")  # reject-13
+    return x
+
+
+def test_user_exception_arrives_at_the_driver_with_its_own_type() -> None:
+    flow = Dataflow("typed")
+    nums = flow.new_input("nums")
+    nums.stream.exchange(lambda x: x).select(_reject_13, name="check").collect("out")
+    nums.send(range(20))
+    with pytest.raises(UserFunctionError) as info:
+        flow.run(workers=2, backend="ray")
+    error = info.value
+    assert type(error.__cause__) is ValueError  # ``except``-able as what the user raised
+    assert str(error.__cause__) == "bad record 13"
+    assert error.step == "check" and error.time == (0,) and error.record_repr == "13"
+    line = _reject_13.__code__.co_firstlineno + 2
+    assert error.where == f"{__file__}:{line}"
+    assert f"step 'check' failed at {__file__}:{line} on worker " in str(error)
+    assert str(error).endswith("time (0,), record 13: ValueError: bad record 13")
+
+
+class NeedsTwo(Exception):
+    """Pickles, but does not unpickle: ``args`` holds the message, ``__init__`` wants two."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+def test_a_user_exception_class_of_the_users_own_arrives_as_itself() -> None:
+    class Local(Exception):
+        """Defined in a function: Ray's cloudpickle carries it by value and back."""
+
+    def reject(x: int) -> int:
+        if x == 13:
+            raise Local("unlucky")
+        return x
+
+    flow = Dataflow("local")
+    nums = flow.new_input("nums")
+    nums.stream.select(reject, name="check").collect("out")
+    nums.send(range(20))
+    with pytest.raises(UserFunctionError, match=r"record 13: Local: unlucky$") as info:
+        flow.run(workers=2, backend="ray")
+    assert type(info.value.__cause__) is Local
+
+
+def test_a_user_exception_that_cannot_be_rebuilt_arrives_as_its_type_name_and_message() -> None:
+    def reject(x: int) -> int:
+        if x == 13:
+            raise NeedsTwo(1, 2)
+        return x
+
+    flow = Dataflow("odd")
+    nums = flow.new_input("nums")
+    nums.stream.select(reject, name="check").collect("out")
+    nums.send(range(20))
+    with pytest.raises(UserFunctionError, match=r"record 13: NeedsTwo: 1 and 2$") as info:
+        flow.run(workers=2, backend="ray")
+    assert type(info.value.__cause__) is RuntimeError
+    assert str(info.value.__cause__) == "NeedsTwo: 1 and 2"
+
+
 def test_killed_worker_surfaces_as_worker_died() -> None:
     flow = Dataflow("killed")
     nums = flow.new_input("nums")

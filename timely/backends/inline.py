@@ -77,7 +77,7 @@ class InlineSession(Session):
 
     def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
         agreed = [w.request_checkpoint(epoch) for w in self.worker_list]
-        return all(agreed), max(w.max_epoch for w in self.worker_list)
+        return all(agreed), max(w.checkpoint_floor() for w in self.worker_list)
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
         return merge_frontiers([w.frontier(vertex) for w in self.worker_list])

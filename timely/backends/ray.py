@@ -117,6 +117,8 @@ class WorkerActor:
         self.next_command = 0
         self.outputs: Outputs = []
         self.pending_writes: list[concurrent.futures.Future[None]] = []
+        self.unreported = 0
+        """Parts submitted for writing whose report has not yet joined the outputs."""
         self.inflight: list[deque[Any]] = [deque() for _ in range(self.npeers)]
         node: str = ray.get_runtime_context().get_node_id()
         return node, os.getpid()
@@ -239,9 +241,11 @@ class WorkerActor:
             info = store.write_part(epoch, self.index, self.npeers, data)
             self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
+        self.unreported += 1
         self.pending_writes.append(writer.submit(write))
 
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
+        self.unreported -= 1
         self.outputs.append((PART_KEY, epoch, [info]))
         self.out_ready.set()
 
@@ -288,15 +292,20 @@ class WorkerActor:
     async def take_outputs(self) -> tuple[bytes, bool]:
         """The driver's long poll: emitted outputs once there are some, and whether the loop
         has ended (then nothing more will come)."""
-        while not self.outputs and not self.finished:
+        while not self.outputs and not self._drained():
             self.out_ready.clear()
             await self.out_ready.wait()
         out, self.outputs = self.outputs, []
-        return serialization.encode(out), self.finished
+        return serialization.encode(out), self._drained()
+
+    def _drained(self) -> bool:
+        """The loop has ended and every checkpoint part it wrote has been reported: the
+        last parts are often written after the last step (a failed write fails ``run``)."""
+        return self.finished and not self.unreported
 
     async def request_checkpoint(self, epoch: int) -> tuple[bool, int]:
         """The driver asks for a checkpoint after ``epoch`` (between steps)."""
-        return self.worker.request_checkpoint(epoch), self.worker.max_epoch
+        return self.worker.request_checkpoint(epoch), self.worker.checkpoint_floor()
 
     async def frontier(self, vertex: int) -> tuple[tuple[int, ...], ...]:
         """This worker's view of the frontier at ``vertex``'s first input (between steps)."""
@@ -575,7 +584,8 @@ class RaySession(Session):
                 try:
                     payload, finished = future.result()
                 except Exception as e:
-                    raise _translate(e, w) from None
+                    error = _translate(e, w)
+                    raise error from error.__cause__  # see _translate
                 if not finished:
                     self._long_poll(w)
                 for key, epoch, records in serialization.decode(payload):
@@ -591,7 +601,8 @@ class RaySession(Session):
         try:
             return ray.get(ref)
         except (RayTaskError, RayActorError) as e:
-            raise _translate(e, worker) from None
+            error = _translate(e, worker)
+            raise error from error.__cause__  # see _translate
 
     def _wait_for(self, refs: list[Any], workers: list[int]) -> list[Any]:
         """The results of ``refs`` (calls to ``workers``), watching every worker meanwhile."""
@@ -704,7 +715,10 @@ def _check_fits(cpus: float, workers: int) -> None:
 
 def _translate(error: BaseException, worker: int) -> BaseException:
     """What the driver raises for a failed call to ``worker``: timely's own errors (a user
-    function's failure, say) as they were raised, an actor's death as ``WorkerDied``."""
+    function's failure, say) as they were raised, an actor's death as ``WorkerDied``.
+
+    Raise it ``from`` its own ``__cause__``: that keeps the user's exception as the cause
+    of a ``UserFunctionError`` and leaves Ray's wrapper out of the chain."""
     if isinstance(error, RayTaskError):
         cause = error.cause
         if isinstance(cause, TimelyError):
