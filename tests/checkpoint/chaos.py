@@ -34,6 +34,7 @@ from typing import Any
 import operators  # noqa: F401 - registers the stream methods
 from connectors.collections import from_collection
 from connectors.files import JsonLinesSink, read_committed
+from tests.checkpoint.mutable import dict_state
 from tests.checkpoint.pipelines import EpochSource
 from timely import Dataflow, Stream
 
@@ -57,18 +58,6 @@ def sliding(s: Stream) -> Stream:
     return s.reduce_by_window(lambda x: x % 7, operator.add, 5, slide=1, inverse=operator.sub)
 
 
-def count_words(key: str, word: str, state: dict[str, int]) -> tuple[dict[str, int], list[Any]]:
-    """A user ``dict`` mutated in place and returned as the new state."""
-    state[word] = state.get(word, 0) + 1
-    return state, [(key, word, state[word])]
-
-
-def word_counts(s: Stream) -> Stream:
-    # Each output is (key, word, its count so far): as a multiset per epoch it does not
-    # depend on the order of a key's records within the epoch.
-    return s.map_with_state(lambda w: w[0], dict, count_words)
-
-
 def halves_and_thirds(inner: Stream) -> Stream:
     return inner.select_many(lambda x: (x // 2, x // 3))
 
@@ -87,18 +76,9 @@ def tag(label: str) -> Callable[[Any], Any]:
     return tagged
 
 
-def count_ints(key: int, x: int, state: dict[int, int]) -> tuple[dict[int, int], list[Any]]:
-    state[x] = state.get(x, 0) + 1
-    return state, [(key, x, state[x])]
-
-
 def windows_and_counts(s: Stream) -> Stream:
     """Sliding sums and an in-place ``dict`` state side by side (for bursts and sources)."""
-    return (
-        sliding(s)
-        .select(tag("sum"))
-        .concat(s.map_with_state(lambda x: x % 4, dict, count_ints).select(tag("seen")))
-    )
+    return sliding(s).select(tag("sum")).concat(dict_state(s).select(tag("seen")))
 
 
 def running_sums(s: Stream) -> Stream:
@@ -145,11 +125,6 @@ def ints(rng: random.Random, n: int) -> list[list[Any]]:
     return [[rng.randrange(40) for _ in range(rng.randint(1, 6))] for _ in range(n)]
 
 
-def words(rng: random.Random, n: int) -> list[list[Any]]:
-    vocab = [f"{c}{i}" for c in "abcde" for i in range(6)]
-    return [rng.choices(vocab, k=rng.randint(1, 6)) for _ in range(n)]
-
-
 def nodes(rng: random.Random, n: int) -> list[list[Any]]:
     return [[rng.randrange(64) for _ in range(rng.randint(1, 3))] for _ in range(n)]
 
@@ -158,7 +133,7 @@ CASES: dict[str, Case] = {
     c.name: c
     for c in [
         Case("sliding", sliding, ints, 48),
-        Case("dict_state", word_counts, words, 48, workers=3),
+        Case("dict_state", dict_state, ints, 48, workers=3),
         Case("iterate", reach_counts, nodes, 48),
         Case("bursty", windows_and_counts, ints, 64, burst=8, lag=8),
         Case("collection", windows_and_counts, ints, 300, feed="collection"),
@@ -237,12 +212,7 @@ def case_data(case: Case, seed: int, epochs: int | None = None) -> list[list[Any
 # -- recording -----------------------------------------------------------------------------
 class Recorder:
     """The subscribe callback: each epoch's records (sorted), arrival times, and the
-    epochs delivered twice. Thread-safe for the killer, which waits on ``cond``.
-
-    With ``session`` set, it also notes when the session's count of committed checkpoints
-    changed (``commit_times``): outputs and checkpoint parts reach the driver together, so
-    a delivery is when a commit can be seen.
-    """
+    epochs delivered twice. Thread-safe for the killer, which waits on ``cond``."""
 
     def __init__(self) -> None:
         self.out: dict[int, list[Any]] = {}
@@ -250,15 +220,9 @@ class Recorder:
         self.duplicates: list[int] = []
         self.high = -1
         self.cond = threading.Condition()
-        self.session: Any = None
-        self.commit_times: list[float] = []
-        self._commits = 0
 
     def __call__(self, epoch: int, records: list[Any]) -> None:
         now = time.monotonic()
-        if self.session is not None and len(self.session.committed) != self._commits:
-            self._commits = len(self.session.committed)
-            self.commit_times.append(now)
         with self.cond:
             twice = epoch in self.out
             if twice:
@@ -518,7 +482,6 @@ def run(
     session = flow.activate(
         workers=case.workers, backend="ray", checkpoint=str(tmp / "ckpt"), **options
     )
-    recorder.session = session
     observe = (lambda: sink_records(sink_dir)) if case.sink else None
     killer = Killer(session, recorder, events, observe)
     error = None
@@ -548,11 +511,15 @@ def run(
         records=killer.records,
         seconds=time.monotonic() - start,
         error=error,
-        longest_without_commit=longest_without_commit(recorder, killer.records),
+        longest_without_commit=longest_without_commit(
+            recorder, killer.records, session.commit_times
+        ),
     )
 
 
-def longest_without_commit(recorder: Recorder, records: list[KillRecord]) -> float | None:
+def longest_without_commit(
+    recorder: Recorder, records: list[KillRecord], commit_times: list[float]
+) -> float | None:
     """The longest gap between checkpoint commits while the dataflow ran: over the
     stretches from the first output to the first kill, from each recovery (the next new
     output) to the next kill, and from the last recovery to the last output."""
@@ -568,7 +535,7 @@ def longest_without_commit(recorder: Recorder, records: list[KillRecord]) -> flo
     stretches.append((start, end))
     worst = 0.0
     for a, b in stretches:
-        points = [a, *(t for t in recorder.commit_times if a < t < b), b]
+        points = [a, *(t for t in commit_times if a < t < b), b]
         worst = max(worst, *(y - x for x, y in itertools.pairwise(points)))
     return worst
 
