@@ -10,8 +10,9 @@ restarts, wrong / lost / duplicated epochs (the goal: none), and the time from a
 to the next new output at the driver (the goal: median <= 1.5 s, max <= 3 s), which
 needs the failure detected, new actors started, the checkpoint restored and the
 inputs replayed. Two figures show the checkpoint cadence, which bounds what a recovery
-redoes: "replayed", how many epochs behind the output the restored checkpoint was,
-and the longest time a run went on (outside recoveries) without a new commit.
+redoes: "replayed", how many epochs behind the driver's output the restored checkpoint
+was when the new workers started, and the longest time a run went on (outside
+recoveries) without a new commit.
 
 Benchmarks import the harness from ``tests/``: it is test code (an oracle, kill
 schedules, the judging), and one copy of it is what keeps the soak and the tests
@@ -95,7 +96,11 @@ def one_run(case: Case, seed: int, events_per_run: int) -> dict[str, Any]:
                 "kills": r.kills,
                 "high": r.high,
                 "restored": r.restored,
-                "replayed": None if r.restored is None else r.high - r.restored,
+                "relaunch_high": r.relaunch_high,
+                # what the driver had received when the new workers started, and the
+                # restore has to compute again (outputs still in flight at the kill may
+                # arrive before the relaunch: hence not r.high)
+                "replayed": None if r.restored is None else r.relaunch_high - r.restored,
                 "latency_s": r.latency,
                 "missed": r.missed,
             }
