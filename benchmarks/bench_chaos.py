@@ -57,10 +57,11 @@ GOAL_MAX_S = 3.0
 
 def epochs_for(case: Case, events: int) -> int:
     """Enough epochs for ``events`` kill events about 6 epochs apart (10 for a source,
-    within its first 40%: see ``plan_kills``), and never fewer than the test uses."""
+    within its first ``kills_until``: see ``plan_kills``), and never fewer than the test
+    uses."""
     if case.feed == "driver":
         return max(case.epochs, 6 * events + case.burst + case.lag + 8)
-    return max(case.epochs, (10 * events + 3) * 5 // 2)
+    return max(case.epochs, int((10 * events + 3) / case.kills_until))
 
 
 def one_run(case: Case, seed: int, events_per_run: int) -> dict[str, Any]:

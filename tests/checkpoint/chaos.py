@@ -100,8 +100,10 @@ class Case:
 
     ``feed``: ``"driver"`` (``burst`` epochs sent without polling, then the driver waits
     until at most ``lag`` epochs are outstanding), ``"collection"`` (``from_collection``
-    with ``epoch_of``) or ``"source"`` (``EpochSource``). ``sink``: also write the output
-    to a ``JsonLinesSink`` and check what is committed there.
+    with ``epoch_of``) or ``"source"`` (``EpochSource``). A source reads as fast as the
+    workers go and cannot be held back by the driver, so its kills all come in the first
+    ``kills_until`` of its epochs. ``sink``: also write the output to a ``JsonLinesSink``
+    and check what is committed there.
     """
 
     name: str
@@ -113,6 +115,7 @@ class Case:
     burst: int = 1
     lag: int = 2
     sink: bool = False
+    kills_until: float = 0.4
     options: dict[str, Any] = field(default_factory=lambda: {"checkpoint_every": 1})
 
     @property
@@ -137,13 +140,17 @@ CASES: dict[str, Case] = {
         Case("iterate", reach_counts, nodes, 48),
         Case("bursty", windows_and_counts, ints, 64, burst=8, lag=8),
         Case("collection", windows_and_counts, ints, 300, feed="collection"),
+        # Its kills in the first quarter: after them it runs for seconds (450 epochs),
+        # long enough for missing checkpoints to show. It reads as fast as it can: the
+        # workers move many epochs while a checkpoint request travels.
         Case(
             "source_interval",
             windows_and_counts,
             ints,
-            300,
+            600,
             workers=3,
             feed="source",
+            kills_until=0.25,
             options={"checkpoint_interval": 0.2},
         ),
         Case("sink", running_sums, ints, 48, sink=True),
@@ -194,12 +201,12 @@ def plan_kills(
     """Kill events for a run of ``case`` over ``epochs`` epochs (``case.epochs`` by
     default): after the first few epochs, and early enough that the run is still going
     when the last one lands (the driver holds its last burst until then; a source cannot
-    be held, so its kills come in the first 40%, which leaves a long run without kills
-    after them, where the checkpoint cadence shows)."""
+    be held, so its kills come in its first ``case.kills_until``, which leaves a long run
+    without kills after them, where the checkpoint cadence shows)."""
     n = case.epochs if epochs is None else epochs
     rng = random.Random(f"chaos-{case.name}-{seed}-kills")
     first = 3
-    last = n - case.burst - case.lag - 3 if case.feed == "driver" else n * 2 // 5
+    last = n - case.burst - case.lag - 3 if case.feed == "driver" else int(n * case.kills_until)
     return schedule(rng, kinds, case.workers, first, last)
 
 
@@ -395,6 +402,8 @@ class Outcome:
     longest_without_commit: float | None = None
     """The longest time the run went on without a new checkpoint commit, counted from its
     first output to its last, outside the recoveries (kill to next new output)."""
+    longest_stretch: float | None = None
+    """The longest time the run went on between recoveries (what bounds the above)."""
 
     @property
     def kills(self) -> int:
@@ -511,20 +520,19 @@ def run(
         records=killer.records,
         seconds=time.monotonic() - start,
         error=error,
-        longest_without_commit=longest_without_commit(
-            recorder, killer.records, session.commit_times
-        ),
+        **cadence(recorder, killer.records, session.commit_times),
     )
 
 
-def longest_without_commit(
+def cadence(
     recorder: Recorder, records: list[KillRecord], commit_times: list[float]
-) -> float | None:
-    """The longest gap between checkpoint commits while the dataflow ran: over the
-    stretches from the first output to the first kill, from each recovery (the next new
-    output) to the next kill, and from the last recovery to the last output."""
+) -> dict[str, float]:
+    """The longest gap between checkpoint commits while the dataflow ran, and the longest
+    stretch it ran: stretches go from the first output to the first kill, from each
+    recovery (the next new output) to the next kill, and from the last recovery to the
+    last output."""
     if not recorder.arrived:
-        return None
+        return {}
     start, end = min(recorder.arrived.values()), max(recorder.arrived.values())
     stretches = []
     for r in records:
@@ -537,7 +545,10 @@ def longest_without_commit(
     for a, b in stretches:
         points = [a, *(t for t in commit_times if a < t < b), b]
         worst = max(worst, *(y - x for x, y in itertools.pairwise(points)))
-    return worst
+    return {
+        "longest_without_commit": worst,
+        "longest_stretch": max(b - a for a, b in stretches),
+    }
 
 
 def sink_records(sink_dir: Path | None) -> list[tuple[int, Any]] | None:

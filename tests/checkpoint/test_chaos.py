@@ -28,10 +28,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
 
 SEED = 1
 
-COMMIT_SLACK = 1.0
+COMMIT_SLACK = 1.5
 """With ``checkpoint_interval``, how much longer than the interval a running dataflow
 may go without a new commit: a request, the epoch it names and the parts' writes take
-well under this; a checkpoint that is never taken takes forever."""
+0.1-0.5 s here, up to 0.9 s at a load average of 19 on 2 cores. Before the fix the
+requests missed a source that moves on faster than they travel: the longest gaps were
+2.3 and 3.1 s (6-7 commits in a 14-18 s run)."""
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -55,8 +57,11 @@ def test_kills_change_no_output(name: str, tmp_path: Path) -> None:
         # epoch whose checkpoint was lost to a kill is computed and committed again).
         assert sorted(set(range(len(data) - 1)) - set(got.committed)) == []
     else:
+        limit = case.interval + COMMIT_SLACK
+        # the run went on long enough between kills for the check to mean something
+        assert got.longest_stretch is not None and got.longest_stretch > limit
         assert got.longest_without_commit is not None
-        assert got.longest_without_commit <= case.interval + COMMIT_SLACK
+        assert got.longest_without_commit <= limit
     if case.sink:
         assert expected.sink and got.sink == expected.sink
         assert all(r.observed for r in got.records[1:])  # the reads during the run saw output
