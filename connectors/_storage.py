@@ -1,76 +1,118 @@
-"""Where connector files live: a local path or a URI, opened through ``pyarrow.fs``.
+"""Where connector files live: local paths or URIs (``file://``, ``s3://``) via ``pyarrow.fs``.
 
-One place resolves ``/data/x``, ``file:///data/x`` and ``s3://bucket/x`` to a
-filesystem and a path on it, and writes small files atomically (temp name, then a
-rename), so that the Parquet source and sink work the same on a laptop and a cluster.
+One module for every connector (files, Parquet, Spark), so that a location means the
+same to each. Sources and sinks are pickled to the workers, so they keep a *location*
+string and resolve it to a filesystem in each process (cached). Local paths are made
+absolute on the driver: a worker's current directory may differ from the driver's.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
+from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
+from timely import ConfigError
 
+
+def normalize(location: str | os.PathLike[str]) -> str:
+    """A location that means the same in every process: an absolute path, or the URI."""
+    text = os.fspath(location)
+    if not isinstance(text, str) or not text:
+        raise ConfigError(f"expected a path or a URI, got {location!r}")
+    if "://" in text:
+        resolve(text)  # fail now, on the driver, for an unknown scheme
+        return text
+    return os.path.abspath(os.path.expanduser(text))
+
+
+@functools.lru_cache(maxsize=256)
 def resolve(location: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and path of ``location`` (a local path or a ``scheme://`` URI)."""
-    if "://" in location:
-        try:
-            fs, path = pafs.FileSystem.from_uri(location)
-        except Exception as e:  # pyarrow raises ArrowInvalid for an unknown scheme
-            raise ValueError(
-                f"cannot open {location!r}: {e}; use a local path, file://, s3://, gs:// "
-                "or hdfs:// (pyarrow.fs)"
-            ) from None
-        return fs, path.rstrip("/") or "/"
-    return pafs.LocalFileSystem(), os.path.abspath(location)
+    """The filesystem of ``location`` (from :func:`normalize`) and the path inside it,
+    without a trailing ``/`` (so that ``f"{path}/{name}"`` is right)."""
+    if "://" not in location:
+        return pafs.LocalFileSystem(), location
+    try:
+        fs, path = pafs.FileSystem.from_uri(location)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise ConfigError(
+            f"cannot open {location!r}: {e}; use a local path or a URI pyarrow.fs knows "
+            "(file://, s3://, gs://, hdfs://)"
+        ) from None
+    return fs, path.rstrip("/") or "/"
 
 
-def is_hidden(name: str) -> bool:
-    """Files Spark, Hadoop and this package keep beside data: ``_SUCCESS``, ``.crc``, temps."""
-    return name.startswith(("_", "."))
+@dataclass(frozen=True)
+class FileEntry:
+    """One file to read: the location its filesystem comes from, its path there, its size."""
+
+    root: str
+    path: str
+    size: int
+
+    def open(self) -> pa.NativeFile:
+        return resolve(self.root)[0].open_input_file(self.path)
 
 
-def list_files(fs: pafs.FileSystem, path: str) -> list[str]:
-    """``path`` itself if it is a file, else every non-hidden file below it, sorted."""
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"{path!r} does not exist")
-    if info.type == pafs.FileType.File:
-        return [path]
-    found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    return sorted(
-        f.path
-        for f in found
-        if f.type == pafs.FileType.File
-        and not any(is_hidden(part) for part in f.path[len(path) :].split("/") if part)
-    )
+def _hidden(relative: str) -> bool:
+    """Names starting with ``_`` or ``.`` are metadata or temp files (Spark's convention)."""
+    return any(part.startswith(("_", ".")) for part in relative.split("/"))
 
 
-def write_atomic(fs: pafs.FileSystem, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new, never a part.
+def list_files(locations: str | os.PathLike[str] | list[str | os.PathLike[str]]) -> list[FileEntry]:
+    """The files of ``locations`` (files or directories, searched recursively), sorted.
 
-    A temp file beside it, then a rename (atomic on local and HDFS filesystems; object
-    stores make a whole object visible at once anyway).
+    Inside a directory, files and folders whose names start with ``_`` or ``.`` are
+    skipped: markers such as ``_COMMITTED`` and temporary files.
     """
-    tmp = temp_beside(path)
+    items = locations if isinstance(locations, list) else [locations]
+    if not items:
+        raise ConfigError("no files given: pass a path, a URI or a list of them")
+    out: list[FileEntry] = []
+    for item in items:
+        root = normalize(item)
+        fs, path = resolve(root)
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.File:
+            out.append(FileEntry(root, path, int(info.size)))
+        elif info.type == pafs.FileType.Directory:
+            found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            base = path.rstrip("/") + "/"
+            files = [
+                f
+                for f in found
+                if f.type == pafs.FileType.File and not _hidden(f.path[len(base) :])
+            ]
+            out.extend(FileEntry(root, f.path, int(f.size)) for f in sorted(files, key=_key))
+        else:
+            raise ConfigError(f"{root!r} does not exist; give an existing file or directory")
+    return out
+
+
+def _key(info: pafs.FileInfo) -> str:
+    return str(info.path)
+
+
+def write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write ``data`` to a hidden temporary file next to ``path``, then rename it over ``path``.
+
+    Readers see the old file or the new one, never a part (a rename is atomic on local
+    and POSIX filesystems; object stores write whole objects anyway).
+    """
+    head, _, name = path.rpartition("/")
+    tmp = f"{head}/.{name}.{uuid.uuid4().hex}{_TEMP}"
     with fs.open_output_stream(tmp) as out:
         out.write(data)
     fs.move(tmp, path)
 
 
-def temp_beside(path: str) -> str:
-    """A hidden temp name in ``path``'s directory (readers skip it; rename it into place)."""
-    parent, name = path.rsplit("/", 1)
-    return f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+_TEMP = ".tmp"
 
 
-def read_text(fs: pafs.FileSystem, path: str) -> str | None:
-    """The file's text, or ``None`` if it does not exist."""
-    try:
-        with fs.open_input_stream(path) as f:
-            data: bytes = f.read()
-    except FileNotFoundError:
-        return None
-    return data.decode()
+def is_temp(name: str) -> bool:
+    """Whether a file name is one :func:`write_atomically` left behind by dying mid-write."""
+    return name.startswith(".") and name.endswith(_TEMP)

@@ -12,16 +12,15 @@ order, is epoch ``k`` (so the epochs do not depend on how rows fall into row gro
 Each worker holds at most one row group's decoded pages per partition it is reading.
 
 **Sink: exactly once.** :class:`ParquetSink` writes each worker's records of an epoch
-to ``<dir>/epoch=<e>/part-<worker>-of-<workers>.parquet`` (a temp file renamed into
-place, so a rewrite after a replay replaces it whole) and keeps the last committed
-epoch in ``<dir>/_COMMITTED`` (rewritten atomically). ``abort_after(e)`` deletes the
-uncommitted epoch directories after ``e``. :func:`read_committed` reads the committed
-epochs only, so a reader sees each epoch once, whatever failures and replays happened.
+to ``<dir>/epoch=<e>/part-<worker>-of-<workers>.parquet`` and commits epochs with a
+``<dir>/_COMMITTED`` marker, as every sink of :mod:`connectors.committed` does.
+:func:`read_committed` reads the committed epochs only, so a reader sees each epoch
+once, whatever failures and replays happened.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors._storage import list_files, read_text, resolve, temp_beside, write_atomic
+from connectors._storage import list_files, normalize, resolve
 from connectors.arrow_records import (
     SchemaError,
     check_shape,
@@ -39,9 +38,9 @@ from connectors.arrow_records import (
     from_table,
     to_table,
 )
-from timely import Sink, Source
-
-COMMITTED = "_COMMITTED"
+from connectors.committed import CommittedEpochSink, committed_files
+from connectors.committed import committed_epoch as committed_epoch  # re-exported
+from timely import Source
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,7 @@ class ParquetSource(Source):
         self.records = check_shape(records)
         self.batch_size = batch_size
         self.epoch_column = epoch_column
-        self._fs, self._files = _discover([paths] if isinstance(paths, str) else list(paths))
+        self._fs, self._files = _discover(paths)
         schema = self._check_schemas(columns)
         self.schema: pa.Schema = schema
         self.columns: list[str] = list(columns) if columns is not None else schema.names
@@ -247,130 +246,48 @@ class ParquetSource(Source):
         return state
 
 
-def _discover(paths: list[str]) -> tuple[pafs.FileSystem, list[str]]:
-    if not paths:
-        raise ValueError("ParquetSource needs at least one path")
-    fs, _ = resolve(paths[0])
-    files: list[str] = []
-    for location in paths:
-        this_fs, path = resolve(location)
+def _discover(paths: str | Sequence[str]) -> tuple[pafs.FileSystem, list[str]]:
+    items: list[str | os.PathLike[str]] = [paths] if isinstance(paths, str) else list(paths)
+    entries = list_files(items)
+    if not entries:
+        raise FileNotFoundError(f"no Parquet files in {paths}")
+    fs = resolve(entries[0].root)[0]
+    for entry in entries:
+        this_fs = resolve(entry.root)[0]
         if this_fs.type_name != fs.type_name:
             raise ValueError(
-                f"{location!r} is on {this_fs.type_name}, {paths[0]!r} on {fs.type_name}; "
-                "read files of one filesystem per source"
+                f"{entry.root!r} is on {this_fs.type_name}, {entries[0].root!r} on "
+                f"{fs.type_name}; read files of one filesystem per source"
             )
-        files.extend(list_files(this_fs, path))
-    if not files:
-        raise FileNotFoundError(f"no Parquet files in {paths}")
-    return fs, files
+    return fs, [entry.path for entry in entries]
 
 
-class ParquetSink(Sink):
+class ParquetSink(CommittedEpochSink):
     """Each epoch's records as Parquet files under ``path``, committed with checkpoints.
 
     ``schema`` (a ``pyarrow.Schema``) fixes the columns and types, and is needed for
     tuple records; without it dict records give the columns and Arrow infers the types.
+    Partitioning: each worker writes what it holds; delivery: exactly once for readers
+    of committed epochs (:mod:`connectors.committed`).
     """
 
-    def __init__(self, path: str, schema: pa.Schema | None = None) -> None:
+    extension = "parquet"
+
+    def __init__(self, path: str | os.PathLike[str], schema: pa.Schema | None = None) -> None:
         if schema is not None and not isinstance(schema, pa.Schema):
             raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
-        self.path = path
+        super().__init__(path)
         self.schema = schema
-        self._fs, self._root = resolve(path)
-        self._committed: int | None = None  # per process: the watermark seen at first write
 
-    def write(self, worker: int, workers: int, epoch: int, records: list[Any]) -> None:
-        table = to_table(records, self.schema)
-        if self._committed is None:
-            self._committed = committed_epoch(self._fs, self._root)
-        if epoch <= self._committed:
-            raise ValueError(
-                f"epoch {epoch} is already committed in {self.path!r} (committed through "
-                f"{self._committed}); write to a new directory or delete the old output"
-            )
-        final = f"{self._root}/epoch={epoch}/part-{worker}-of-{workers}.parquet"
-        self._fs.create_dir(f"{self._root}/epoch={epoch}", recursive=True)
-        tmp = temp_beside(final)
-        pq.write_table(table, tmp, filesystem=self._fs)
-        self._fs.move(tmp, final)
-
-    def commit(self, epoch: int | None) -> None:
-        current = committed_epoch(self._fs, self._root)
-        if epoch is None:  # the run ended: commit what is there, even nothing (an empty output)
-            epoch = max(epoch_dirs(self._fs, self._root), default=current)
-            if read_text(self._fs, f"{self._root}/{COMMITTED}") is None:
-                current = -2
-        if epoch > current:
-            self._fs.create_dir(self._root, recursive=True)
-            marker = json.dumps({"epoch": epoch}).encode()
-            write_atomic(self._fs, f"{self._root}/{COMMITTED}", marker)
-
-    def abort_after(self, epoch: int) -> None:
-        keep = max(epoch, committed_epoch(self._fs, self._root))
-        for e, path in epoch_dirs(self._fs, self._root).items():
-            if e > keep:
-                self._fs.delete_dir(path)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_committed"] = None  # each worker process reads the marker itself
-        return state
-
-
-def committed_epoch(fs: pafs.FileSystem, root: str) -> int:
-    """The last committed epoch under ``root`` (``-1``: none)."""
-    text = read_text(fs, f"{root}/{COMMITTED}")
-    return -1 if text is None else int(json.loads(text)["epoch"])
-
-
-def epoch_dirs(fs: pafs.FileSystem, root: str) -> dict[int, str]:
-    """``epoch -> directory`` for every ``epoch=<e>`` directory under ``root``."""
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    except NotADirectoryError:
-        return {}
-    out = {}
-    for info in infos:
-        name = info.base_name
-        if info.type == pafs.FileType.Directory and name.startswith("epoch="):
-            try:
-                out[int(name[len("epoch=") :])] = info.path
-            except ValueError:
-                continue
-    return dict(sorted(out.items()))
-
-
-def committed_files(path: str) -> list[tuple[int, str]]:
-    """``(epoch, file)`` for every part file of a committed epoch, in epoch then part order.
-
-    Paths are on the filesystem of ``path`` (for a URI, without its scheme).
-    """
-    fs, root = resolve(path)
-    if fs.get_file_info(root).type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"{path!r} does not exist")
-    last = committed_epoch(fs, root)
-    out: list[tuple[int, str]] = []
-    for e, d in epoch_dirs(fs, root).items():
-        if e <= last:
-            infos = fs.get_file_info(pafs.FileSelector(d))
-            names = sorted(
-                (i.path for i in infos if i.base_name.startswith("part-")), key=_part_order
-            )
-            out.extend((e, n) for n in names)
-    return out
-
-
-def _part_order(path: str) -> tuple[int, str]:
-    name = path.rsplit("/", 1)[-1]
-    try:
-        return int(name.split("-")[1]), name
-    except (IndexError, ValueError):
-        return 0, name
+    def encode(self, records: list[Any]) -> bytes:
+        out = pa.BufferOutputStream()
+        pq.write_table(to_table(records, self.schema), out)
+        data: bytes = out.getvalue().to_pybytes()
+        return data
 
 
 def read_committed(
-    path: str, schema: pa.Schema | None = None, epoch_column: str | None = None
+    path: str | os.PathLike[str], schema: pa.Schema | None = None, epoch_column: str | None = None
 ) -> pa.Table:
     """Every committed epoch of a :class:`ParquetSink`'s output, as one table.
 
@@ -378,9 +295,10 @@ def read_committed(
     gives an empty result its columns); ``epoch_column`` adds each row's epoch as an
     int64 column of that name.
     """
-    fs, _ = resolve(path)
+    files = committed_files(path)
+    fs = resolve(normalize(path))[0]
     tables = []
-    for e, file in committed_files(path):
+    for e, file in files:
         t = pq.read_table(file, filesystem=fs)
         if schema is not None:
             t = conform(t, schema)

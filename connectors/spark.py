@@ -32,7 +32,6 @@ local Spark and local Ray.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import uuid
@@ -41,14 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from connectors._storage import read_text, resolve, write_atomic
+from connectors._storage import resolve
 from connectors.arrow_records import SchemaError
-from connectors.parquet import (
-    ParquetSink,
-    ParquetSource,
-    committed_epoch,
-    committed_files,
-)
+from connectors.committed import committed_epoch, committed_files, read_marker, write_marker
+from connectors.parquet import ParquetSink, ParquetSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -319,6 +314,9 @@ def _replace_epochs(df: DataFrame, table: str) -> None:
 class SparkSink(ParquetSink):
     """Dataflow output to Parquet under ``path`` (exactly once), then to Spark.
 
+    Partitioning and delivery of the files: as :class:`~connectors.parquet.ParquetSink`'s
+    (each worker writes what it holds; readers of committed epochs see each once).
+
     ``schema``: a ``pyarrow.Schema`` or a Spark ``StructType``; when ``table`` names an
     existing Spark table and no schema is given, the table's schema (less the epoch
     column) is used, and a given schema must match it (checked here, before anything
@@ -365,10 +363,10 @@ class SparkSink(ParquetSink):
         marker. Idempotent per epoch: dying before the marker only means the next call
         writes the same epochs again, and they replace what the first write left."""
         assert self.table is not None
-        fs, root = self._fs, self._root
-        text = read_text(fs, f"{root}/{PUBLISHED}")
-        published = -1 if text is None else int(json.loads(text)["epoch"])
-        last = committed_epoch(fs, root)
+        fs, root = resolve(self.location)
+        found = read_marker(fs, f"{root}/{PUBLISHED}")
+        published = -1 if found is None else found
+        last = committed_epoch(self.location)
         if last <= published:
             return
         session = active_spark(self._spark)
@@ -380,7 +378,7 @@ class SparkSink(ParquetSink):
             _replace_epochs(df, self.table)
         elif df.columns != [self.epoch_column]:  # with no columns yet, create it later
             df.write.partitionBy(self.epoch_column).saveAsTable(self.table)
-        write_atomic(fs, f"{root}/{PUBLISHED}", json.dumps({"epoch": last}).encode())
+        write_marker(fs, f"{root}/{PUBLISHED}", last)
 
     def dataframe(
         self,
@@ -393,12 +391,12 @@ class SparkSink(ParquetSink):
         ``epoch_column`` adds each row's epoch under that name.
         """
         session = active_spark(spark or self._spark)
-        files = [(e, f) for e, f in committed_files(self.path) if e > after]
+        files = [(e, f) for e, f in committed_files(self.location) if e > after]
         schema = self.schema
         if schema is None and files:
             import pyarrow.parquet as pq
 
-            schema = pq.read_schema(files[0][1], filesystem=self._fs)
+            schema = pq.read_schema(files[0][1], filesystem=resolve(self.location)[0])
         spark_schema = _spark_schema(schema) if schema is not None else None
         if epoch_column is not None and schema is not None and epoch_column in schema.names:
             raise SchemaError(
@@ -426,8 +424,8 @@ class SparkSink(ParquetSink):
         return df.withColumn(epoch_column, epoch)
 
     def _uri(self, fs_path: str) -> str:
-        if "://" in self.path:
-            return f"{self.path.split('://', 1)[0]}://{fs_path}"
+        if "://" in self.location:
+            return f"{self.location.split('://', 1)[0]}://{fs_path}"
         return "file://" + fs_path
 
 

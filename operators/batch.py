@@ -149,7 +149,7 @@ class SelectBatch(Vertex):
         try:
             out = as_records(self.f(as_form(records, self.form)))
         except Exception as e:
-            self._ctx.user_error(e, time, _batch(records), self.f)
+            self.fail(e, time, _batch(records), self.f)
         if out:
             self.send_by(0, out, time)
 
@@ -174,7 +174,7 @@ class WhereBatch(Vertex):
                 else:
                     out = [r for r, keep in zip(records, mask) if keep]
         except Exception as e:
-            self._ctx.user_error(e, time, _batch(records), self.pred)
+            self.fail(e, time, _batch(records), self.pred)
         if out:
             self.send_by(0, out, time)
 

@@ -81,7 +81,7 @@ class WhereColumns(Vertex):
                 if chunk_length(kept):
                     out.append(kept)
         except Exception as e:
-            self._ctx.user_error(e, time, _describe(chunk), self.pred)
+            self.fail(e, time, _describe(chunk), self.pred)
         self.send_by(0, out, time)
 
 
@@ -239,7 +239,7 @@ class CountChunks(Vertex):
             table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
             partial = _count_rows(table)
         except Exception as e:
-            self._ctx.user_error(e, time, _describe(chunk), keys)
+            self.fail(e, time, _describe(chunk), keys)
         self.send_by(0, [partial], time)
 
 

@@ -47,7 +47,7 @@ class Join(StatefulVertex):
                     sides[k] = both = ([], [])
                 both[input].append(record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, key)
+            self.fail(e, time, record, key)
 
     def on_notify(self, time: Timestamp) -> None:
         result = self.result
@@ -61,7 +61,7 @@ class Join(StatefulVertex):
                         pair = (left, right)
                         append(result(left, right))
         except Exception as e:
-            self._ctx.user_error(e, time, pair, result)
+            self.fail(e, time, pair, result)
         self.send_by(0, out, time)
 
 
@@ -147,7 +147,7 @@ class StreamingJoin(Join):
                                 pair = (left, right)
                                 out.append(result(left, right))
         except Exception as e:
-            self._ctx.user_error(e, time, pair, result)
+            self.fail(e, time, pair, result)
         self._store(stored, fresh, time)
         for at, records in outs.items():
             if records:

@@ -45,7 +45,7 @@ class GroupBy(StatefulVertex):
             for group in self.groups.pop(time).items():
                 out.extend(reduce(*group))
         except Exception as e:
-            self._ctx.user_error(e, time, group, reduce)
+            self.fail(e, time, group, reduce)
         self.send_by(0, out, time)
 
 
@@ -68,7 +68,7 @@ class PreCombine(Vertex):
                 k = key(record)
                 partial[k] = fold(partial[k] if k in partial else seed(), record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, fold)
+            self.fail(e, time, record, fold)
         self.send_by(0, list(partial.items()), time)
 
 
@@ -88,7 +88,7 @@ class CountCombine(Vertex):
                 try:
                     key(record)
                 except Exception as e:
-                    self._ctx.user_error(e, time, record, key)
+                    self.fail(e, time, record, key)
             raise
         self.send_by(0, list(counts.items()), time)
 

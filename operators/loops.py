@@ -97,7 +97,7 @@ def loop_finished(vertex: Vertex, outer: Timestamp, input: int = 0) -> bool:
     from a later call, about the epochs it still holds (see ``NewOnly`` and
     ``examples/connected_components.py``).
     """
-    frontier = vertex._ctx.worker.frontier(vertex._ctx.index, input)
+    frontier = vertex.frontier(input)
     return not any(less_equal(f[:-1], outer) for f in frontier)
 
 
@@ -181,7 +181,7 @@ class Until(Vertex):
             for record in records:
                 (done if pred(record) else more).append(record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, pred)
+            self.fail(e, time, record, pred)
         if done:
             self.send_by(0, done, time)
         if more:

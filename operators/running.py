@@ -66,7 +66,7 @@ class RunningReduce(_Running):
                 s = state[k] = f(state[k], v) if k in state else v
                 out.append((k, s))
         except Exception as e:
-            self._ctx.user_error(e, time, pair, f)
+            self.fail(e, time, pair, f)
         self.send_by(0, out, time)
 
 
@@ -145,7 +145,7 @@ class MapWithState(_Running):
                     out.extend(outputs)
                 state[k] = [s, epoch]  # re-inserted: the table stays in order of last use
         except Exception as e:
-            self._ctx.user_error(e, time, record, update)
+            self.fail(e, time, record, update)
         self.send_by(0, out, time)
 
 

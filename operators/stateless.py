@@ -39,7 +39,7 @@ class Select(Vertex):
             for record in records:
                 append(f(record))
         except Exception as e:
-            self._ctx.user_error(e, time, record, f)
+            self.fail(e, time, record, f)
         self.send_by(0, out, time)
 
 
@@ -59,7 +59,7 @@ class Where(Vertex):
                 if pred(record):
                     append(record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, pred)
+            self.fail(e, time, record, pred)
         self.send_by(0, out, time)
 
 
@@ -78,7 +78,7 @@ class SelectMany(Vertex):
             for record in records:
                 extend(f(record))
         except Exception as e:
-            self._ctx.user_error(e, time, record, f)
+            self.fail(e, time, record, f)
         self.send_by(0, out, time)
 
 
@@ -102,7 +102,7 @@ class Distinct(StatefulVertex):
                     seen[k] = None
                     out.append(record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, key)
+            self.fail(e, time, record, key)
         self.send_by(0, out, time)
 
     def on_notify(self, time: Timestamp) -> None:

@@ -150,7 +150,7 @@ class PreReduce(Vertex):
                 v = value(record)
                 partial[k] = f(partial[k], v) if k in partial else v
         except Exception as e:
-            self._ctx.user_error(e, time, record, f)
+            self.fail(e, time, record, f)
         self.send_by(0, list(partial.items()), time)
 
 
@@ -247,7 +247,7 @@ class WindowReduce(StatefulVertex):
                         entry[0] = f(entry[0], v)
                         entry[1] += 1
         except Exception as e:
-            self._ctx.user_error(e, time, item, inverse if inverse is not None else f)
+            self.fail(e, time, item, inverse if inverse is not None else f)
         # Keep what later windows need: all of (w - size, w] for the incremental mode (it
         # subtracts those epochs as they leave), else only what the next window covers.
         keep_after = w - size if inverse is not None else w + self.slide - size

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from timely.backends import backend_names
 from timely.dataflow import Dataflow
 from timely.errors import ConfigError, TimelyError
-from timely.runtime import BACKENDS
 
 ENV = {
     "workers": "TIMELY_WORKERS",
@@ -48,8 +48,10 @@ def _positive_int(text: str) -> int:
 
 
 def _backend(text: str) -> str:
-    if text not in BACKENDS:
-        raise argparse.ArgumentTypeError(f"unknown backend {text!r}; use one of {BACKENDS}")
+    if text not in backend_names():
+        raise argparse.ArgumentTypeError(
+            f"unknown backend {text!r}; use one of {', '.join(backend_names())}"
+        )
     return text
 
 
@@ -85,7 +87,7 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     )
     helps = {
         "workers": ("N", "how many workers"),
-        "backend": ("NAME", f"where workers run: {' or '.join(BACKENDS)}"),
+        "backend": ("NAME", f"where workers run: {' or '.join(backend_names())}"),
         "address": ("ADDR", "the Ray cluster to join ('auto' or host:port); local Ray if unset"),
         "checkpoint": ("DIR", "checkpoint to and restore from DIR (a path or URI)"),
     }

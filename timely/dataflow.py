@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from progress import GraphError, PathSummary
 from timely.channels import Channel, Gather, broadcast, exchange, pipeline
 from timely.errors import GraphBuildError, function_location
+from timely.messages import Advance, Close, InputCommand, Send
 from timely.plan import EdgeSpec, Plan, VertexSpec
+from timely.spec import RunSpec
 from timely.vertex import Vertex
 
 if TYPE_CHECKING:
@@ -371,12 +373,12 @@ class InputHandle:
         self.stream = Stream(flow, vertex, 0, flow.root)
         self.epoch = 0
         self.closed = False
-        self._pending: list[tuple[str, Any]] = []
+        self._pending: list[InputCommand] = []
 
     def send(self, records: Iterable[Any]) -> None:
         """Send ``records`` at the current epoch."""
         self._live("send")
-        self._command(("send", list(records)))
+        self._command(Send(list(records)))
 
     def advance_to(self, epoch: int) -> None:
         """Move to ``epoch``; the epochs before it are complete from this input's side."""
@@ -387,19 +389,19 @@ class InputHandle:
             )
         if epoch > self.epoch:
             self.epoch = epoch
-            self._command(("advance", epoch))
+            self._command(Advance(epoch))
 
     def close(self) -> None:
         """No more records from this input."""
         if not self.closed:
             self.closed = True
-            self._command(("close", None))
+            self._command(Close())
 
     def _live(self, what: str) -> None:
         if self.closed:
             raise ValueError(f"cannot {what}: input {self.name!r} is closed")
 
-    def _command(self, cmd: tuple[str, Any]) -> None:
+    def _command(self, cmd: InputCommand) -> None:
         session = self.flow._session
         if session is None:
             self._pending.append(cmd)
@@ -551,9 +553,8 @@ class Dataflow:
         """Start the dataflow and return a session: feed inputs while it runs, then ``join()``."""
         from timely.runtime import start_session
 
-        plan = self.build()
         session = start_session(
-            self, plan, workers=workers, backend=backend, address=address, **options
+            self._run_spec(), workers=workers, backend=backend, address=address, **options
         )
         self._session = session
         try:
@@ -565,6 +566,21 @@ class Dataflow:
             session.close()  # release the workers: the caller never got the session
             raise
         return session
+
+    def _run_spec(self) -> RunSpec:
+        """What a session needs of this dataflow (it reads nothing else of it)."""
+
+        def detach() -> None:
+            self._session = None
+
+        return RunSpec(
+            plan=self.build(),
+            collects=list(self._collects),
+            callbacks=dict(self._outputs),
+            sinks=list(self._sinks),
+            open_inputs=lambda: [h.name for h in self._inputs if not h.closed],
+            detach=detach,
+        )
 
     def _session_or_fail(self, what: str) -> Session:
         if self._session is None:

@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import os
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, split_parts
+from timely.checkpoint import CheckpointConfig
+from timely.coordinator import CheckpointCoordinator, Restore
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
-from timely.plan import Plan
+from timely.messages import InputCommand, Send
+from timely.spec import RunSpec
 
-if TYPE_CHECKING:
-    from timely.dataflow import Dataflow
-
-PART_KEY = "\x00checkpoint-part"
-"""The output key under which a worker's host reports a checkpoint part it wrote."""
-
-_MAX_LOOKAHEAD = 1 << 20
-"""Bounds the checkpoint request's lookahead (in epochs)."""
-
-Restore = tuple[int, list[dict[int, Any]]]
-"""A checkpoint to start from: its epoch and each worker's vertex snapshots."""
+__all__ = ["Restore", "Results", "Session", "merge_frontiers", "route_input", "start_session"]
 
 
 class Results(dict[str, list[tuple[int, Any]]]):
@@ -36,47 +27,53 @@ class Results(dict[str, list[tuple[int, Any]]]):
 class Session(ABC):
     """A running dataflow. Use as a context manager; ``join()`` waits for the end.
 
-    With checkpointing (``checkpoint=`` given) the session is also the checkpoint
-    coordinator: it commits a checkpoint once every worker has written its part, logs
-    the driver's input commands since the last commit, and on a worker's failure has the
-    backend start new workers from the last checkpoint and replays the log. Outputs are
-    delivered once per epoch and output key, across restarts.
+    A thin loop around a backend: it hands the driver's inputs to the workers, delivers
+    outputs once per epoch and output key (across restarts too), and on a worker's
+    failure has the backend start new workers from the last checkpoint. With
+    checkpointing (``checkpoint=`` given) it holds a
+    :class:`~timely.coordinator.CheckpointCoordinator` for commits, requests, the input
+    log and restores.
     """
 
     def __init__(
-        self, flow: Dataflow, plan: Plan, workers: int, checkpoint: CheckpointConfig | None = None
+        self, spec: RunSpec, workers: int, checkpoint: CheckpointConfig | None = None
     ) -> None:
-        self.flow = flow
-        self.plan = plan
+        self.spec = spec
+        self.plan = spec.plan
         self.workers = workers
-        self.results = Results({name: [] for name in flow._collects})
-        self._callbacks: dict[str, Callable[[int, list[Any]], None]] = dict(flow._outputs)
+        self.results = Results({name: [] for name in spec.collects})
+        self._callbacks = dict(spec.callbacks)
         self._closed = False
         self.checkpoint = checkpoint
-        self.store = CheckpointStore(checkpoint.uri) if checkpoint else None
-        self.fingerprint = plan.fingerprint()
-        self.restored_epoch = -1
-        """The epoch of the checkpoint the workers last started from (-1: none)."""
-        self.committed: list[int] = []
-        """Epochs of the checkpoints this session committed, in order."""
-        self.commit_times: list[float] = []
-        """When each of ``committed`` was committed (``time.monotonic()``)."""
+        self.coordinator = (
+            CheckpointCoordinator(
+                checkpoint, spec.name, spec.plan.fingerprint(), workers, spec.sinks
+            )
+            if checkpoint is not None
+            else None
+        )
         self.restarts = 0
         self._delivered: dict[str, int] = {}
-        self._parts: dict[int, dict[int, dict[str, Any]]] = {}
-        self._input_log: list[tuple[int, tuple[str, Any], int]] = []
-        self._input_epoch: dict[int, int] = {}
-        self._requested: int | None = None
-        """On-request mode: the epoch every worker agreed to checkpoint after, until committed."""
-        self._known_epoch = -1
-        self._lookahead = 1
-        self._requested_at = 0.0
-        """How far past the last floor heard the next checkpoint request asks."""
-        self._next_request = time.monotonic() + (checkpoint.interval or 0.0) if checkpoint else 0.0
+
+    # -- what the coordinator knows, for the driver -------------------------------------------
+    @property
+    def restored_epoch(self) -> int:
+        """The epoch of the checkpoint the workers last started from (-1: none)."""
+        return -1 if self.coordinator is None else self.coordinator.restored_epoch
+
+    @property
+    def committed(self) -> list[int]:
+        """Epochs of the checkpoints committed in this session, in order."""
+        return [] if self.coordinator is None else self.coordinator.committed
+
+    @property
+    def commit_times(self) -> list[float]:
+        """When each of ``committed`` was committed (``time.monotonic()``)."""
+        return [] if self.coordinator is None else self.coordinator.commit_times
 
     # -- backends implement ---------------------------------------------------------------
     @abstractmethod
-    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: InputCommand) -> None:
         """Route a driver input command (send, advance, close) to the workers."""
 
     @abstractmethod
@@ -104,16 +101,10 @@ class Session(ABC):
         """Release workers and resources (idempotent)."""
 
     # -- the driver's API -------------------------------------------------------------------
-    def input_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def input_command(self, vertex: int, cmd: InputCommand) -> None:
         """Hand a driver input command (send, advance, close) to the workers."""
-        op, arg = cmd
-        if op == "advance":
-            self._input_epoch[vertex] = arg
-        epoch = self._input_epoch.get(vertex, 0)
-        if op == "send" and epoch <= self.restored_epoch:
+        if self.coordinator is not None and not self.coordinator.log_input(vertex, cmd):
             return  # resumed after this epoch: the checkpoint already reflects it
-        if self.checkpoint is not None:
-            self._input_log.append((vertex, cmd, epoch))
         self._guarded(self._send_command, vertex, cmd, retry=False)
 
     def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:
@@ -130,62 +121,20 @@ class Session(ABC):
     @property
     def _every(self) -> int | None:
         """Workers' ``checkpoint_every`` (None: no checkpoints, or on request)."""
-        config = self.checkpoint
-        return config.every if config is not None and config.interval is None else None
+        return None if self.coordinator is None else self.coordinator.every
 
     def _maybe_request_checkpoint(self) -> None:
-        """With ``checkpoint_interval``: once it has passed since the last commit, pick an
-        epoch no worker has passed and ask them all for a checkpoint after it."""
-        config = self.checkpoint
-        if config is None or config.interval is None:
-            return
-        now = time.monotonic()
-        if self._requested is not None:
-            if not (self.committed and self.committed[-1] >= self._requested):
-                return
-            self._requested = None
-            # Measured from the agreed request, not the commit: the gap between two
-            # commits is then about the interval, not the interval plus a commit's latency.
-            self._next_request = self._requested_at + config.interval
-        if now < self._next_request:
-            return
-        # The floor moves on while the request travels: ask that far ahead of the last
-        # floor heard, doubling the distance after each refusal and halving it after
-        # each agreement, so it settles near how far the workers move in one round trip.
-        epoch = max(self._known_epoch, self.restored_epoch) + self._lookahead
-        self._next_request = float("inf")  # no second request from inside this one
-        agreed, floor = self._request_checkpoint(epoch)
-        self._known_epoch = max(self._known_epoch, floor)
-        if agreed:
-            self._requested = epoch
-            self._requested_at = now
-            self._lookahead = max(1, self._lookahead // 2)
-        else:
-            self._lookahead = min(2 * self._lookahead, _MAX_LOOKAHEAD)
-            self._next_request = now  # ask again, after the floor they answered
+        """Let the coordinator ask for a checkpoint if ``checkpoint_interval`` says so."""
+        if self.coordinator is not None:
+            self.coordinator.maybe_request(self._request_checkpoint)
 
     def _initial_restore(self) -> Restore | None:
         """The checkpoint to start from when resuming (None: start from scratch)."""
-        if self.checkpoint is None or not self.checkpoint.resume:
-            for sink in self.flow._sinks:
+        if self.coordinator is None:
+            for sink in self.spec.sinks:
                 sink.abort_after(-1)  # a fresh run: output left by an earlier one goes
             return None
-        return self._load_restore()
-
-    def _load_restore(self) -> Restore | None:
-        assert self.store is not None
-        found = self.store.latest(self.fingerprint, self.flow.name)
-        epoch = -1 if found is None else found[0]
-        for sink in self.flow._sinks:
-            sink.abort_after(epoch)  # output of later epochs is produced again
-        self.restored_epoch = epoch
-        self._parts.clear()
-        self._requested = None
-        if self.checkpoint is not None and self.checkpoint.interval is not None:
-            self._next_request = time.monotonic() + self.checkpoint.interval
-        if found is None:
-            return None
-        return epoch, split_parts(found[1], self.workers)
+        return self.coordinator.initial_restore()
 
     def _guarded(self, fn: Callable[..., Any], *args: Any, retry: bool = True) -> Any:
         """Call ``fn``; on a worker failure recover (if configured) and call it again."""
@@ -200,10 +149,11 @@ class Session(ABC):
     def _recover(self, error: Exception) -> None:
         """Start new workers from the last checkpoint and replay the logged inputs after it;
         a failure during the replay starts over (each attempt counts as a restart)."""
-        config = self.checkpoint
+        coordinator = self.coordinator
         while True:
-            if config is None or self._closed:
+            if coordinator is None or self._closed:
                 raise error
+            config = coordinator.config
             if isinstance(error, UserFunctionError) and config.on_error != "restore":
                 raise error
             if self.restarts >= config.max_restarts:
@@ -213,50 +163,20 @@ class Session(ABC):
                 ) from error
             self.restarts += 1
             try:
-                self._relaunch(self._load_restore())
-                for vertex, cmd, epoch in list(self._input_log):
-                    if cmd[0] == "send" and epoch <= self.restored_epoch:
-                        continue
+                self._relaunch(coordinator.load_restore())
+                for vertex, cmd in coordinator.replay():
                     self._send_command(vertex, cmd)
                 return
             except (WorkerDied, UserFunctionError) as e:
                 error = e
 
     def _part_written(self, epoch: int, info: dict[str, Any]) -> None:
-        """A worker wrote its part of the checkpoint at ``epoch``; commit once all have."""
-        if epoch <= self.restored_epoch or (self.committed and epoch <= self.committed[-1]):
-            return
-        parts = self._parts.setdefault(epoch, {})
-        parts[info["worker"]] = info
-        if len(parts) < self.workers:
-            return
-        assert self.store is not None and self.checkpoint is not None
-        try:
-            self.store.commit(
-                epoch, self.workers, self.fingerprint, self.flow.name, list(parts.values())
-            )
-        except OSError as e:
-            raise CheckpointError(f"cannot commit the checkpoint at epoch {epoch}: {e}") from e
-        self.committed.append(epoch)
-        self.commit_times.append(time.monotonic())
-        for done in [e for e in self._parts if e <= epoch]:
-            del self._parts[done]
-        # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
-        # newest damaged falls back to an older one and must replay from there.
-        kept = self.committed[-self.checkpoint.keep :]
-        oldest = kept[0] if len(kept) == self.checkpoint.keep else -1
-        self._input_log = [
-            entry for entry in self._input_log if not (entry[1][0] == "send" and entry[2] <= oldest)
-        ]
-        for sink in self.flow._sinks:
-            sink.commit(epoch)
-        self.store.collect_garbage(self.checkpoint.keep)
+        """A worker wrote its part of the checkpoint at ``epoch`` (checkpoint parts travel
+        apart from the outputs: the backend reports them here)."""
+        assert self.coordinator is not None
+        self.coordinator.part_written(epoch, info)
 
     def _deliver(self, key: str, epoch: int, records: list[Any]) -> None:
-        if key == PART_KEY:
-            for info in records:
-                self._part_written(epoch, info)
-            return
         if epoch <= self._delivered.get(key, -1):
             return  # delivered before a restart; the replay produced it again
         self._delivered[key] = epoch
@@ -268,7 +188,7 @@ class Session(ABC):
 
     def join(self) -> Results:
         """Wait until the inputs are closed and all work is done; return collected results."""
-        open_inputs = [h.name for h in self.flow._inputs if not h.closed]
+        open_inputs = self.spec.open_inputs()
         if open_inputs:
             raise RuntimeError(
                 f"join() waits for the inputs to close, but {open_inputs} are open; "
@@ -276,7 +196,7 @@ class Session(ABC):
             )
         try:
             self._guarded(self._wait)
-            for sink in self.flow._sinks:
+            for sink in self.spec.sinks:
                 sink.commit(None)  # the run ended: every epoch is final
         finally:
             self.close()
@@ -285,7 +205,7 @@ class Session(ABC):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.flow._session = None
+            self.spec.detach()
             self._stop()
 
     def __enter__(self) -> Session:
@@ -306,45 +226,36 @@ def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[
     return sorted(chain)
 
 
-def route_input(cmd: tuple[str, Any], workers: int, turn: int) -> list[tuple[int, tuple[str, Any]]]:
+def route_input(cmd: InputCommand, workers: int, turn: int) -> list[tuple[int, InputCommand]]:
     """Where a driver input command goes: ``(worker, command)`` pairs, in order.
 
     ``send`` spreads its records over the workers in contiguous chunks, starting at
     worker ``turn`` (callers rotate it so small sends do not all land on worker 0);
     ``advance`` and ``close`` go to every worker.
     """
-    op, arg = cmd
-    if op != "send":
+    if not isinstance(cmd, Send):
         return [(w, cmd) for w in range(workers)]
-    records = arg
+    records = cmd.records
     size = -(-len(records) // workers) if records else 0
-    out = []
+    out: list[tuple[int, InputCommand]] = []
     for i in range(workers):
         chunk = records[i * size : (i + 1) * size]
         if chunk:
-            out.append(((turn + i) % workers, ("send", chunk)))
+            out.append(((turn + i) % workers, Send(chunk)))
     return out
 
 
-BACKENDS = ("ray", "inline")
-
-
 def start_session(
-    flow: Dataflow, plan: Plan, workers: int, backend: str, address: str | None, **options: Any
+    spec: RunSpec, workers: int, backend: str | None, address: str | None, **options: Any
 ) -> Session:
     """Check the configuration, then start ``backend`` with ``workers`` workers."""
+    from timely.backends import check_options
+
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
-    backend = os.environ.get("TIMELY_BACKEND", backend) if backend is None else backend
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend
     checkpoint = CheckpointConfig.from_options(options)
-    if backend == "inline":
-        if address is not None:
-            raise ConfigError("address= is for the ray backend; drop it or use backend='ray'")
-        from timely.backends.inline import InlineSession
-
-        return InlineSession(flow, plan, workers, checkpoint=checkpoint, **options)
-    from timely.backends.ray import RaySession
-
-    return RaySession(flow, plan, workers, address=address, checkpoint=checkpoint, **options)
+    if address is not None:
+        options["address"] = address
+    cls = check_options(name, options)
+    return cls(spec, workers, checkpoint=checkpoint, **options)

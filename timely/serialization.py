@@ -30,7 +30,7 @@ import msgpack  # type: ignore[import-untyped]
 import numpy as np
 
 from progress import Port, ProgressBatch, source, target
-from timely.worker import WorkerMessage
+from timely.messages import WorkerMessage
 
 EXT_TUPLE = 1
 EXT_SET = 2

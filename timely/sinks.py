@@ -54,4 +54,4 @@ class SinkVertex(TimeBuffer):
         try:
             self.sink.write(self.worker, self.workers, time[0], records)
         except Exception as e:
-            self._ctx.user_error(e, time, None, type(self.sink).write)
+            self.fail(e, time, None, type(self.sink).write)

@@ -195,7 +195,7 @@ class StatefulVertex(Vertex):
                 else:
                     group.append(record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, key)
+            self.fail(e, time, record, key)
 
     def fold_pairs(
         self,
@@ -211,7 +211,7 @@ class StatefulVertex(Vertex):
                 k, v = pair
                 table[k] = f(table[k], v) if k in table else v
         except Exception as e:
-            self._ctx.user_error(e, time, pair, f)
+            self.fail(e, time, pair, f)
 
     def states(self) -> dict[str, KeyedState[Any]]:
         """The tables by name."""

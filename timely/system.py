@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from progress import Timestamp
+from timely.messages import Advance, InputCommand, Send
 from timely.sources import Source
 from timely.vertex import Capability, Vertex
 
@@ -56,7 +57,7 @@ class Inspect(Vertex):
             for record in records:
                 f(record)
         except Exception as e:
-            self._ctx.user_error(e, time, record, f)
+            self.fail(e, time, record, f)
         self.send_by(0, records, time)
 
 
@@ -101,22 +102,19 @@ class InputVertex(Vertex):
     def start(self, cap: Capability) -> None:
         self.cap = cap
 
-    def command(self, cmd: tuple[str, Any]) -> None:
-        op, arg = cmd
+    def command(self, cmd: InputCommand) -> None:
         cap = self.cap
         if cap is None:
-            raise RuntimeError(f"input {self.name!r} got {op!r} after it was closed")
-        if op == "send":
-            if arg:
-                cap.send_by(0, arg)
-        elif op == "advance":
-            if arg > cap.time[0]:  # a replay after a restore may repeat earlier advances
-                cap.downgrade((arg,))
-        elif op == "close":
+            raise RuntimeError(f"input {self.name!r} got {cmd!r} after it was closed")
+        if isinstance(cmd, Send):
+            if cmd.records:
+                cap.send_by(0, cmd.records)
+        elif isinstance(cmd, Advance):
+            if cmd.epoch > cap.time[0]:  # a replay after a restore may repeat earlier advances
+                cap.downgrade((cmd.epoch,))
+        else:
             cap.drop()
             self.cap = None
-        else:
-            raise ValueError(f"unknown input command {op!r}")
 
 
 class SourceVertex(Vertex):

@@ -15,12 +15,12 @@ frontier downstream.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from progress import Timestamp
 
 if TYPE_CHECKING:
-    from timely.worker import VertexContext
+    from timely.context import VertexContext
 
 
 class Capability:
@@ -104,6 +104,23 @@ class Vertex:
     def retain(self, time: Timestamp | None = None) -> Capability:
         """A capability at the current time (or a later ``time``), kept until dropped."""
         return self._ctx.retain(time)
+
+    def frontier(self, input: int = 0) -> tuple[Timestamp, ...]:
+        """This worker's view of the frontier at ``input``: the times at or after which
+        records may still arrive there (empty: none will)."""
+        return self._ctx.worker.frontier(self._ctx.index, input)
+
+    def fail(
+        self,
+        error: BaseException,
+        time: Timestamp | None,
+        record: Any = None,
+        fn: Any = None,
+    ) -> NoReturn:
+        """Stop the run because ``fn`` (a user function, or None for the step's own code)
+        raised ``error`` at ``time`` on ``record``: the error names the step, the failing
+        ``file:line``, the time and the record. Call it from the ``except`` clause."""
+        self._ctx.user_error(error, time, record, fn)
 
     @property
     def worker(self) -> int:

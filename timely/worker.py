@@ -13,14 +13,12 @@ receiver consumes it; a capability (held by ``retain``, ``notify_at`` or a root)
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Any
 
 from progress import (
     ChangeBatch,
     Pointstamp,
-    ProgressBatch,
     Timestamp,
     Tracker,
     WorkerProgress,
@@ -28,177 +26,18 @@ from progress import (
     source,
     target,
 )
+from timely.context import ProtocolError, VertexContext
 from timely.errors import (
     TimelyError,
     UserFunctionError,
     failing_record,
     failure_location,
-    step_error,
 )
-from timely.plan import Plan, VertexSpec
+from timely.messages import InputCommand, WorkerMessage
+from timely.plan import Plan
+from timely.snapshots import Part, Snapshots
 from timely.system import InputVertex, SourceVertex
 from timely.vertex import Capability, Vertex
-
-DataBatch = tuple[int, int, Timestamp, list[Any]]
-"""``(vertex, input port, time, records)``."""
-
-
-PART_FORMAT = 2
-"""A checkpoint part: ``{"format", "epoch", "worker", "workers", "vertices": {v: bytes}}``,
-each vertex's snapshot encoded on its own (see :meth:`Worker._take`)."""
-
-_encode: Any = None
-"""``timely.serialization.encode``, imported on first use (it imports this module)."""
-
-
-class ProtocolError(TimelyError):
-    """An internal invariant of the progress protocol failed (a bug in timely)."""
-
-
-@dataclass
-class WorkerMessage:
-    """Everything one worker sends one peer in one step: data batches and progress."""
-
-    sender: int
-    seq: int
-    data: list[DataBatch] = field(default_factory=list)
-    progress: ProgressBatch | None = None
-
-
-class VertexContext:
-    """What a vertex instance can do on this worker, and the checks that keep it honest."""
-
-    def __init__(self, worker: Worker, spec: VertexSpec) -> None:
-        self.worker = worker
-        self.spec = spec
-        self.index = spec.index
-        self.internal = worker.plan.graph.nodes[spec.index].internal
-        self.caps: Counter[Timestamp] = Counter()
-        self.requests: set[Timestamp] = set()
-        self.now: tuple[int, Timestamp] | None = None
-        """``(input, time)`` while in ``on_recv`` (input -1 for ``on_notify``/roots)."""
-
-    # -- time checks --------------------------------------------------------------------
-    def _may_act_at(self, time: Timestamp, output: int | None, held: Timestamp | None) -> bool:
-        if held is not None:
-            return self.caps[held] > 0 and less_equal(held, time)
-        now = self.now
-        if now is not None:
-            port, t = now
-            if port < 0 or not self.spec.outputs:
-                if len(t) == len(time) and less_equal(t, time):
-                    return True
-            else:
-                outs = range(self.spec.outputs) if output is None else (output,)
-                for o in outs:
-                    for s in self.internal.get((port, o), ()):
-                        r = s.results_in(t)
-                        if r is not None and less_equal(r, time):
-                            return True
-        return any(c > 0 and less_equal(h, time) for h, c in self.caps.items())
-
-    def _check_time(
-        self, what: str, time: Timestamp, output: int | None, held: Timestamp | None
-    ) -> None:
-        depth = (
-            self.spec.output_depths[output]
-            if output is not None and self.spec.outputs
-            else (
-                self.spec.output_depths[0]
-                if self.spec.outputs
-                else (self.spec.input_depths[0] if self.spec.inputs else 0)
-            )
-        )
-        if not isinstance(time, tuple) or len(time) != depth + 1:
-            raise ValueError(
-                f"step {self.spec.name!r}: {what} at {time!r}, but times here are tuples of "
-                f"{depth + 1} ints (epoch plus {depth} loop counters)"
-            )
-        if not self._may_act_at(time, output, held):
-            now = f"the current time {self.now[1]}" if self.now else "no current time"
-            raise ValueError(
-                f"step {self.spec.name!r}: cannot {what} at {time}: it holds no capability "
-                f"<= {time} ({now}); retain() a capability to act later"
-            )
-
-    # -- offered to the vertex ----------------------------------------------------------
-    def send(self, output: int, records: Any, time: Timestamp, held: Timestamp | None) -> None:
-        if not 0 <= output < self.spec.outputs:
-            raise ValueError(f"step {self.spec.name!r} has no output {output}")
-        self._check_time("send", time, output, held)
-        now = self.now
-        if self.worker.checkpointing and now is not None and time[0] > now[1][0]:
-            raise ValueError(
-                f"step {self.spec.name!r}: sends at epoch {time[0]} while handling "
-                f"{now[1]}; with checkpoints a step may only send at its current epoch: keep "
-                "the records in its state and send them from on_notify at the later time"
-            )
-        if records:
-            self.worker._send(self.index, output, list(records), time)
-
-    def notify_at(self, time: Timestamp) -> None:
-        self._check_time("notify_at", time, None, None)
-        if time not in self.requests:
-            self.requests.add(time)
-            self._hold(time, 1)
-            self.worker._notify_pending.add(self.index)
-            if self.worker._ready_now(self.index, time):
-                self.worker._notify_check = True  # asked for a time already passed
-
-    def retain(self, time: Timestamp | None) -> Capability:
-        if time is None:
-            if self.now is None:
-                raise ValueError(
-                    f"step {self.spec.name!r}: retain() outside on_recv/on_notify needs a time"
-                )
-            time = self.now[1]
-            if self.now[0] >= 0 and self.spec.outputs:
-                # The earliest time the current message may send at on any output.
-                outs = [
-                    r
-                    for o in range(self.spec.outputs)
-                    for s in self.internal.get((self.now[0], o), ())
-                    if (r := s.results_in(time)) is not None
-                ]
-                time = min(outs) if outs else time
-        self._check_time("retain", time, None, None)
-        self._hold(time, 1)
-        return Capability(self, time)
-
-    def downgrade_capability(self, old: Timestamp, new: Timestamp) -> None:
-        if not less_equal(old, new):
-            raise ValueError(
-                f"step {self.spec.name!r}: cannot downgrade a capability from {old} to {new}"
-            )
-        self._hold(new, 1)
-        self._hold(old, -1)
-
-    def drop_capability(self, time: Timestamp) -> None:
-        self._hold(time, -1)
-
-    def _hold(self, time: Timestamp, delta: int) -> None:
-        if delta > 0 and time[0] > self.worker.max_epoch:
-            self.worker.max_epoch = time[0]
-        self.caps[time] += delta
-        if self.caps[time] < 0:
-            raise ProtocolError(f"step {self.spec.name!r}: capability at {time} dropped twice")
-        if not self.caps[time]:
-            del self.caps[time]
-        for o in range(self.spec.outputs):
-            self.worker._updates.update((source(self.index, o), time), delta)
-
-    def emit(self, key: str, epoch: int, records: list[Any]) -> None:
-        """Hand records to the driver (collect/subscribe)."""
-        self.worker.emitted.append((key, epoch, records))
-
-    def user_error(
-        self, error: BaseException, time: Timestamp | None, record: Any, fn: Any
-    ) -> None:
-        """Stop the run with the step, the time, the record and the file:line that failed:
-        the user function's, or timely's own for a bug in timely (``InternalError``)."""
-        raise step_error(
-            self.spec.name, error, time, record, fn, self.spec.where, self.worker.index
-        ) from error
 
 
 class Worker:
@@ -222,14 +61,10 @@ class Worker:
         self.plan = plan
         self.index = index
         self.peers = peers
-        self.checkpoint_every = checkpoint_every
         self.checkpointing = checkpoint_every is not None or checkpoint_on_request
-        self._target: int | None = None
-        """The epoch the driver asked for a checkpoint after (on-request mode)."""
         self.max_epoch = -1
         """The latest epoch any vertex here has received at, been notified at or held a
         capability at."""
-        self._max_notified = -1
         start = 0 if restore is None else restore[0] + 1
         graph = plan.graph
         caps = plan.initial_capabilities(start)
@@ -254,20 +89,13 @@ class Worker:
         self._ready: deque[int] = deque()
         self._out: dict[tuple[int, int, int, Timestamp], list[Any]] = {}
         self._seq = [0] * peers
-        self._commands: dict[int, deque[tuple[str, Any]]] = {}
+        self._commands: dict[int, deque[InputCommand]] = {}
         self._notify_pending: set[int] = set()
         self._frontier_moved = True  # progress applied but not yet propagated
         self._notify_check = False  # frontiers changed since notifications were last checked
         self.emitted: list[tuple[str, int, list[Any]]] = []
         self.received_since_step = False
-        # Every vertex takes part in a checkpoint, stateful or not: the part for epoch e is
-        # complete once each has passed e, so that outputs buffered for e (subscribe,
-        # sinks) have left too. Stateless ones just have nothing to write.
-        self._stateful = list(range(len(self.vertices)))
-        self._snapped = {v: start - 1 for v in self._stateful}
-        """Per vertex, the last epoch it was snapshotted after."""
-        self._parts: dict[int, dict[int, Any]] = {}
-        self._done_parts: list[tuple[int, dict[str, Any]]] = []
+        self.snapshots = Snapshots(self, checkpoint_every, start) if self.checkpointing else None
         if restore is not None:
             self._restore(*restore)
         first = (start,)
@@ -292,7 +120,7 @@ class Worker:
             self._frontier_moved = True
         self.received_since_step = True
 
-    def command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def command(self, vertex: int, cmd: InputCommand) -> None:
         """A driver command for input ``vertex`` (send, advance, close), in order."""
         self._commands.setdefault(vertex, deque()).append(cmd)
 
@@ -373,20 +201,15 @@ class Worker:
         return not any(less_equal(p, t) for _, p, _ in self.inbox[v])
 
     def _notify(self) -> None:
-        checkpointing = self.checkpointing
+        snapshots = self.snapshots
         for v in sorted(self._notify_pending):
             ctx = self.contexts[v]
             for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
-                if checkpointing:
+                if snapshots is not None:
                     # State after the next checkpoint epoch may not change before the
                     # vertex's snapshot for it is taken.
-                    boundary = self._next_boundary(v)
-                    if boundary is not None and t[0] > boundary:
-                        self._snapshot(v)
-                        boundary = self._next_boundary(v)
-                        if boundary is not None and t[0] > boundary:
-                            break
-                    self._max_notified = max(self._max_notified, t[0])
+                    if snapshots.hold_back(v, t[0]):
+                        break
                     self.max_epoch = max(self.max_epoch, t[0])
                 ctx.requests.discard(t)
                 self._activate(v, -1, t, self.vertices[v].on_notify, t)
@@ -410,7 +233,26 @@ class Worker:
         finally:
             ctx.now = None
 
-    def _send(self, v: int, output: int, records: list[Any], time: Timestamp) -> None:
+    # -- what vertex contexts call ------------------------------------------------------------
+    def notification_requested(self, v: int, time: Timestamp) -> None:
+        """``v`` asked to be notified at ``time`` (its context holds the request)."""
+        self._notify_pending.add(v)
+        if self._ready_now(v, time):
+            self._notify_check = True  # asked for a time already passed
+
+    def capability_changed(self, v: int, outputs: int, time: Timestamp, delta: int) -> None:
+        """``v`` holds ``delta`` more capabilities at ``time``: count them at its outputs."""
+        if delta > 0 and time[0] > self.max_epoch:
+            self.max_epoch = time[0]
+        for o in range(outputs):
+            self._updates.update((source(v, o), time), delta)
+
+    def recheck_notifications(self) -> None:
+        """Notifications held back may go now (a snapshot was taken)."""
+        self._notify_check = True
+
+    def send_from(self, v: int, output: int, records: list[Any], time: Timestamp) -> None:
+        """Route ``records`` from output ``output`` of ``v`` at ``time`` to their inboxes."""
         plan = self.plan
         for edge in plan.out_edges[v][output]:
             try:
@@ -438,8 +280,8 @@ class Worker:
     def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
         if not self._out and self._updates.is_empty() and not self.progress.pending():
             self._propagate()
-            if self.checkpointing:
-                self._checkpoint_scan()
+            if self.snapshots is not None:
+                self.snapshots.scan()
             return []  # a step that changed nothing has nothing to say
         messages: dict[int, WorkerMessage] = {}
         for (dest, v, port, time), records in self._out.items():
@@ -469,153 +311,24 @@ class Worker:
             self._seq[peer] += 1
             out.append((peer, msg))
         self._propagate()
-        if self.checkpointing:
-            self._checkpoint_scan()
+        if self.snapshots is not None:
+            self.snapshots.scan()
         return out
 
     # -- checkpoints --------------------------------------------------------------------------
-    def _open_epoch(self, v: int) -> int | None:
-        """The lowest epoch vertex ``v`` may still receive, be notified or send at (None:
-        it is finished for good)."""
-        epochs = [t[0] for _, t, _ in self.inbox[v]]
-        ctx = self.contexts[v]
-        epochs.extend(t[0] for t in ctx.requests)
-        epochs.extend(t[0] for t in ctx.caps)
-        frontier = self.tracker.frontier
-        for i in range(self.plan.vertices[v].inputs):
-            epochs.extend(t[0] for t in frontier(target(v, i)))
-        return min(epochs) if epochs else None
-
-    def _open_at(self, v: int, epoch: int) -> bool:
-        """Whether ``v`` may still receive, be notified or send at ``epoch`` or earlier: the
-        cheap form of ``_open_epoch(v) <= epoch``, stopping at the first witness."""
-        frontier = self.tracker.frontier
-        for i in range(self.plan.vertices[v].inputs):
-            for t in frontier(target(v, i)):
-                if t[0] <= epoch:
-                    return True
-        ctx = self.contexts[v]
-        for t in ctx.requests:
-            if t[0] <= epoch:
-                return True
-        for t in ctx.caps:
-            if t[0] <= epoch:
-                return True
-        return any(t[0] <= epoch for _, t, _ in self.inbox[v])
-
-    def _due(self, after: int, upto: int | None) -> range | list[int]:
-        """The checkpoint epochs in ``(after, upto]`` (``upto=None``: the first one only).
-
-        With ``checkpoint_every=k`` they are the epochs ``e`` with ``(e + 1) % k == 0``;
-        on request, the epoch the driver asked for."""
-        every = self.checkpoint_every
-        if every is not None:
-            first = ((after + 1) // every + 1) * every - 1
-            return range(first, (first if upto is None else upto) + 1, every)
-        target = self._target
-        if target is not None and after < target and (upto is None or target <= upto):
-            return [target]
-        return []
-
-    def _next_boundary(self, v: int) -> int | None:
-        """The next checkpoint epoch ``v`` must be snapshotted after before a notification
-        at a later epoch may change its state (None: none is due)."""
-        due = self._due(self._snapped[v], None)
-        return due[0] if due else None
-
-    def _snapshot(self, v: int) -> None:
-        """Snapshot ``v`` for every checkpoint epoch it has completely passed since its
-        last snapshot: each of them, not only the latest, so that a vertex whose
-        frontier jumps over several (a stateless step, a burst of epochs in one step)
-        still has its share in every one of those checkpoints.
-
-        One state serves them all: the hold-back in :meth:`_notify` keeps ``v`` from being
-        notified after the first of them before this snapshot, and what it received
-        after it sits in per-time tables that ``snapshot_at(e)`` leaves out."""
-        boundary = self._next_boundary(v)
-        if boundary is None or self._open_at(v, boundary):
-            return  # the common case, checked at every step: nothing is due yet
-        low = self._open_epoch(v)
-        # A finished vertex's state is final: it serves every checkpoint epoch after its
-        # last snapshot, up to the latest epoch this worker has seen.
-        upto = self.max_epoch if low is None else low - 1
-        for epoch in self._due(self._snapped[v], upto):
-            self._take(v, epoch)
-
     def checkpoint_floor(self) -> int:
-        """The latest epoch a checkpoint here can no longer be taken after: some vertex has
-        been notified at it, or snapshotted after it. Any later epoch can, even one the
-        sources have read past (they resume from their read history), so the driver asks
-        for the one just after the highest floor: the checkpoint then completes as soon
-        as the slowest worker's frontier passes it."""
-        return max(self._max_notified, max(self._snapped.values(), default=-1))
+        """See :meth:`timely.snapshots.Snapshots.floor` (-1 when not checkpointing)."""
+        return -1 if self.snapshots is None else self.snapshots.floor()
 
     def request_checkpoint(self, epoch: int) -> bool:
-        """The driver asks for a checkpoint after ``epoch`` (on-request mode). Refused when
-        ``epoch`` is not after :meth:`checkpoint_floor`: the driver then asks for a later one."""
-        if epoch <= self.checkpoint_floor():
-            return False
-        self._target = epoch
-        self._notify_check = True
-        return True
+        """The driver asks for a checkpoint after ``epoch`` (on-request mode); see
+        :meth:`timely.snapshots.Snapshots.request`."""
+        return self.snapshots is not None and self.snapshots.request(epoch)
 
-    def _take(self, v: int, epoch: int) -> None:
-        """Snapshot ``v`` for the checkpoint at ``epoch``, encoded at once.
-
-        Encoding here is what makes the snapshot a copy: the vertex may change its state
-        in place (a ``[value, count]`` entry, a user's dict) as soon as it is notified of
-        the next epoch, possibly later in this same step."""
-        global _encode
-        if _encode is None:
-            from timely.serialization import encode as _encode
-        ctx = self.contexts[v]
-        ctx.now = None
-        try:
-            snap = self.vertices[v].snapshot_at(epoch)
-            data = None if snap is None else _encode(snap)
-        except Exception as e:
-            ctx.user_error(e, (epoch,), None, type(self.vertices[v]).snapshot_at)
-        part = self._parts.setdefault(epoch, {})
-        part[v] = data  # None for a stateless vertex: left out of the written part
-        self._snapped[v] = epoch
-        self._notify_check = True  # notifications held back for this snapshot may go now
-
-    def _checkpoint_scan(self) -> None:
-        """Snapshot what is due; hand over every part that is complete, oldest first."""
-        for v in self._stateful:
-            self._snapshot(v)
-        for epoch in sorted(self._parts):
-            part = self._parts[epoch]
-            missing = [v for v in self._stateful if v not in part]
-            # A finished vertex's state is final and, by the hold-back in _notify, reflects
-            # no epoch after the one following its last snapshot: valid for this part.
-            if not all(self._open_epoch(v) is None and self._snapped[v] < epoch for v in missing):
-                continue
-            for v in missing:
-                self._take(v, epoch)
-            del self._parts[epoch]
-            self._done_parts.append(
-                (
-                    epoch,
-                    {
-                        "format": PART_FORMAT,
-                        "epoch": epoch,
-                        "worker": self.index,
-                        "workers": self.peers,
-                        "vertices": {v: data for v, data in part.items() if data is not None},
-                    },
-                )
-            )
-            for older in [e for e in self._parts if e < epoch]:
-                del self._parts[older]  # superseded (a target the driver gave up on)
-
-    def take_parts(self) -> list[tuple[int, dict[str, Any]]]:
-        """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order.
-
-        Each vertex's snapshot in a part is already encoded (bytes), so the part owes
-        nothing to the live state and may be written at leisure."""
-        out, self._done_parts = self._done_parts, []
-        return out
+    def take_parts(self) -> list[Part]:
+        """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order;
+        each vertex's snapshot in a part is already encoded."""
+        return [] if self.snapshots is None else self.snapshots.take_parts()
 
     def _restore(self, epoch: int, snapshots: dict[int, Any]) -> None:
         for v, snap in snapshots.items():

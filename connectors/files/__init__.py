@@ -6,21 +6,17 @@ per epoch and commit with a marker, exactly once with checkpoints. Paths may be 
 paths or URIs that ``pyarrow.fs`` knows (``file://``, ``s3://``, ...).
 """
 
+from connectors.committed import committed_epoch
 from connectors.files.formats import CsvFormat, FileFormat, JsonLinesFormat, LineFormat, TextFormat
 from connectors.files.sink import (
     CsvSink,
     EpochFileSink,
     JsonLinesSink,
     TextSink,
-    committed_epoch,
     read_committed,
     register_format,
 )
 from connectors.files.source import CsvSource, FileSource, JsonLinesSource, TextSource
-
-# Parquet lives in connectors/parquet.py; re-export its source and sink here, after the
-# imports above (it may build on EpochFileSink and register_format):
-# from connectors.parquet import ParquetSink, ParquetSource
 
 __all__ = [
     "CsvFormat",

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from connectors._storage import FileEntry, list_files
 from connectors.collections import check_epoch
 from connectors.files.formats import (
     SKIP,
@@ -34,7 +35,6 @@ from connectors.files.formats import (
     Rows,
     TextFormat,
 )
-from connectors.files.fs import FileEntry, list_files
 from connectors.files.lines import Lines, align, take
 from timely import ConfigError, Source
 from timely.errors import failure_location, function_location

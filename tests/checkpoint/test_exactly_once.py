@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-import timely.worker
+import timely.snapshots
 from tests.checkpoint.sweep import ALL, build, epochs_for, sweep
 from timely import Dataflow, Source
-from timely.worker import Worker
+from timely.snapshots import Snapshots
 
 EPOCHS = epochs_for(10, 3)
 LOOPS = {"reach", "loop_and_running"}
@@ -46,7 +46,7 @@ def test_mutation_a_snapshot_sharing_the_live_state_is_caught(
 ) -> None:
     """Encode the snapshots at the end of the step instead of when taken, as before the
     fix: state changed in place after the snapshot leaks into the checkpoint."""
-    monkeypatch.setattr(timely.worker, "_encode", lambda snapshot: snapshot)
+    monkeypatch.setattr(timely.snapshots, "_encode", lambda snapshot: snapshot)
     _, wrong = sweep("user_vertex", EPOCHS, True, workers=3, seed=1)
     assert wrong, "a snapshot that shares objects with the live state went unnoticed"
 
@@ -80,13 +80,13 @@ def test_mutation_a_worker_that_skips_parts_is_caught(
 ) -> None:
     """Snapshot a vertex only for the latest checkpoint epoch it has passed, as before
     the fix: a step whose frontier jumps leaves its share out of the others."""
-    due = Worker._due
+    due = Snapshots.due
 
-    def latest_only(self: Worker, after: int, upto: int | None) -> Any:
+    def latest_only(self: Snapshots, after: int, upto: int | None) -> Any:
         epochs = due(self, after, upto)
         return epochs if upto is None else epochs[-1:]
 
-    monkeypatch.setattr(Worker, "_due", latest_only)
+    monkeypatch.setattr(Snapshots, "due", latest_only)
     epochs = epochs_for(14, 3)
     flow, _ = build("loop_and_running", epochs, True)
     session = flow.activate(workers=2, backend="inline", checkpoint=str(tmp_path))

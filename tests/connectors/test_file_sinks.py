@@ -98,7 +98,7 @@ def test_nothing_is_visible_before_a_commit_and_commits_only_move_forward(tmp_pa
     sink = TextSink(tmp_path)
     for e in range(4):
         sink.write(0, 1, e, [f"e{e}"])
-    assert committed_epoch(tmp_path) is None and read_committed(tmp_path) == []
+    assert committed_epoch(tmp_path) == -1 and read_committed(tmp_path) == []
     sink.commit(1)
     assert read_committed(tmp_path) == [(0, "e0"), (1, "e1")]
     sink.commit(0)
@@ -182,7 +182,7 @@ def test_a_bad_record_stops_the_run_naming_the_sink_and_epoch(tmp_path: Path) ->
         flow.run(workers=1, backend="inline")
     msg = str(info.value)
     assert "'lines-out'" in msg and "(2,)" in msg and "7" in msg and ".select(str)" in msg
-    assert committed_epoch(tmp_path) is None  # a failed run commits nothing
+    assert committed_epoch(tmp_path) == -1  # a failed run commits nothing
 
 
 def test_sink_locations(tmp_path: Path) -> None:

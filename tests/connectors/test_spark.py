@@ -233,8 +233,8 @@ def test_a_resumed_run_leaves_every_epoch_in_the_table_once(
         monkeypatch.setattr(SparkSink, "dataframe", crash_on_the_second(SparkSink.dataframe, False))
     else:
         after = dies == "after the marker"
-        write = spark_module.write_atomic
-        monkeypatch.setattr(spark_module, "write_atomic", crash_on_the_second(write, after))
+        write = spark_module.write_marker
+        monkeypatch.setattr(spark_module, "write_marker", crash_on_the_second(write, after))
     checkpoint = dict(checkpoint=str(tmp_path / "ckpt"), checkpoint_every=1)
     overwrite_mode = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
     out = str(tmp_path / "out")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -126,6 +126,36 @@ def test_bad_configuration_fails_before_anything_starts() -> None:
         flow.run(workers=1, backend="spark")
     with pytest.raises(ConfigError, match="address= is for the ray backend"):
         flow.run(workers=1, backend="inline", address="auto")
+
+
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_every_backend_refuses_an_unknown_option_the_same_way(backend: str) -> None:
+    """Checked from the backend's signature before it starts (no Ray is started here)."""
+    flow = Dataflow("cfg")
+    flow.new_input().stream.collect("out")
+    with pytest.raises(ConfigError, match=rf"the {backend} backend does not take colour; its"):
+        flow.run(workers=1, backend=backend, colour="blue")
+
+
+def test_a_registered_backend_is_usable_by_name() -> None:
+    from timely.backends import backend_names, register_backend
+    from timely.backends.inline import InlineSession
+
+    class Traced(InlineSession):
+        started: ClassVar[list[int]] = []
+
+        def __init__(self, spec: Any, workers: int, checkpoint: Any = None, seed: int = 0) -> None:
+            Traced.started.append(workers)
+            super().__init__(spec, workers, seed=seed, checkpoint=checkpoint)
+
+    register_backend("traced", Traced)
+    assert "traced" in backend_names()
+    flow = Dataflow("registered")
+    h = flow.new_input()
+    h.stream.select(lambda x: x + 1).collect("out")
+    h.send([1, 2])
+    assert sorted(flow.run(workers=2, backend="traced").records("out")) == [2, 3]
+    assert Traced.started == [2]
 
 
 def test_vertex_instance_instead_of_factory_is_refused() -> None:

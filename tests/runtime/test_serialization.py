@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from progress import Location, Port, ProgressBatch, source, target
+from timely.messages import WorkerMessage
 from timely.serialization import decode, decode_message, encode, encode_message
-from timely.worker import WorkerMessage
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from timely import serialization
 from timely.checkpoint import CheckpointConfig
 from timely.errors import ConfigError, WorkerDied
-from timely.plan import Plan
-from timely.runtime import PART_KEY, Restore, Session, merge_frontiers, route_input
-from timely.worker import Worker, WorkerMessage
+from timely.messages import InputCommand, WorkerMessage
+from timely.runtime import Restore, Session, merge_frontiers, route_input
+from timely.spec import RunSpec
+from timely.worker import Worker
 
 if TYPE_CHECKING:
-    from timely.dataflow import Dataflow
+    pass
 
 
 class InlineSession(Session):
@@ -28,8 +29,7 @@ class InlineSession(Session):
 
     def __init__(
         self,
-        flow: Dataflow,
-        plan: Plan,
+        spec: RunSpec,
         workers: int,
         seed: int = 0,
         accumulate: bool = True,
@@ -39,7 +39,7 @@ class InlineSession(Session):
     ) -> None:
         """``crash_at``: fault injection for tests: at each of these scheduling events every
         worker is lost (as if its process died) and the session recovers as on Ray."""
-        super().__init__(flow, plan, workers, checkpoint)
+        super().__init__(spec, workers, checkpoint)
         if max_events < 1:
             raise ConfigError(f"max_events must be >= 1, got {max_events}")
         self.rng = random.Random(seed)
@@ -63,13 +63,13 @@ class InlineSession(Session):
             for i in range(self.workers)
         ]
         self.channels: dict[tuple[int, int], deque[WorkerMessage]] = {}
-        self.commands: list[deque[tuple[int, tuple[str, Any]]]] = [
+        self.commands: list[deque[tuple[int, InputCommand]]] = [
             deque() for _ in range(self.workers)
         ]
         self._rr = 0
 
     # -- driver side ------------------------------------------------------------------------
-    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: InputCommand) -> None:
         for w, part in route_input(cmd, self.workers, self._rr):
             self.commands[w].append((vertex, part))
         self._rr = (self._rr + 1) % self.workers
@@ -122,9 +122,10 @@ class InlineSession(Session):
         for key, epoch, records in worker.take_emitted():
             self._deliver(key, epoch, records)
         for epoch, part in worker.take_parts():
-            assert self.store is not None
-            info = self.store.write_part(epoch, w, self.workers, serialization.encode(part))
-            self._deliver(PART_KEY, epoch, [info])
+            assert self.coordinator is not None
+            store = self.coordinator.store
+            info = store.write_part(epoch, w, self.workers, serialization.encode(part))
+            self._part_written(epoch, info)
 
     def _wait(self) -> None:
         self._pump()

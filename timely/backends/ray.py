@@ -48,12 +48,14 @@ from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 from timely import serialization
 from timely.checkpoint import CheckpointConfig, CheckpointStore
 from timely.errors import ConfigError, TimelyError, WorkerDied
+from timely.messages import InputCommand, WorkerMessage, command_from_wire, command_to_wire
 from timely.plan import Plan
-from timely.runtime import PART_KEY, Restore, Session, merge_frontiers, route_input
-from timely.worker import Worker, WorkerMessage
+from timely.runtime import Restore, Session, merge_frontiers, route_input
+from timely.spec import RunSpec
+from timely.worker import Worker
 
 if TYPE_CHECKING:
-    from timely.dataflow import Dataflow
+    pass
 
 Outputs = list[tuple[str, int, list[Any]]]
 
@@ -112,10 +114,13 @@ class WorkerActor:
         self.incoming: deque[tuple[WorkerMessage, asyncio.Future[None]]] = deque()
         self.early: dict[tuple[int, int], tuple[WorkerMessage, asyncio.Future[None]]] = {}
         self.next_seq = [0] * self.npeers
-        self.commands: deque[tuple[int, tuple[str, Any], asyncio.Future[None]]] = deque()
-        self.early_commands: dict[int, tuple[int, tuple[str, Any], asyncio.Future[None]]] = {}
+        self.commands: deque[tuple[int, InputCommand, asyncio.Future[None]]] = deque()
+        self.early_commands: dict[int, tuple[int, InputCommand, asyncio.Future[None]]] = {}
         self.next_command = 0
         self.outputs: Outputs = []
+        self.parts: list[tuple[int, dict[str, Any]]] = []
+        """Checkpoint parts written and not yet reported: ``(epoch, what the manifest
+        records of the part)``; they travel beside the outputs, not among them."""
         self.pending_writes: list[concurrent.futures.Future[None]] = []
         self.unreported = 0
         """Parts submitted for writing whose report has not yet joined the outputs."""
@@ -151,7 +156,8 @@ class WorkerActor:
         if self.finished or seq < self.next_command or seq in self.early_commands:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.early_commands[seq] = (vertex, serialization.decode(payload), fut)
+        cmd = command_from_wire(serialization.decode(payload))
+        self.early_commands[seq] = (vertex, cmd, fut)
         while self.next_command in self.early_commands:
             self.commands.append(self.early_commands.pop(self.next_command))
             self.next_command += 1
@@ -246,7 +252,7 @@ class WorkerActor:
 
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
         self.unreported -= 1
-        self.outputs.append((PART_KEY, epoch, [info]))
+        self.parts.append((epoch, info))
         self.out_ready.set()
 
     async def _send(self, out: list[tuple[int, bytes]]) -> None:
@@ -289,14 +295,16 @@ class WorkerActor:
         self.out_ready.set()
 
     # -- queries -------------------------------------------------------------------------------
-    async def take_outputs(self) -> tuple[bytes, bool]:
-        """The driver's long poll: emitted outputs once there are some, and whether the loop
-        has ended (then nothing more will come)."""
-        while not self.outputs and not self._drained():
+    async def take_outputs(self) -> tuple[bytes, list[tuple[int, dict[str, Any]]], bool]:
+        """The driver's long poll: emitted outputs and checkpoint parts written, once there
+        are some, and whether the loop has ended (then nothing more will come). A part is
+        reported after the outputs of its epoch: they were emitted before it was taken."""
+        while not self.outputs and not self.parts and not self._drained():
             self.out_ready.clear()
             await self.out_ready.wait()
         out, self.outputs = self.outputs, []
-        return serialization.encode(out), self._drained()
+        parts, self.parts = self.parts, []
+        return serialization.encode(out), parts, self._drained()
 
     def _drained(self) -> bool:
         """The loop has ended and every checkpoint part it wrote has been reported: the
@@ -338,8 +346,7 @@ class RaySession(Session):
 
     def __init__(
         self,
-        flow: Dataflow,
-        plan: Plan,
+        spec: RunSpec,
         workers: int,
         address: str | None = None,
         accumulate: bool = True,
@@ -347,13 +354,7 @@ class RaySession(Session):
         max_inflight: int = 8,
         heartbeat_timeout: float = 10.0,
         checkpoint: CheckpointConfig | None = None,
-        **options: Any,
     ) -> None:
-        if options:
-            raise ConfigError(
-                f"the ray backend does not take {', '.join(sorted(options))}; its options are "
-                "address, accumulate, num_cpus_per_worker, max_inflight and heartbeat_timeout"
-            )
         if not isinstance(max_inflight, int) or max_inflight < 1:
             raise ConfigError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
         if not heartbeat_timeout > 0:
@@ -363,7 +364,7 @@ class RaySession(Session):
                 f"num_cpus_per_worker must be > 0, got {num_cpus_per_worker!r}; "
                 "leave it out to share the cluster's CPUs among the workers"
             )
-        super().__init__(flow, plan, workers, checkpoint)
+        super().__init__(spec, workers, checkpoint)
         self.max_inflight = max_inflight
         self.heartbeat_timeout = heartbeat_timeout
         self.actors: list[Any] = []
@@ -381,11 +382,11 @@ class RaySession(Session):
             _check_fits(self.cpus, workers)
         self.accumulate = accumulate
         try:
-            self.plan_ref = ray.put(plan)
+            self.plan_ref = ray.put(self.plan)
         except Exception as e:
             raise ConfigError(
-                f"dataflow {plan.name!r} cannot be shipped to Ray workers ({e}); every vertex, "
-                "key function and source in the graph must be picklable by cloudpickle"
+                f"dataflow {self.plan.name!r} cannot be shipped to Ray workers ({e}); every "
+                "vertex, key function and source in the graph must be picklable by cloudpickle"
             ) from e
         try:
             self._launch(self._initial_restore())
@@ -429,7 +430,7 @@ class RaySession(Session):
             a.start.remote(
                 self.plan_ref,
                 self.actors,
-                self.store,
+                None if self.coordinator is None else self.coordinator.store,
                 every,
                 None if restore is None else (restore[0], restore[1][i]),
             )
@@ -484,7 +485,7 @@ class RaySession(Session):
         return [self._get(ref, i) for i, ref in enumerate(refs)]
 
     # -- driver side ------------------------------------------------------------------------
-    def _send_command(self, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _send_command(self, vertex: int, cmd: InputCommand) -> None:
         for w, part in route_input(cmd, self.workers, self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
@@ -492,7 +493,7 @@ class RaySession(Session):
             self._check()  # a failed worker drops commands: say so now, not at join
         self._collect(0)
 
-    def _command(self, w: int, vertex: int, cmd: tuple[str, Any]) -> None:
+    def _command(self, w: int, vertex: int, cmd: InputCommand) -> None:
         queue = self._cmd_refs[w]
         if len(queue) >= self.max_inflight:
             done, _ = ray.wait(list(queue), num_returns=len(queue), timeout=0)
@@ -501,7 +502,8 @@ class RaySession(Session):
                 self._get(ref, w)
             while len(queue) >= self.max_inflight:
                 self._wait_for([queue.popleft()], [w])
-        payload = serialization.encode(cmd)  # before taking a number: a failure leaves no gap
+        # Encoded before taking a number: a failure leaves no gap.
+        payload = serialization.encode(command_to_wire(cmd))
         seq = self._cmd_seq[w]
         self._cmd_seq[w] = seq + 1
         queue.append(self.actors[w].command.remote(seq, vertex, payload))
@@ -582,7 +584,7 @@ class RaySession(Session):
                     continue  # a poll of a worker replaced since (a restart)
                 _, future = self._polls.pop(w)
                 try:
-                    payload, finished = future.result()
+                    payload, parts, finished = future.result()
                 except Exception as e:
                     error = _translate(e, w)
                     raise error from error.__cause__  # see _translate
@@ -591,6 +593,8 @@ class RaySession(Session):
                 for key, epoch, records in serialization.decode(payload):
                     self._deliver(key, epoch, records)
                     delivered = True
+                for epoch, info in parts:
+                    self._part_written(epoch, info)
         finally:
             self._delivering = False
         return delivered

@@ -1,0 +1,176 @@
+"""The checkpoint coordinator: the driver's side of checkpoints, held by the session.
+
+It decides nothing about when a vertex is snapshotted (each worker does, see
+:mod:`timely.snapshots`); it commits a checkpoint once every worker's part is durable,
+asks the workers for a checkpoint when ``checkpoint_interval`` says so, keeps the
+driver's input commands that a restore would have to replay, finds the checkpoint to
+restore from, and tells the sinks what is committed and what to drop. The session calls
+it and stays a thin loop around the backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, split_parts
+from timely.messages import Advance, InputCommand, Send
+from timely.sinks import Sink
+
+Restore = tuple[int, list[dict[int, Any]]]
+"""A checkpoint to start from: its epoch and each worker's vertex snapshots."""
+
+_MAX_LOOKAHEAD = 1 << 20
+"""Bounds the checkpoint request's lookahead (in epochs)."""
+
+
+class CheckpointCoordinator:
+    """Commits, requests, the input log and restores for one run of dataflow ``name``."""
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        name: str,
+        fingerprint: str,
+        workers: int,
+        sinks: list[Sink],
+    ) -> None:
+        self.config = config
+        self.store = CheckpointStore(config.uri)
+        self.name = name
+        self.fingerprint = fingerprint
+        self.workers = workers
+        self.sinks = sinks
+        self.restored_epoch = -1
+        """The epoch of the checkpoint the workers last started from (-1: none)."""
+        self.committed: list[int] = []
+        """Epochs of the checkpoints committed in this run, in order."""
+        self.commit_times: list[float] = []
+        """When each of ``committed`` was committed (``time.monotonic()``)."""
+        self._parts: dict[int, dict[int, dict[str, Any]]] = {}
+        self._input_log: list[tuple[int, InputCommand, int]] = []
+        self._input_epoch: dict[int, int] = {}
+        self._requested: int | None = None
+        """Interval mode: the epoch every worker agreed to checkpoint after, until committed."""
+        self._requested_at = 0.0
+        self._floor = -1
+        """The highest checkpoint floor a worker has answered (see ``Worker.checkpoint_floor``)."""
+        self._lookahead = 1
+        """How far past the floor the next checkpoint request asks."""
+        self._next_request = time.monotonic() + (config.interval or 0.0)
+
+    @property
+    def every(self) -> int | None:
+        """The workers' ``checkpoint_every`` (None: checkpoints on request)."""
+        return self.config.every if self.config.interval is None else None
+
+    # -- the driver's inputs ------------------------------------------------------------------
+    def log_input(self, vertex: int, cmd: InputCommand) -> bool:
+        """Note a driver command for the replay; False when the checkpoint the run resumed
+        from already reflects it (a ``Send`` at an epoch it covers): then drop it."""
+        if isinstance(cmd, Advance):
+            self._input_epoch[vertex] = cmd.epoch
+        epoch = self._input_epoch.get(vertex, 0)
+        if isinstance(cmd, Send) and epoch <= self.restored_epoch:
+            return False
+        self._input_log.append((vertex, cmd, epoch))
+        return True
+
+    def replay(self) -> list[tuple[int, InputCommand]]:
+        """The logged commands new workers need after a restore, in order."""
+        return [
+            (vertex, cmd)
+            for vertex, cmd, epoch in self._input_log
+            if not (isinstance(cmd, Send) and epoch <= self.restored_epoch)
+        ]
+
+    # -- restoring ----------------------------------------------------------------------------
+    def initial_restore(self) -> Restore | None:
+        """The checkpoint to start from (None: from scratch, and sinks drop every epoch)."""
+        if not self.config.resume:
+            for sink in self.sinks:
+                sink.abort_after(-1)  # a fresh run: output left by an earlier one goes
+            return None
+        return self.load_restore()
+
+    def load_restore(self) -> Restore | None:
+        """The newest usable checkpoint, split over this run's workers; sinks drop what is
+        after it (it is produced again)."""
+        found = self.store.latest(self.fingerprint, self.name)
+        epoch = -1 if found is None else found[0]
+        for sink in self.sinks:
+            sink.abort_after(epoch)
+        self.restored_epoch = epoch
+        self._parts.clear()
+        self._requested = None
+        if self.config.interval is not None:
+            self._next_request = time.monotonic() + self.config.interval
+        if found is None:
+            return None
+        return epoch, split_parts(found[1], self.workers)
+
+    # -- commits ------------------------------------------------------------------------------
+    def part_written(self, epoch: int, info: dict[str, Any]) -> None:
+        """A worker wrote its part of the checkpoint at ``epoch``; commit once all have."""
+        if epoch <= self.restored_epoch or (self.committed and epoch <= self.committed[-1]):
+            return
+        parts = self._parts.setdefault(epoch, {})
+        parts[info["worker"]] = info
+        if len(parts) < self.workers:
+            return
+        try:
+            self.store.commit(
+                epoch, self.workers, self.fingerprint, self.name, list(parts.values())
+            )
+        except OSError as e:
+            raise CheckpointError(f"cannot commit the checkpoint at epoch {epoch}: {e}") from e
+        self.committed.append(epoch)
+        self.commit_times.append(time.monotonic())
+        for done in [e for e in self._parts if e <= epoch]:
+            del self._parts[done]
+        # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
+        # newest damaged falls back to an older one and must replay from there.
+        kept = self.committed[-self.config.keep :]
+        oldest = kept[0] if len(kept) == self.config.keep else -1
+        self._input_log = [
+            entry
+            for entry in self._input_log
+            if not (isinstance(entry[1], Send) and entry[2] <= oldest)
+        ]
+        for sink in self.sinks:
+            sink.commit(epoch)
+        self.store.collect_garbage(self.config.keep)
+
+    # -- interval mode ------------------------------------------------------------------------
+    def maybe_request(self, request: Callable[[int], tuple[bool, int]]) -> None:
+        """With ``checkpoint_interval``: once it has passed since the last agreed request,
+        ask every worker (through ``request(epoch) -> (all agreed, highest floor)``) for a
+        checkpoint after an epoch none has passed."""
+        interval = self.config.interval
+        if interval is None:
+            return
+        now = time.monotonic()
+        if self._requested is not None:
+            if not (self.committed and self.committed[-1] >= self._requested):
+                return
+            self._requested = None
+            # Measured from the agreed request, not the commit: the gap between two
+            # commits is then about the interval, not the interval plus a commit's latency.
+            self._next_request = self._requested_at + interval
+        if now < self._next_request:
+            return
+        # The floor moves on while the request travels: ask that far ahead of the last
+        # floor heard, doubling the distance after each refusal and halving it after
+        # each agreement, so it settles near how far the workers move in one round trip.
+        epoch = max(self._floor, self.restored_epoch) + self._lookahead
+        self._next_request = float("inf")  # no second request from inside this one
+        agreed, floor = request(epoch)
+        self._floor = max(self._floor, floor)
+        if agreed:
+            self._requested = epoch
+            self._requested_at = now
+            self._lookahead = max(1, self._lookahead // 2)
+        else:
+            self._lookahead = min(2 * self._lookahead, _MAX_LOOKAHEAD)
+            self._next_request = now  # ask again, after the floor they answered

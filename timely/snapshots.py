@@ -1,0 +1,201 @@
+"""Checkpoint scheduling on one worker: when each vertex is snapshotted, and which parts
+are complete.
+
+Every vertex takes part in every checkpoint, stateful or not: the part for epoch ``e`` is
+complete once each vertex has passed ``e`` (so that outputs buffered for ``e`` have left
+too); stateless ones just have nothing to write. A vertex is snapshotted for every
+checkpoint epoch it has passed since its last snapshot, and the worker's ``_notify``
+asks :meth:`Snapshots.hold_back` before each notification, so that no notification at a
+later epoch changes a vertex's state before its snapshot for the checkpoint in between.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from progress import target
+from timely import serialization
+
+if TYPE_CHECKING:
+    from timely.worker import Worker
+
+Part = tuple[int, dict[str, Any]]
+"""``(epoch, part)``: one worker's share of the checkpoint at ``epoch``."""
+
+PART_FORMAT = 2
+"""A checkpoint part: ``{"format", "epoch", "worker", "workers", "vertices": {v: bytes}}``,
+each vertex's snapshot encoded on its own (see :meth:`Snapshots.take`)."""
+
+_encode = serialization.encode
+
+
+class Snapshots:
+    """One worker's checkpoint schedule: ``every`` epochs, or the epochs the driver asks
+    for (``every=None``); ``start`` is the first epoch of the run (after a restore, the
+    one after the checkpoint)."""
+
+    def __init__(self, worker: Worker, every: int | None, start: int) -> None:
+        self.w = worker
+        self.every = every
+        self.target: int | None = None
+        """The epoch the driver asked for a checkpoint after (on-request mode)."""
+        self.max_notified = -1
+        """The latest epoch any vertex here has been notified at."""
+        self.vertices = list(range(len(worker.plan.vertices)))
+        self.snapped = {v: start - 1 for v in self.vertices}
+        """Per vertex, the last epoch it was snapshotted after."""
+        self.parts: dict[int, dict[int, Any]] = {}
+        self.done: list[Part] = []
+
+    def hold_back(self, v: int, epoch: int) -> bool:
+        """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
+        a checkpoint before ``epoch`` is not taken yet (and cannot be, yet)."""
+        boundary = self.next_boundary(v)
+        if boundary is not None and epoch > boundary:
+            self.snapshot(v)
+            boundary = self.next_boundary(v)
+            if boundary is not None and epoch > boundary:
+                return True
+        if epoch > self.max_notified:
+            self.max_notified = epoch
+        return False
+
+    def open_epoch(self, v: int) -> int | None:
+        """The lowest epoch vertex ``v`` may still receive, be notified or send at (None:
+        it is finished for good)."""
+        epochs = [t[0] for _, t, _ in self.w.inbox[v]]
+        ctx = self.w.contexts[v]
+        epochs.extend(t[0] for t in ctx.requests)
+        epochs.extend(t[0] for t in ctx.caps)
+        frontier = self.w.tracker.frontier
+        for i in range(self.w.plan.vertices[v].inputs):
+            epochs.extend(t[0] for t in frontier(target(v, i)))
+        return min(epochs) if epochs else None
+
+    def open_at(self, v: int, epoch: int) -> bool:
+        """Whether ``v`` may still receive, be notified or send at ``epoch`` or earlier: the
+        cheap form of ``_open_epoch(v) <= epoch``, stopping at the first witness."""
+        frontier = self.w.tracker.frontier
+        for i in range(self.w.plan.vertices[v].inputs):
+            for t in frontier(target(v, i)):
+                if t[0] <= epoch:
+                    return True
+        ctx = self.w.contexts[v]
+        for t in ctx.requests:
+            if t[0] <= epoch:
+                return True
+        for t in ctx.caps:
+            if t[0] <= epoch:
+                return True
+        return any(t[0] <= epoch for _, t, _ in self.w.inbox[v])
+
+    def due(self, after: int, upto: int | None) -> range | list[int]:
+        """The checkpoint epochs in ``(after, upto]`` (``upto=None``: the first one only).
+
+        With ``checkpoint_every=k`` they are the epochs ``e`` with ``(e + 1) % k == 0``;
+        on request, the epoch the driver asked for."""
+        every = self.every
+        if every is not None:
+            first = ((after + 1) // every + 1) * every - 1
+            return range(first, (first if upto is None else upto) + 1, every)
+        target = self.target
+        if target is not None and after < target and (upto is None or target <= upto):
+            return [target]
+        return []
+
+    def next_boundary(self, v: int) -> int | None:
+        """The next checkpoint epoch ``v`` must be snapshotted after before a notification
+        at a later epoch may change its state (None: none is due)."""
+        due = self.due(self.snapped[v], None)
+        return due[0] if due else None
+
+    def snapshot(self, v: int) -> None:
+        """Snapshot ``v`` for every checkpoint epoch it has completely passed since its
+        last snapshot: each of them, not only the latest, so that a vertex whose
+        frontier jumps over several (a stateless step, a burst of epochs in one step)
+        still has its share in every one of those checkpoints.
+
+        One state serves them all: the hold-back in :meth:`_notify` keeps ``v`` from being
+        notified after the first of them before this snapshot, and what it received
+        after it sits in per-time tables that ``snapshot_at(e)`` leaves out."""
+        boundary = self.next_boundary(v)
+        if boundary is None or self.open_at(v, boundary):
+            return  # the common case, checked at every step: nothing is due yet
+        low = self.open_epoch(v)
+        # A finished vertex's state is final: it serves every checkpoint epoch after its
+        # last snapshot, up to the latest epoch this worker has seen.
+        upto = self.w.max_epoch if low is None else low - 1
+        for epoch in self.due(self.snapped[v], upto):
+            self.take(v, epoch)
+
+    def floor(self) -> int:
+        """The latest epoch a checkpoint here can no longer be taken after: some vertex has
+        been notified at it, or snapshotted after it. Any later epoch can, even one the
+        sources have read past (they resume from their read history), so the driver asks
+        for the one just after the highest floor: the checkpoint then completes as soon
+        as the slowest worker's frontier passes it."""
+        return max(self.max_notified, max(self.snapped.values(), default=-1))
+
+    def request(self, epoch: int) -> bool:
+        """The driver asks for a checkpoint after ``epoch`` (on-request mode). Refused when
+        ``epoch`` is not after :meth:`checkpoint_floor`: the driver then asks for a later one."""
+        if epoch <= self.floor():
+            return False
+        self.target = epoch
+        self.w.recheck_notifications()
+        return True
+
+    def take(self, v: int, epoch: int) -> None:
+        """Snapshot ``v`` for the checkpoint at ``epoch``, encoded at once.
+
+        Encoding here is what makes the snapshot a copy: the vertex may change its state
+        in place (a ``[value, count]`` entry, a user's dict) as soon as it is notified of
+        the next epoch, possibly later in this same step."""
+        ctx = self.w.contexts[v]
+        ctx.now = None
+        try:
+            snap = self.w.vertices[v].snapshot_at(epoch)
+            data = None if snap is None else _encode(snap)
+        except Exception as e:
+            ctx.user_error(e, (epoch,), None, type(self.w.vertices[v]).snapshot_at)
+        part = self.parts.setdefault(epoch, {})
+        part[v] = data  # None for a stateless vertex: left out of the written part
+        self.snapped[v] = epoch
+        self.w.recheck_notifications()  # notifications held back for this snapshot may go now
+
+    def scan(self) -> None:
+        """Snapshot what is due; hand over every part that is complete, oldest first."""
+        for v in self.vertices:
+            self.snapshot(v)
+        for epoch in sorted(self.parts):
+            part = self.parts[epoch]
+            missing = [v for v in self.vertices if v not in part]
+            # A finished vertex's state is final and, by the hold-back in _notify, reflects
+            # no epoch after the one following its last snapshot: valid for this part.
+            if not all(self.open_epoch(v) is None and self.snapped[v] < epoch for v in missing):
+                continue
+            for v in missing:
+                self.take(v, epoch)
+            del self.parts[epoch]
+            self.done.append(
+                (
+                    epoch,
+                    {
+                        "format": PART_FORMAT,
+                        "epoch": epoch,
+                        "worker": self.w.index,
+                        "workers": self.w.peers,
+                        "vertices": {v: data for v, data in part.items() if data is not None},
+                    },
+                )
+            )
+            for older in [e for e in self.parts if e < epoch]:
+                del self.parts[older]  # superseded (a target the driver gave up on)
+
+    def take_parts(self) -> list[Part]:
+        """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order.
+
+        Each vertex's snapshot in a part is already encoded (bytes), so the part owes
+        nothing to the live state and may be written at leisure."""
+        out, self.done = self.done, []
+        return out
