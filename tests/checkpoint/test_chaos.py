@@ -33,7 +33,7 @@ COMMIT_SLACK = 1.5
 may go without a new commit: a request, the epoch it names and the parts' writes take
 0.1-0.5 s here, up to 0.9 s at a load average of 19 on 2 cores. Before the fix the
 requests missed a source that moves on faster than they travel: the longest gaps were
-2.3 and 3.1 s (6-7 commits in a 14-18 s run)."""
+2.3-3.3 s (6-7 commits in a 14-21 s run)."""
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
