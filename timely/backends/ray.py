@@ -738,6 +738,14 @@ class RaySession(Session):
         if closed and self._runs and now - self._last_change > self.heartbeat_timeout:
             waiting = [w for w in self._runs if w in self._progress and self._progress[w][1]]
             if len(waiting) == len(self._runs):
+                for (s, p), (frames, seen) in self._behind.items():
+                    if p in self._progress and self._progress[p][3][s] < frames:
+                        raise WorkerDied(  # not the dataflow: a connection nobody reads
+                            f"worker {p} stopped reading its connection from worker {s}: "
+                            f"frames sent {now - seen:.1f}s ago are unread and every worker "
+                            "waits (its reader is stuck); with checkpoint= the run restores "
+                            "from its last checkpoint, otherwise run it again"
+                        )
                 raise RuntimeError(
                     f"the dataflow stalled: every input is closed but workers {sorted(waiting)} "
                     f"still see live work and nothing moved for {self.heartbeat_timeout:g}s"
