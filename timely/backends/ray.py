@@ -1,32 +1,46 @@
-"""The Ray backend: one async actor per worker; workers send to each other directly.
+"""The Ray backend: one async actor per worker; workers talk over their own sockets.
 
 Each actor hosts a :class:`~timely.worker.Worker` and runs its step loop as an async
-method the driver starts; messages, commands and queries are served between steps.
-Heartbeats are served by a concurrency group of their own (another thread), so a
-worker busy in a long user function still answers them.
+method the driver starts; commands, queries and the connections' reader tasks are
+served between steps. Heartbeats are served by a concurrency group of their own
+(another thread), so a worker busy in a long user function still answers them.
 
-Transport (see DESIGN.md, Execution): after a step the worker makes one call per
-peer carrying that step's :class:`~timely.worker.WorkerMessage` (data and progress),
-encoded by :mod:`timely.serialization`. Every message carries ``(sender, seq)`` and
-the receiver applies each sender's messages strictly in ``seq`` order, holding early
-ones back, since Ray does not promise order for async actors. A call returns once
-the receiver has applied its message, and a sender keeps at most ``max_inflight``
-calls open per peer, waiting on the oldest beyond that: a slow worker slows the
-workers that send to it directly. A worker waiting on a peer keeps taking in what
-arrives (so workers sending to each other never deadlock) but does not step while it
-waits, so in a chain A -> B -> C with C slow, B's inbox can still grow: the bound is
-per hop, not end to end.
+Start: the driver makes the run's secret (``secrets.token_bytes(32)``) and hands it
+to every actor's ``start``, which builds the worker and listens
+(:class:`~timely.comm.Allocator`: a Unix socket, 0600 in a 0700 directory; on a
+multi-node cluster also TCP on the node's IP). The driver gathers the addresses and
+calls ``connect`` on every actor: each dials the lower indices (Unix on its own node,
+TCP across nodes), accepts the higher ones, and every connection proves the secret
+before anything else is read. A relaunch makes new actors, a new secret and new sockets.
 
-Driver commands (input send/advance/close) travel the same way, numbered per worker
-and bounded the same way. Outputs (``collect``/``subscribe``) wait in the actors for
-the driver's long poll and are delivered on the driver's thread, in order, whenever
-it calls into the session: ``poll(timeout)``, input commands, probes and ``join``
-(as on the inline backend, callbacks never run concurrently with the driver's code).
+Transport (see DESIGN.md, Execution): after a step the worker writes one frame per
+peer carrying that step's :class:`~timely.messages.WorkerMessage` (data and
+progress), encoded by :mod:`timely.serialization`; a reader task per connection
+queues what arrives and the loop applies it between steps. A connection is FIFO, so
+no reordering is needed. Credits bound each direction: a sender has at most
+``max_inflight`` frames per peer that the peer's worker has not applied, and waits
+for credit otherwise. While it waits it keeps applying what arrives, so workers
+sending to each other never deadlock, but at most ``max_inflight`` frames per peer
+for the step being sent, so a worker held back by a slow consumer holds its own
+producers back in turn and no inbox grows without bound (end to end; and since every
+step that sends data also sends its progress to every peer, a slow worker holds
+every producer back directly too).
+
+Driver commands (input send/advance/close) are still Ray calls, numbered per worker
+and at most ``max_inflight`` in flight; outputs (``collect``/``subscribe``) wait in the
+actors for the driver's long poll and are delivered on the driver's thread, in order,
+whenever it calls into the session: ``poll(timeout)``, input commands, probes and
+``join`` (as on the inline backend, callbacks never run concurrently with the
+driver's code). Those two Ray hops per epoch are now most of the epoch latency;
+moving them onto sockets too is the next step.
 
 The driver watches every worker's loop and heartbeat while it waits: a user error
-anywhere is raised as is, a dead or silent actor becomes
-:class:`~timely.errors.WorkerDied` naming the worker, and a run whose inputs are all
-closed but whose workers all wait without progress is reported as a stall.
+anywhere is raised as is; a dead or silent actor becomes
+:class:`~timely.errors.WorkerDied` naming the worker, and so does a connection that
+ends (EOF, reset, a failed handshake: the actor's ``run`` raises it, naming both
+ends) or whose reader stops (frames unread while the receiver waits for work, seen
+from the heartbeats); a run whose inputs are all closed but whose workers all wait
+without progress is reported as a stall.
 """
 
 from __future__ import annotations
@@ -401,8 +415,10 @@ class RaySession(Session):
 
     ``num_cpus_per_worker`` defaults to an equal share of the cluster's CPUs, at most
     one each, so more workers than cores still fit. ``heartbeat_timeout`` bounds how
-    long a worker may stay silent (and a finished-input run may make no progress)
-    before the run fails.
+    long a worker may stay silent, leave a peer's frames unread while it waits for
+    work, or (its inputs all closed) make no progress, before the run fails.
+    ``max_inflight`` is the credit window: frames a worker may have sent a peer and
+    the peer not yet applied, and driver commands in flight per worker.
     """
 
     def __init__(

@@ -40,6 +40,8 @@ from timely.errors import TimelyError
 CONNECT_TIMEOUT = 30.0
 """How long :meth:`Allocator.connect` waits for every peer."""
 _ALL_INTERFACES = ("", "0.0.0.0", "::")
+MAX_FRAME = 2**32 - 1
+"""The largest payload a frame's ``<u32>`` length can say."""
 
 
 class PeerLost(TimelyError):
@@ -125,6 +127,11 @@ class Channel:
             raise PeerLost(link.peer, link.lost)
         if not self.ready():
             raise RuntimeError(f"no credit left for worker {link.peer}: wait for ready() first")
+        if len(payload) > MAX_FRAME:
+            raise ValueError(
+                f"a step's message to worker {link.peer} is {len(payload):,} bytes, over the "
+                f"{MAX_FRAME:,}-byte frame limit: send smaller batches (split the records)"
+            )
         link.writer.write(data_frame(payload))
         link.sent += 1
 
@@ -282,6 +289,9 @@ class Allocator:
         self._links[peer] = link
         self._channels[peer] = Channel(self, link)
         link.task = asyncio.ensure_future(self._read(link))
+        # A reader lives as long as its process, and Ray kills actors with it pending:
+        # asyncio's "Task was destroyed but it is pending" would only be noise then.
+        link.task._log_destroy_pending = False  # type: ignore[attr-defined]
         self._missing -= 1
         if self._missing == 0:
             self._connected.set()
