@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import hmac
 import itertools
 import json
@@ -49,7 +48,6 @@ import shutil
 import signal
 import socket
 import statistics
-import struct
 import sys
 import tempfile
 import threading
@@ -63,6 +61,18 @@ import msgpack  # type: ignore[import-untyped]
 import ray
 
 from benchmarks.tables import markdown
+from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every
+from timely.comm.handshake import (
+    HELLO_TIMEOUT,
+    MAC,
+    NONCE,
+    PROOF,
+    check_dialer,
+    dialer_proof,
+    hello_dialer,
+    hello_listener,
+    listener_proof,
+)
 from timely.serialization import decode, encode
 
 try:
@@ -74,13 +84,11 @@ except ImportError:  # pragma: no cover - pyzmq is optional here
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-HEAD = struct.Struct("<IB")
-"""A frame's header: payload length, kind."""
-COUNT = struct.Struct("<Q")
-PING, DATA, DATA_NOACK, FIN, ACK = 1, 2, 3, 4, 5
-NONCE, MAC = 16, 32
-HELLO_TIMEOUT = 5.0
-"""How long a listener waits for a new connection's proof of the secret."""
+HEAD = HEADER
+"""A frame's header: payload length, kind (timely.comm.frames)."""
+ACK = CREDIT
+PING, DATA_NOACK, FIN = 1, 3, 4
+"""The benchmark's own kinds, beside timely's DATA and CREDIT."""
 PING_BYTES = 32
 KILL_TIMEOUT = 3.0
 """How long a sender in the kill test waits for a credit before it gives up."""
@@ -102,36 +110,18 @@ LABELS = {
 }
 
 
-# -- the secret handshake ---------------------------------------------------------------------
-def _mac(secret: bytes, role: bytes, nonce: bytes) -> bytes:
-    return hmac.new(secret, role + nonce, hashlib.sha256).digest()
-
-
+# -- the secret handshake (timely.comm.handshake; the benchmark is worker 0 on both ends) ----------
 async def _hello_server(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes
 ) -> bool:
-    """The listener's side: a challenge; exactly NONCE + MAC bytes are read before the check."""
-    nonce = os.urandom(NONCE)
-    writer.write(nonce)
-    try:
-        got = await asyncio.wait_for(reader.readexactly(NONCE + MAC), HELLO_TIMEOUT)
-    except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-        return False
-    if not hmac.compare_digest(got[NONCE:], _mac(secret, b"client", nonce)):
-        return False
-    writer.write(_mac(secret, b"server", got[:NONCE]))
-    await writer.drain()
-    return True
+    """The listener's side: exactly ``PROOF`` bytes are read before the check."""
+    return await hello_listener(reader, writer, secret, 0, HELLO_TIMEOUT) is not None
 
 
 async def _hello_client(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes
 ) -> None:
-    challenge = await reader.readexactly(NONCE)
-    nonce = os.urandom(NONCE)
-    writer.write(nonce + _mac(secret, b"client", challenge))
-    if not hmac.compare_digest(await reader.readexactly(MAC), _mac(secret, b"server", nonce)):
-        raise ConnectionError("the peer does not know the run's secret")
+    await hello_dialer(reader, writer, secret, 0, 0, HELLO_TIMEOUT)
 
 
 def _recv_exactly(conn: socket.socket, n: int) -> bytes:
@@ -147,25 +137,26 @@ def _recv_exactly(conn: socket.socket, n: int) -> bytes:
 
 
 def _hello_server_sync(conn: socket.socket, secret: bytes) -> bool:
-    nonce = os.urandom(NONCE)
-    conn.sendall(nonce)
+    challenge = os.urandom(NONCE)
+    conn.sendall(challenge)
     conn.settimeout(HELLO_TIMEOUT)
     try:
-        got = _recv_exactly(conn, NONCE + MAC)
+        proof = _recv_exactly(conn, PROOF)
     except (OSError, EOFError):
         return False
     conn.settimeout(None)
-    if not hmac.compare_digest(got[NONCE:], _mac(secret, b"client", nonce)):
+    checked = check_dialer(secret, challenge, proof)
+    if checked is None:
         return False
-    conn.sendall(_mac(secret, b"server", got[:NONCE]))
+    conn.sendall(listener_proof(secret, checked[1], 0))
     return True
 
 
 def _hello_client_sync(conn: socket.socket, secret: bytes) -> None:
     challenge = _recv_exactly(conn, NONCE)
-    nonce = os.urandom(NONCE)
-    conn.sendall(nonce + _mac(secret, b"client", challenge))
-    if not hmac.compare_digest(_recv_exactly(conn, MAC), _mac(secret, b"server", nonce)):
+    nonce, proof = dialer_proof(secret, challenge, 0)
+    conn.sendall(proof)
+    if not hmac.compare_digest(_recv_exactly(conn, MAC), listener_proof(secret, nonce, 0)):
         raise ConnectionError("the peer does not know the run's secret")
 
 
@@ -838,7 +829,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     reps = kill_reps = 1 if quick else 3
     nbatches = 500 if quick else 5000
     window: int = args.window
-    ack_every = max(1, window // 2)
+    ack_every = credit_every(window)
     variants = ["ray", "unix", "tcp"]
     if zmq is not None:
         variants += list(ZMQ)

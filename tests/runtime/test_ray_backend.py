@@ -441,6 +441,10 @@ CLUSTER_SCRIPT = textwrap.dedent(
         lines.send(text)
         session = flow.activate(workers=2, backend="ray", address=cluster.address)
         nodes = set(session.nodes)
+        # Workers on two nodes talk over TCP, on each node's own IP, never a wildcard.
+        assert session.links == [{1: "tcp"}, {0: "tcp"}], session.links
+        for a in session.addresses:
+            assert a.host == ray.util.get_node_ip_address() and a.port, session.addresses
         lines.close()
         results = session.join()
         expected = Counter(w for line in text for w in line.split())

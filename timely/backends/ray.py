@@ -1,32 +1,46 @@
-"""The Ray backend: one async actor per worker; workers send to each other directly.
+"""The Ray backend: one async actor per worker; workers talk over their own sockets.
 
 Each actor hosts a :class:`~timely.worker.Worker` and runs its step loop as an async
-method the driver starts; messages, commands and queries are served between steps.
-Heartbeats are served by a concurrency group of their own (another thread), so a
-worker busy in a long user function still answers them.
+method the driver starts; commands, queries and the connections' reader tasks are
+served between steps. Heartbeats are served by a concurrency group of their own
+(another thread), so a worker busy in a long user function still answers them.
 
-Transport (see DESIGN.md, Execution): after a step the worker makes one call per
-peer carrying that step's :class:`~timely.worker.WorkerMessage` (data and progress),
-encoded by :mod:`timely.serialization`. Every message carries ``(sender, seq)`` and
-the receiver applies each sender's messages strictly in ``seq`` order, holding early
-ones back, since Ray does not promise order for async actors. A call returns once
-the receiver has applied its message, and a sender keeps at most ``max_inflight``
-calls open per peer, waiting on the oldest beyond that: a slow worker slows the
-workers that send to it directly. A worker waiting on a peer keeps taking in what
-arrives (so workers sending to each other never deadlock) but does not step while it
-waits, so in a chain A -> B -> C with C slow, B's inbox can still grow: the bound is
-per hop, not end to end.
+Start: the driver makes the run's secret (``secrets.token_bytes(32)``) and hands it
+to every actor's ``start``, which builds the worker and listens
+(:class:`~timely.comm.Allocator`: a Unix socket, 0600 in a 0700 directory; on a
+multi-node cluster also TCP on the node's IP). The driver gathers the addresses and
+calls ``connect`` on every actor: each dials the lower indices (Unix on its own node,
+TCP across nodes), accepts the higher ones, and every connection proves the secret
+before anything else is read. A relaunch makes new actors, a new secret and new sockets.
 
-Driver commands (input send/advance/close) travel the same way, numbered per worker
-and bounded the same way. Outputs (``collect``/``subscribe``) wait in the actors for
-the driver's long poll and are delivered on the driver's thread, in order, whenever
-it calls into the session: ``poll(timeout)``, input commands, probes and ``join``
-(as on the inline backend, callbacks never run concurrently with the driver's code).
+Transport (see DESIGN.md, Execution): after a step the worker writes one frame per
+peer carrying that step's :class:`~timely.messages.WorkerMessage` (data and
+progress), encoded by :mod:`timely.serialization`; a reader task per connection
+queues what arrives and the loop applies it between steps. A connection is FIFO, so
+no reordering is needed. Credits bound each direction: a sender has at most
+``max_inflight`` frames per peer that the peer's worker has not applied, and waits
+for credit otherwise. While it waits it keeps applying what arrives, so workers
+sending to each other never deadlock, but at most ``max_inflight`` frames per peer
+for the step being sent, so a worker held back by a slow consumer holds its own
+producers back in turn and no inbox grows without bound (end to end; and since every
+step that sends data also sends its progress to every peer, a slow worker holds
+every producer back directly too).
+
+Driver commands (input send/advance/close) are still Ray calls, numbered per worker
+and at most ``max_inflight`` in flight; outputs (``collect``/``subscribe``) wait in the
+actors for the driver's long poll and are delivered on the driver's thread, in order,
+whenever it calls into the session: ``poll(timeout)``, input commands, probes and
+``join`` (as on the inline backend, callbacks never run concurrently with the
+driver's code). Those two Ray hops per epoch are now most of the epoch latency;
+moving them onto sockets too is the next step.
 
 The driver watches every worker's loop and heartbeat while it waits: a user error
-anywhere is raised as is, a dead or silent actor becomes
-:class:`~timely.errors.WorkerDied` naming the worker, and a run whose inputs are all
-closed but whose workers all wait without progress is reported as a stall.
+anywhere is raised as is; a dead or silent actor becomes
+:class:`~timely.errors.WorkerDied` naming the worker, and so does a connection that
+ends (EOF, reset, a failed handshake: the actor's ``run`` raises it, naming both
+ends) or whose reader stops (frames unread while the receiver waits for work, seen
+from the heartbeats); a run whose inputs are all closed but whose workers all wait
+without progress is reported as a stall.
 """
 
 from __future__ import annotations
@@ -37,6 +51,8 @@ import contextlib
 import logging
 import math
 import os
+import secrets
+import shutil
 import threading
 import time
 from collections import deque
@@ -47,8 +63,9 @@ from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
 from timely import serialization
 from timely.checkpoint import CheckpointConfig, CheckpointStore
+from timely.comm import Address, Allocator, Channel, PeerLost
 from timely.errors import ConfigError, TimelyError, WorkerDied
-from timely.messages import InputCommand, WorkerMessage, command_from_wire, command_to_wire
+from timely.messages import InputCommand, command_from_wire, command_to_wire
 from timely.plan import Plan
 from timely.runtime import Restore, Session, merge_frontiers, route_input
 from timely.spec import RunSpec
@@ -58,6 +75,8 @@ if TYPE_CHECKING:
     pass
 
 Outputs = list[tuple[str, int, list[Any]]]
+Ping = tuple[int, bool, list[int], list[int], float]
+"""A heartbeat's answer: see ``WorkerActor.ping``."""
 
 _WAKE = 1.0
 """How long a waiting worker sleeps between checks when nothing arrives."""
@@ -72,29 +91,38 @@ _START_TIMEOUT = 60.0
 class WorkerActor:
     """One worker in a Ray actor (made async by ``ray.remote``: see ``RemoteWorker``)."""
 
-    def __init__(self, index: int, peers: int, accumulate: bool, max_inflight: int) -> None:
+    def __init__(self, index: int, peers: int, accumulate: bool, window: int) -> None:
         self.index = index
         self.npeers = peers
         self.accumulate = accumulate
-        self.max_inflight = max_inflight
+        self.window = window
         self.steps = 0
         self.sent = 0
         self.applied = 0
         self.waiting = False
         self.finished = False
+        self.free_since: float | None = None
+        """When the loop's current wait began (None: not waiting)."""
+        self.last_free = -math.inf
+        """When the loop last stopped waiting."""
+        self.max_inbox = 0
+        """The most batches ever waiting in the worker's inboxes right after taking in."""
+        self.credit_waits = 0
 
     async def start(
         self,
         plan: Plan,
-        peers: list[Any],
+        secret: bytes,
+        tcp: bool,
         store: CheckpointStore | None = None,
         every: int | None = None,
         restore: tuple[int, dict[int, Any]] | None = None,
-    ) -> tuple[str, int]:
-        """Build the worker (the vertices' factories run here) and meet the peers; with
-        ``store``, checkpoint every ``every`` epochs; with ``restore``, start from it.
+    ) -> tuple[str, int, Address]:
+        """Build the worker (the vertices' factories run here) and listen for the peers
+        (a Unix socket; with ``tcp``, also TCP on this node's IP, for peers on other nodes);
+        with ``store``, checkpoint every ``every`` epochs; with ``restore``, start from it.
 
-        Returns the node id and process id, for the driver's information.
+        Returns the node id, the process id and the address the peers connect to.
         """
         self.worker = Worker(
             plan,
@@ -108,12 +136,9 @@ class WorkerActor:
         self.store = store
         self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
         self.loop = asyncio.get_running_loop()
-        self.peers = peers
         self.wake = asyncio.Event()
         self.out_ready = asyncio.Event()
-        self.incoming: deque[tuple[WorkerMessage, asyncio.Future[None]]] = deque()
-        self.early: dict[tuple[int, int], tuple[WorkerMessage, asyncio.Future[None]]] = {}
-        self.next_seq = [0] * self.npeers
+        self.comm = Allocator(self.index, self.npeers, secret, self.window, self.wake.set)
         self.commands: deque[tuple[int, InputCommand, asyncio.Future[None]]] = deque()
         self.early_commands: dict[int, tuple[int, InputCommand, asyncio.Future[None]]] = {}
         self.next_command = 0
@@ -124,33 +149,28 @@ class WorkerActor:
         self.pending_writes: list[concurrent.futures.Future[None]] = []
         self.unreported = 0
         """Parts submitted for writing whose report has not yet joined the outputs."""
-        self.inflight: list[deque[Any]] = [deque() for _ in range(self.npeers)]
         node: str = ray.get_runtime_context().get_node_id()
-        return node, os.getpid()
+        host = ray.util.get_node_ip_address() if tcp else None  # type: ignore[no-untyped-call]
+        address = await self.comm.listen(node, host)
+        return node, os.getpid(), address
+
+    async def connect(self, table: list[Address]) -> dict[int, str]:
+        """Connect to every peer (``table``: every worker's address, from ``start``);
+        returns how each is reached (``"unix"`` or ``"tcp"``)."""
+        try:
+            await self.comm.connect([Address(*a) for a in table])
+        except PeerLost as e:
+            raise self._lost(e) from None
+        return self.comm.kinds()
+
+    def _lost(self, error: PeerLost) -> WorkerDied:
+        return WorkerDied(
+            f"worker {self.index} lost worker {error.peer}: {error} (a process died, or a "
+            "node or the connection between them failed); with checkpoint= the run restores "
+            "from its last checkpoint, otherwise run it again"
+        )
 
     # -- inbound (event loop) ------------------------------------------------------------------
-    async def deliver(self, payload: bytes) -> None:
-        """A peer's message; returns once the worker has taken it in (backpressure)."""
-        if self.finished:
-            return  # an idle worker has nothing left to learn
-        msg = serialization.decode_message(payload)
-        sender, seq = msg.sender, msg.seq
-        expected = self.next_seq[sender]
-        if seq < expected or (sender, seq) in self.early:
-            return  # a duplicate: already applied or waiting
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if seq == expected:
-            self.incoming.append((msg, fut))
-            expected += 1
-            while (sender, expected) in self.early:
-                self.incoming.append(self.early.pop((sender, expected)))
-                expected += 1
-            self.next_seq[sender] = expected
-        else:
-            self.early[(sender, seq)] = (msg, fut)
-        self.wake.set()
-        await fut
-
     async def command(self, seq: int, vertex: int, payload: bytes) -> None:
         """A driver command for input ``vertex``, number ``seq`` in this worker's order."""
         if self.finished or seq < self.next_command or seq in self.early_commands:
@@ -164,25 +184,46 @@ class WorkerActor:
         self.wake.set()
         await fut
 
-    def _apply(self) -> None:
-        """Hand what arrived to the worker (between steps)."""
-        worker = self.worker
-        while self.incoming:
-            msg, fut = self.incoming.popleft()
-            try:
-                worker.receive(msg)
-                self.applied += 1
-            finally:  # the sender waits on this; release it even if applying failed
-                if not fut.done():
-                    fut.set_result(None)
+    def _apply(self, budget: list[int] | None = None) -> None:
+        """Hand what arrived to the worker (between steps): the peers' frames, at most
+        ``budget[peer]`` of each peer's if given, and then, without a budget, the driver's
+        commands. Raises PeerLost."""
+        comm = self.comm
+        comm.check()
+        frames = comm.recv_nowait(budget)
+        if frames:
+            worker = self.worker
+            for peer, payload in frames:
+                worker.receive(serialization.decode_message(payload))
+                comm.applied(peer)
+            self.applied += len(frames)
+            inbox = sum(map(len, worker.inbox))
+            if inbox > self.max_inbox:
+                self.max_inbox = inbox
+        if budget is not None:
+            return  # commands wait: they are bounded by the driver's calls in flight
         while self.commands:
             vertex, cmd, fut = self.commands.popleft()
             try:
-                worker.command(vertex, cmd)
+                self.worker.command(vertex, cmd)
                 self.applied += 1
-            finally:
+            finally:  # the driver waits on this; release it even if applying failed
                 if not fut.done():
                     fut.set_result(None)
+
+    async def _wait(self, timeout: float | None = None) -> None:
+        """Wait for something to arrive: a frame, a credit, a command, a lost peer."""
+        self.wake.clear()
+        self.free_since = time.monotonic()
+        try:
+            if timeout is None:
+                await self.wake.wait()
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout)
+        finally:
+            self.free_since = None
+            self.last_free = time.monotonic()
 
     # -- the loop ------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -192,35 +233,39 @@ class WorkerActor:
         Returns the number of steps taken.
         """
         worker = self.worker
+        comm = self.comm
         try:
-            while True:
-                self._apply()
-                if worker.has_work():
-                    out, emitted = self._step()
-                    if emitted:
-                        self.outputs.extend(emitted)
-                        self.out_ready.set()
-                    await self._send(out)
-                    # Let the handlers run: a worker that always has work (a source) must
-                    # still take messages in and hand its outputs over.
-                    await asyncio.sleep(0)
-                    continue
-                if worker.idle():
-                    break
-                if self.incoming or self.commands:
-                    continue
-                self.wake.clear()
-                self.waiting = True
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), _WAKE)
+            try:
+                while True:
+                    self._apply()
+                    if worker.has_work():
+                        out, emitted = self._step()
+                        if emitted:
+                            self.outputs.extend(emitted)
+                            self.out_ready.set()
+                        await self._send(out)
+                        # Let the handlers run: a worker that always has work (a source) must
+                        # still take messages in and hand its outputs over.
+                        await asyncio.sleep(0)
+                        continue
+                    if worker.idle():
+                        break
+                    if self.commands or comm.waiting():
+                        continue
+                    self.waiting = True
+                    await self._wait(_WAKE)
+                    self.waiting = False
+            finally:
                 self.waiting = False
-        finally:
-            self._finish()
-        for peer, queue in enumerate(self.inflight):
-            while queue:
-                await self._settle(queue.popleft(), peer)
+                self._finish()
+            while not comm.all_credited():  # every frame sent reaches its peer's worker
+                comm.check()
+                await self._wait(_WAKE)
+        except PeerLost as e:
+            raise self._lost(e) from None
         for fut in self.pending_writes:  # a failed write fails the run
             await asyncio.wrap_future(fut)
+        comm.close_listeners()
         return self.steps
 
     def _step(self) -> tuple[list[tuple[int, bytes]], Outputs]:
@@ -256,40 +301,46 @@ class WorkerActor:
         self.out_ready.set()
 
     async def _send(self, out: list[tuple[int, bytes]]) -> None:
+        """Send a step's messages, one frame per peer, each once its channel has a credit."""
+        comm = self.comm
+        budget: list[int] | None = None
         for peer, payload in out:
-            queue = self.inflight[peer]
-            while len(queue) >= self.max_inflight:
-                await self._settle(queue.popleft(), peer)
-            queue.append(self.peers[peer].deliver.remote(payload))
+            channel = comm.channel(peer)
+            if not channel.ready():
+                if budget is None:
+                    budget = [self.window] * self.npeers
+                    self.credit_waits += 1
+                await self._credit_wait(channel, budget)
+            channel.send_nowait(payload)
             self.sent += 1
 
-    async def _settle(self, ref: Any, peer: int) -> None:
-        """Wait for a call to ``peer`` to return, applying what arrives meanwhile."""
-        fut = asyncio.wrap_future(ref.future())
-        while not fut.done():
-            self._apply()
-            self.wake.clear()
-            waiter = asyncio.ensure_future(self.wake.wait())
-            await asyncio.wait({fut, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-        try:
-            fut.result()
-        except RayActorError as e:
-            raise WorkerDied(
-                f"worker {peer} died while worker {self.index} was sending to it: {_first_line(e)}"
-            ) from None
+    async def _credit_wait(self, channel: Channel, budget: list[int]) -> None:
+        """Wait for a credit from ``channel``'s peer, taking in what arrives meanwhile.
+
+        At most ``window`` frames per peer while one step's messages go out (``budget``):
+        enough to give back the credit any peer waiting on this worker needs, so workers
+        sending to each other never deadlock; no more, so a worker held back by a slow
+        consumer holds its own producers back in turn and its inboxes stay bounded (end
+        to end, not per hop). Credits go back before waiting: a peer may wait on them.
+        """
+        comm = self.comm
+        while True:
+            self._apply(budget)
+            if channel.ready():
+                return
+            comm.flush_credits()
+            if not comm.waiting(budget):
+                await self._wait()
 
     def _finish(self) -> None:
         """Stop taking messages in and release everyone waiting on this worker."""
         self.finished = True
-        pending = [f for _, f in self.incoming] + [f for _, f in self.early.values()]
-        pending += [f for _, _, f in self.commands]
+        self.comm.discard()
+        pending = [f for _, _, f in self.commands]
         pending += [f for _, _, f in self.early_commands.values()]
         for fut in pending:
             if not fut.done():
                 fut.set_result(None)
-        self.incoming.clear()
-        self.early.clear()
         self.commands.clear()
         self.early_commands.clear()
         self.out_ready.set()
@@ -320,14 +371,38 @@ class WorkerActor:
         return self.worker.frontier(vertex)
 
     @ray.method(concurrency_group="heartbeat")
-    async def ping(self) -> tuple[int, bool]:
+    async def ping(self) -> Ping:
         """A heartbeat, answered on its own thread even while a step runs: a progress
-        counter (steps and messages taken in) and whether the loop waits with nothing to do."""
-        return self.steps + self.applied, self.waiting and not self.finished
+        counter (steps and messages taken in), whether the loop waits with nothing to do,
+        and for the driver's check of stuck connections the frames sent to and read from
+        each peer and how long ago the loop last waited (0.0: it waits now)."""
+        free = self.free_since
+        since = 0.0 if free is not None else time.monotonic() - self.last_free
+        sent, read = self.comm.counts()
+        return self.steps + self.applied, self.waiting and not self.finished, sent, read, since
 
-    async def stats(self) -> dict[str, int]:
-        """Counters for benchmarks and debugging."""
-        return {"steps": self.steps, "messages_sent": self.sent, "taken_in": self.applied}
+    async def stats(self) -> dict[str, Any]:
+        """Counters for benchmarks, tests and debugging."""
+        return {
+            "steps": self.steps,
+            "messages_sent": self.sent,
+            "taken_in": self.applied,
+            "max_inbox": self.max_inbox,
+            "max_queued": self.comm.max_queued,
+            "credit_waits": self.credit_waits,
+            "refused": self.comm.refused,
+            "links": self.comm.kinds(),
+        }
+
+    async def inject_fault(self, fault: str, peer: int) -> None:
+        """For tests: ``"reset"`` shuts the connection to ``peer`` down both ways (as a
+        network fault would); ``"stall"`` stops reading it (a stuck reader)."""
+        if fault == "reset":
+            self.comm.abort(peer)
+        elif fault == "stall":
+            self.comm.pause(peer)
+        else:
+            raise ValueError(f"unknown fault {fault!r}: 'reset' or 'stall'")
 
 
 RemoteWorker: Any = ray.remote(  # type: ignore[call-overload]
@@ -340,8 +415,10 @@ class RaySession(Session):
 
     ``num_cpus_per_worker`` defaults to an equal share of the cluster's CPUs, at most
     one each, so more workers than cores still fit. ``heartbeat_timeout`` bounds how
-    long a worker may stay silent (and a finished-input run may make no progress)
-    before the run fails.
+    long a worker may stay silent, leave a peer's frames unread while it waits for
+    work, or (its inputs all closed) make no progress, before the run fails.
+    ``max_inflight`` is the credit window: frames a worker may have sent a peer and
+    the peer not yet applied, and driver commands in flight per worker.
     """
 
     def __init__(
@@ -372,6 +449,10 @@ class RaySession(Session):
         """Each worker's Ray node id."""
         self.pids: list[int] = []
         """Each worker's process id."""
+        self.addresses: list[Address] = []
+        """Where each worker listens for its peers."""
+        self.links: list[dict[int, str]] = []
+        """How each worker reaches each peer: ``"unix"`` or ``"tcp"``."""
         self._stopped = False
         self._last_check = 0.0
         self._forget_workers()
@@ -401,7 +482,11 @@ class RaySession(Session):
         self._run_worker: dict[Any, int] = {}
         self._pings: dict[int, tuple[Any, float]] = {}
         self._last_ping: dict[int, float] = {}
-        self._progress: dict[int, tuple[int, bool]] = {}
+        self._progress: dict[int, Ping] = {}
+        self._answered_at: dict[int, float] = {}
+        self._behind: dict[tuple[int, int], tuple[int, float]] = {}
+        """``(sender, receiver) -> (frames sent, when seen)``: frames the receiver's
+        reader had not read at the sender's last heartbeat."""
         self._last_change = time.monotonic()
         self._polls: dict[int, tuple[Any, concurrent.futures.Future[Any]]] = {}
         # (worker, future) of each poll that answered, in answer order
@@ -413,23 +498,25 @@ class RaySession(Session):
         self._rr = 0
 
     def _launch(self, restore: Restore | None) -> None:
-        """Start one actor per worker (from ``restore`` if given) and their loops."""
+        """Start one actor per worker (from ``restore`` if given), connect them to each
+        other (a fresh secret and fresh sockets every time), and start their loops."""
         workers = self.workers
-        # Calls wait in the actor until applied; leave room for all of them and the queries.
-        concurrency = max(1000, 2 * workers * self.max_inflight + 64)
         self.actors = [
             RemoteWorker.options(
                 num_cpus=self.cpus,
-                max_concurrency=concurrency,
+                max_concurrency=max(256, 2 * self.max_inflight + 64),
                 scheduling_strategy="SPREAD",  # over the cluster's nodes, not packed
             ).remote(i, workers, self.accumulate, self.max_inflight)
             for i in range(workers)
         ]
         every = self._every
+        secret = secrets.token_bytes(32)
+        tcp = _nodes() > 1
         starts = [
             a.start.remote(
                 self.plan_ref,
-                self.actors,
+                secret,
+                tcp,
                 None if self.coordinator is None else self.coordinator.store,
                 every,
                 None if restore is None else (restore[0], restore[1][i]),
@@ -437,8 +524,11 @@ class RaySession(Session):
             for i, a in enumerate(self.actors)
         ]
         placed = self._started(starts, self.cpus)
-        self.nodes = [node for node, _ in placed]
-        self.pids = [pid for _, pid in placed]
+        self.nodes = [node for node, _, _ in placed]
+        self.pids = [pid for _, pid, _ in placed]
+        self.addresses = [address for _, _, address in placed]
+        connects = [a.connect.remote(self.addresses) for a in self.actors]
+        self.links = self._wait_for(connects, list(range(workers)))
         self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
         self._run_worker = {ref: i for i, ref in self._runs.items()}
         for w in range(workers):
@@ -448,6 +538,12 @@ class RaySession(Session):
         for actor in self.actors:
             with contextlib.suppress(Exception):  # already dead is fine
                 ray.kill(actor, no_restart=True)
+        # A killed actor leaves its socket directory behind; remove those on this machine
+        # (a normal end removes its own).
+        for address in self.addresses:
+            folder = os.path.dirname(address.path)
+            if os.path.basename(folder).startswith("timely-"):
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _relaunch(self, restore: Restore | None) -> None:
         """Kill every actor (the failed one may be gone already) and start new ones."""
@@ -455,7 +551,7 @@ class RaySession(Session):
         self._forget_workers()
         self._launch(restore)
 
-    def _started(self, refs: list[Any], cpus: float) -> list[tuple[str, int]]:
+    def _started(self, refs: list[Any], cpus: float) -> list[tuple[str, int, Address]]:
         """Wait for every worker to be placed and built; raise the first failure."""
         deadline = time.monotonic() + _START_TIMEOUT
         pending = list(refs)
@@ -640,11 +736,13 @@ class RaySession(Session):
                 ref, sent = ping
                 answered, _ = ray.wait([ref], timeout=0)
                 if answered:
-                    progress = self._get(ref, w)
-                    if progress[0] != self._progress.get(w, (None,))[0]:
+                    progress: Ping = self._get(ref, w)
+                    last = self._progress.get(w)
+                    if last is None or progress[0] != last[0]:
                         self._last_change = now
                     self._progress[w] = progress
                     del self._pings[w]
+                    self._check_reader(w, sent)
                 elif now - sent > self.heartbeat_timeout:
                     raise WorkerDied(
                         f"worker {w} did not answer a heartbeat for {self.heartbeat_timeout:g}s "
@@ -654,11 +752,46 @@ class RaySession(Session):
                 self._pings[w] = (self.actors[w].ping.remote(), now)
                 self._last_ping[w] = now
         if closed and self._runs and now - self._last_change > self.heartbeat_timeout:
-            waiting = [w for w in self._runs if self._progress.get(w, (0, False))[1]]
+            waiting = [w for w in self._runs if w in self._progress and self._progress[w][1]]
             if len(waiting) == len(self._runs):
+                for (s, p), (frames, seen) in self._behind.items():
+                    if p in self._progress and self._progress[p][3][s] < frames:
+                        raise WorkerDied(  # not the dataflow: a connection nobody reads
+                            f"worker {p} stopped reading its connection from worker {s}: "
+                            f"frames sent {now - seen:.1f}s ago are unread and every worker "
+                            "waits (its reader is stuck); with checkpoint= the run restores "
+                            "from its last checkpoint, otherwise run it again"
+                        )
                 raise RuntimeError(
                     f"the dataflow stalled: every input is closed but workers {sorted(waiting)} "
                     f"still see live work and nothing moved for {self.heartbeat_timeout:g}s"
+                )
+
+    def _check_reader(self, w: int, at: float) -> None:
+        """Raise WorkerDied if worker ``w`` (which answered a heartbeat sent at ``at``) has
+        left a peer's frames unread for ``heartbeat_timeout`` although its loop waited for
+        work well after they were sent: its connection's reader is stuck. A worker busy in
+        a long step reads nothing either, but does not wait, so it is not suspected."""
+        timeout = self.heartbeat_timeout
+        _, _, sent, read, since = self._progress[w]
+        behind = self._behind
+        for p, theirs in self._progress.items():
+            if p == w:
+                continue
+            if sent[p] > theirs[3][w]:  # as the sender: note what p has yet to read
+                behind.setdefault((w, p), (sent[p], at))
+            entry = behind.get((p, w))  # as the receiver
+            if entry is None:
+                continue
+            frames, seen = entry
+            if read[p] >= frames:
+                del behind[(p, w)]
+            elif at - seen >= timeout and at - since >= seen + timeout / 2:
+                raise WorkerDied(
+                    f"worker {w} stopped reading its connection from worker {p}: frames sent "
+                    f"{at - seen:.1f}s ago are unread although worker {w} has been waiting "
+                    "for work since (its reader is stuck); with checkpoint= the run restores "
+                    "from its last checkpoint, otherwise run it again"
                 )
 
     def _stop(self) -> None:
@@ -691,6 +824,12 @@ def _connect(address: str | None) -> bool:
             "('auto', 'host:port' or 'ray://host:port') and that the cluster is up"
         ) from e
     return False
+
+
+def _nodes() -> int:
+    """How many live nodes the cluster has (workers on different nodes talk over TCP)."""
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return sum(1 for n in nodes if n.get("Alive"))
 
 
 def _share_cpus(workers: int) -> float:

@@ -1,0 +1,219 @@
+"""The communication layer on real Ray: connections between the worker actors that reset
+or stop being read mid-run are detected and recovered from a checkpoint with the outputs
+of a failure-free run; credits keep every inbox bounded along a chain with a slow end;
+a connection without the run's secret is refused and the run goes on."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from timely import Dataflow, Session, Source, Vertex
+from timely.channels import stable_hash
+from timely.comm.handshake import NONCE, PROOF
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+
+# -- a dataflow with state across epochs (module level: the workers import it) ----------------
+def running_counts(epochs: list[list[str]]) -> tuple[Dataflow, Any, dict[int, list[Any]]]:
+    """Running word counts; the driver feeds ``epochs`` itself (see :func:`feed`)."""
+    flow = Dataflow("running-counts")
+    out: dict[int, list[Any]] = {}
+
+    def record(epoch: int, records: list[Any]) -> None:
+        assert epoch not in out, f"epoch {epoch} delivered twice"
+        out[epoch] = sorted(records)
+
+    words = flow.new_input("words")
+    words.stream.select_many(str.split).running_reduce(
+        lambda w: w, lambda a, b: a + b, lambda w: 1
+    ).subscribe(record)
+    return flow, words, out
+
+
+def lines(seed: int, n: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(40)]
+    return [[" ".join(rng.choices(vocab, k=5)) for _ in range(20)] for _ in range(n)]
+
+
+def feed(
+    epochs: list[list[str]],
+    fault: Callable[[Session], None] | None = None,
+    at: int = 0,
+    **options: Any,
+) -> tuple[dict[int, list[Any]], Session]:
+    """Run :func:`running_counts` on Ray, calling ``fault(session)`` before epoch ``at``."""
+    flow, words, out = running_counts(epochs)
+    with flow.activate(workers=2, backend="ray", **options) as session:
+        for e, batch in enumerate(epochs):
+            if fault is not None and e == at:
+                # The run is under way: every epoch before the last one sent is out.
+                wait_for(session, lambda e=e: len(out) >= e - 1)  # type: ignore[misc]
+                fault(session)
+            words.advance_to(e)
+            words.send(batch)
+            session.poll(0.01)
+        words.close()
+        session.join()
+    return out, session
+
+
+def reference(epochs: list[list[str]]) -> dict[int, list[Any]]:
+    flow, words, out = running_counts(epochs)
+    for e, batch in enumerate(epochs):
+        words.advance_to(e)
+        words.send(batch)
+    flow.run(workers=2, backend="inline")
+    return out
+
+
+def wait_for(session: Session, condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll the session (outputs are delivered there) until ``condition`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"condition not met within {timeout}s"
+        session.poll(0.05)
+
+
+# -- failures -----------------------------------------------------------------------------------
+def test_a_connection_reset_between_workers_is_recovered(tmp_path: Path) -> None:
+    epochs = lines(1, 12)
+
+    def reset(session: Session) -> None:
+        actors = session.actors  # type: ignore[attr-defined]
+        ray.get(actors[0].inject_fault.remote("reset", 1))
+
+    got, session = feed(epochs, reset, at=6, checkpoint=str(tmp_path), checkpoint_every=2)
+    assert got == reference(epochs)
+    assert session.restarts == 1
+
+
+def test_a_worker_that_stops_reading_a_connection_is_detected_and_recovered(
+    tmp_path: Path,
+) -> None:
+    epochs = lines(2, 12)
+
+    def stall(session: Session) -> None:
+        actors = session.actors  # type: ignore[attr-defined]
+        ray.get(actors[1].inject_fault.remote("stall", 0))  # worker 1 stops reading worker 0
+
+    start = time.monotonic()
+    got, session = feed(
+        epochs, stall, at=6, checkpoint=str(tmp_path), checkpoint_every=2, heartbeat_timeout=1.0
+    )
+    assert got == reference(epochs)
+    assert session.restarts == 1
+    assert time.monotonic() - start < 30
+
+
+def test_without_a_checkpoint_a_reset_fails_the_run_naming_both_workers() -> None:
+    from timely import WorkerDied
+
+    def reset(session: Session) -> None:
+        ray.get(session.actors[1].inject_fault.remote("reset", 0))  # type: ignore[attr-defined]
+
+    with pytest.raises(WorkerDied, match=r"worker [01] lost worker [01]: the connection"):
+        feed(lines(3, 6), reset, at=3)
+
+
+def test_a_connection_without_the_secret_is_refused_and_the_run_goes_on() -> None:
+    epochs = lines(4, 8)
+
+    def intrude(session: Session) -> None:
+        path = session.addresses[1].path  # type: ignore[attr-defined]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(path)
+            challenge = b""
+            while len(challenge) < NONCE:
+                challenge += sock.recv(NONCE - len(challenge))
+            sock.sendall(bytes(PROOF))  # a well-formed proof with a wrong MAC
+            assert sock.recv(1) == b""  # closed, nothing sent back
+        stats = ray.get(session.actors[1].stats.remote())  # type: ignore[attr-defined]
+        assert stats["refused"] == 1
+
+    got, session = feed(epochs, intrude, at=4)
+    assert got == reference(epochs)
+    assert session.restarts == 0
+
+
+# -- backpressure -------------------------------------------------------------------------------
+def key_for(worker: int, workers: int) -> int:
+    """An exchange key that routes to ``worker``."""
+    return next(k for k in range(1000) if stable_hash(k) % workers == worker)
+
+
+TO_B, TO_C = key_for(1, 3), key_for(2, 3)
+
+
+class Numbers(Source):
+    """One partition (so worker 0 reads it all): ``batches`` batches of 10 ints."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+
+    def partitions(self) -> int:
+        return 1
+
+    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
+        i = 0 if offset is None else offset
+        if i >= self.batches:
+            return None
+        return i // 10, list(range(10 * i, 10 * i + 10)), i + 1
+
+
+class Forward(Vertex):
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        self.send_by(0, records, time)
+
+
+class Slow(Vertex):
+    """Holds the interpreter (no sleeping, no I/O) for a while on every batch."""
+
+    def on_recv(self, input: int, records: list[Any], t: tuple[int, ...]) -> None:
+        end = time.perf_counter() + 0.004
+        while time.perf_counter() < end:
+            pass
+        self.send_by(0, [len(records)], t)
+
+
+def test_a_chain_with_a_slow_end_keeps_every_inbox_bounded() -> None:
+    """Worker 0 reads a source and sends everything to worker 1, which forwards it to
+    worker 2, which is slow: credits hold worker 1 back, and worker 0 too (by worker 1
+    and by worker 2 directly: every step's progress goes to every peer), so no worker
+    piles up batches. Without credits the slow end queues ~100 frames here."""
+    batches, window = 300, 2
+    flow = Dataflow("chain")
+    counted: list[int] = []
+    (
+        flow.source(Numbers(batches))
+        .exchange(lambda r: TO_B, name="to_b")
+        .unary(Forward, name="forward")
+        .exchange(lambda r: TO_C, name="to_c")
+        .unary(Slow, name="slow")
+        .subscribe(lambda e, counts: counted.append(sum(counts)))
+    )
+    session = flow.activate(workers=3, backend="ray", max_inflight=window)
+    try:
+        wait_for(session, lambda: sum(counted) == 10 * batches)
+        stats = ray.get([a.stats.remote() for a in session.actors])  # type: ignore[attr-defined]
+        session.join()
+    finally:
+        session.close()
+    a, b, _ = stats
+    assert a["messages_sent"] >= batches  # every batch crossed over, one step each
+    assert b["credit_waits"] > 0 and a["credit_waits"] > 0  # held back, in turn
+    # Frames waiting to be taken in: at most a window per peer.
+    assert all(s["max_queued"] <= window * 2 for s in stats), stats
+    # Batches waiting in a worker: what it took in before a step (a window per peer)
+    # and while waiting to send one (a window per peer again).
+    assert all(s["max_inbox"] <= 2 * window * 2 for s in stats), stats

@@ -1,0 +1,501 @@
+"""One worker's authenticated connections to its peers: per-peer FIFO channels with
+bounded buffers, one merged receive, and :class:`PeerLost`.
+
+After timely-dataflow's ``communication::allocator``. Every pair of workers shares one
+duplex stream connection (asyncio streams: ``benchmarks/TRANSPORT.md`` says why), over
+a Unix socket when both are on one node and TCP otherwise, set up once per run: each
+worker :meth:`Allocator.listen`\\ s, the host gathers the addresses, and
+:meth:`Allocator.connect` dials every lower index and accepts every higher one, each
+connection proving the run's secret first (:mod:`timely.comm.handshake`).
+
+Backpressure is by credits, end to end as far as the host lets it be: a sender has at
+most ``window`` frames per peer that the peer has not *applied* (:meth:`Allocator.applied`,
+called by the host once the frame's message is in the worker), so a slow consumer
+holds its producers back and nothing buffers more than ``window`` frames per peer.
+Credits are cumulative counts, returned every ``window // 2`` applied frames and
+whenever the host is about to wait (:meth:`Allocator.flush_credits`).
+
+Failures: a reader task per connection reads all the time, so a peer's EOF, reset or
+garbage is noticed within a scheduling delay; the host learns of it from
+:meth:`Allocator.check` (and its wake-up callback) as :class:`PeerLost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every, credit_frame, data_frame
+from timely.comm.handshake import HandshakeFailed, hello_dialer, hello_listener
+from timely.errors import TimelyError
+
+CONNECT_TIMEOUT = 30.0
+"""How long :meth:`Allocator.connect` waits for every peer."""
+_ALL_INTERFACES = ("", "0.0.0.0", "::")
+MAX_FRAME = 2**32 - 1
+"""The largest payload a frame's ``<u32>`` length can say."""
+
+
+class PeerLost(TimelyError):
+    """The connection to a peer ended (EOF, reset, garbage) or could not be set up."""
+
+    def __init__(self, peer: int, reason: str) -> None:
+        self.peer = peer
+        self.reason = reason
+        super().__init__(f"the connection to worker {peer} {reason}")
+
+    def __reduce__(self) -> tuple[type[PeerLost], tuple[int, str]]:
+        return PeerLost, (self.peer, self.reason)
+
+
+class Address(NamedTuple):
+    """Where a worker listens: its Ray node, its Unix socket, its TCP endpoint (if any)."""
+
+    node: str
+    path: str
+    host: str | None = None
+    port: int | None = None
+
+
+class _Link:
+    """One connection to one peer and both directions' counters."""
+
+    __slots__ = (
+        "acked",
+        "applied",
+        "credit",
+        "hold",
+        "kind",
+        "lost",
+        "peer",
+        "queue",
+        "read",
+        "reader",
+        "sent",
+        "task",
+        "writer",
+    )
+
+    def __init__(
+        self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
+    ) -> None:
+        self.peer = peer
+        self.reader = reader
+        self.writer = writer
+        self.kind = kind
+        self.queue: deque[bytes] = deque()
+        """Frames received and not yet taken by the host."""
+        self.read = 0
+        """Frames whose header the reader has taken off the connection."""
+        self.sent = 0
+        self.credit = 0
+        """Frames sent; of those, how many the peer has applied (its last credit)."""
+        self.applied = 0
+        self.acked = 0
+        """Frames from the peer applied here; of those, how many were credited back."""
+        self.lost: str | None = None
+        self.hold: asyncio.Event | None = None
+        """Set while a test pauses this connection's reader."""
+        self.task: asyncio.Task[None] | None = None
+
+
+class Channel:
+    """FIFO frames to one peer, at most ``window`` of them not yet applied there."""
+
+    def __init__(self, allocator: Allocator, link: _Link) -> None:
+        self._allocator = allocator
+        self._link = link
+        self.peer = link.peer
+
+    def ready(self) -> bool:
+        """Whether a frame may go now (a credit is left)."""
+        link = self._link
+        return link.sent - link.credit < self._allocator.window
+
+    def send_nowait(self, payload: bytes) -> None:
+        """Send one frame; the caller has checked :meth:`ready`. Raises PeerLost."""
+        link = self._link
+        if link.lost is not None:
+            raise PeerLost(link.peer, link.lost)
+        if not self.ready():
+            raise RuntimeError(f"no credit left for worker {link.peer}: wait for ready() first")
+        if len(payload) > MAX_FRAME:
+            raise ValueError(
+                f"a step's message to worker {link.peer} is {len(payload):,} bytes, over the "
+                f"{MAX_FRAME:,}-byte frame limit: send smaller batches (split the records)"
+            )
+        link.writer.write(data_frame(payload))
+        link.sent += 1
+
+    async def send(self, payload: bytes) -> None:
+        """Wait for a credit, then send. Raises PeerLost."""
+        while not self.ready():
+            self._allocator.check()
+            await self._allocator.changed()
+        self.send_nowait(payload)
+
+
+class Allocator:
+    """Worker ``index`` of ``peers``: its listeners, its connections, their channels.
+
+    ``wake`` is called (on the event loop) whenever something arrives: a frame, a
+    credit, a lost connection; a host that waits on its own event passes its ``set``.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        peers: int,
+        secret: bytes,
+        window: int = 8,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.index = index
+        self.peers = peers
+        self.window = window
+        self._secret = secret
+        self._credit_every = credit_every(window)
+        self._wake = wake
+        self._event = asyncio.Event()
+        self._links: list[_Link | None] = [None] * peers
+        self._channels: list[Channel | None] = [None] * peers
+        self._connected = asyncio.Event()
+        self._missing = peers - 1
+        self._servers: list[asyncio.AbstractServer] = []
+        self._dir: str | None = None
+        self._discarding = False
+        self._broken = False
+        self.queued = 0
+        """Frames received and not yet taken, over all peers."""
+        self.max_queued = 0
+        self.refused = 0
+        """Connections closed because they failed the handshake."""
+        if self._missing == 0:
+            self._connected.set()
+
+    # -- setting up ---------------------------------------------------------------------------
+    async def listen(self, node: str, host: str | None = None) -> Address:
+        """Listen on a Unix socket (0600, in a fresh 0700 directory) and, given ``host``
+        (the node's own IP, never a wildcard), on TCP for peers on other nodes."""
+        if host is not None and host in _ALL_INTERFACES:
+            raise ValueError(
+                f"refusing to listen on every interface ({host!r}): give the node's IP"
+            )
+        base = None
+        if len(tempfile.gettempdir()) > 60:  # a Unix socket path has at most 107 bytes
+            base = "/tmp"
+        self._dir = tempfile.mkdtemp(prefix="timely-", dir=base)  # mode 0700
+        path = os.path.join(self._dir, f"worker-{self.index}.sock")
+
+        async def on_unix(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await self._accept(r, w, "unix")
+
+        async def on_tcp(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await self._accept(r, w, "tcp")
+
+        self._servers.append(await asyncio.start_unix_server(on_unix, path=path))
+        os.chmod(path, 0o600)
+        port = None
+        if host is not None:
+            server = await asyncio.start_server(on_tcp, host=host, port=0)
+            self._servers.append(server)
+            port = int(server.sockets[0].getsockname()[1])
+        return Address(node, path, host, port)
+
+    async def connect(self, table: Sequence[Address], timeout: float = CONNECT_TIMEOUT) -> None:
+        """Dial every lower index (Unix on the same node, else TCP) and wait for every
+        higher one to dial in. Raises PeerLost naming the first peer that failed."""
+        me = table[self.index]
+        dials = [asyncio.ensure_future(self._dial(p, table[p], me.node)) for p in range(self.index)]
+        accepted = asyncio.ensure_future(self._connected.wait())
+        pending: set[asyncio.Future[Any]] = {*dials, accepted}
+        deadline = time.monotonic() + timeout
+        try:
+            while pending:
+                left = deadline - time.monotonic()
+                done, pending = await asyncio.wait(
+                    pending, timeout=max(left, 0), return_when=asyncio.FIRST_EXCEPTION
+                )
+                for fut in done:
+                    fut.result()  # a failed dial raises PeerLost here
+                if pending and time.monotonic() >= deadline:
+                    missing = [
+                        p for p, link in enumerate(self._links) if link is None and p != self.index
+                    ]
+                    raise PeerLost(
+                        missing[0],
+                        f"was not set up within {timeout:g}s (workers {missing} missing for "
+                        f"worker {self.index}; is every worker's node reachable from the others?)",
+                    )
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    async def _dial(self, peer: int, addr: Address, node: str) -> None:
+        where = addr.path
+        try:
+            if addr.node == node:
+                reader, writer = await asyncio.open_unix_connection(addr.path)
+                kind = "unix"
+            elif addr.host is not None and addr.port is not None:
+                where = f"{addr.host}:{addr.port}"
+                reader, writer = await asyncio.open_connection(addr.host, addr.port)
+                kind = "tcp"
+                _keepalive(writer)
+            else:
+                raise PeerLost(
+                    peer, f"is on node {addr.node}, another node, and has no TCP listener"
+                )
+        except OSError as e:
+            raise PeerLost(peer, f"could not be opened at {where}: {e}") from None
+        try:
+            await hello_dialer(reader, writer, self._secret, self.index, peer)
+        except (HandshakeFailed, asyncio.IncompleteReadError, asyncio.TimeoutError, OSError) as e:
+            writer.close()
+            why = "it closed the connection" if isinstance(e, asyncio.IncompleteReadError) else e
+            raise PeerLost(
+                peer, f"failed the handshake at {where} ({why}): not this run's worker {peer}"
+            ) from None
+        self._add(peer, reader, writer, kind)
+
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
+    ) -> None:
+        """A connection to a listener: admitted once it proves the secret and names a
+        higher index not yet connected; closed otherwise, and the run goes on."""
+        peer = await hello_listener(reader, writer, self._secret, self.index)
+        if peer is None or not self.index < peer < self.peers or self._links[peer] is not None:
+            self.refused += 1
+            writer.close()
+            return
+        if kind == "tcp":
+            _keepalive(writer)
+        self._add(peer, reader, writer, kind)
+
+    def _add(
+        self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
+    ) -> None:
+        link = _Link(peer, reader, writer, kind)
+        self._links[peer] = link
+        self._channels[peer] = Channel(self, link)
+        link.task = asyncio.ensure_future(self._read(link))
+        # A reader lives as long as its process, and Ray kills actors with it pending:
+        # asyncio's "Task was destroyed but it is pending" would only be noise then.
+        link.task._log_destroy_pending = False  # type: ignore[attr-defined]
+        self._missing -= 1
+        if self._missing == 0:
+            self._connected.set()
+
+    # -- receiving ----------------------------------------------------------------------------
+    async def _read(self, link: _Link) -> None:
+        """Read frames off one connection as they come, until it ends."""
+        reader = link.reader
+        size = HEADER.size
+        try:
+            while True:
+                if link.hold is not None:
+                    await link.hold.wait()
+                n, kind = HEADER.unpack(await reader.readexactly(size))
+                link.read += 1
+                payload = await reader.readexactly(n) if n else b""
+                if kind == DATA:
+                    if self._discarding:  # the host is done: credit at once, keep nothing
+                        link.applied += 1
+                        self._credit(link)
+                        continue
+                    link.queue.append(payload)
+                    self.queued += 1
+                    if self.queued > self.max_queued:
+                        self.max_queued = self.queued
+                elif kind == CREDIT and n == COUNT.size:
+                    (credit,) = COUNT.unpack(payload)
+                    if not link.credit <= credit <= link.sent:
+                        self._lose(link, f"sent a credit of {credit} for {link.sent} frames")
+                        return
+                    link.credit = credit
+                else:
+                    self._lose(link, f"sent a frame of unknown kind {kind}")
+                    return
+                self._notify()
+        except asyncio.IncompleteReadError:
+            self._lose(link, "was closed by the other end (EOF)")
+        except OSError as e:
+            self._lose(link, f"failed ({type(e).__name__}: {e})")
+
+    def _lose(self, link: _Link, reason: str) -> None:
+        if link.lost is None:
+            link.lost = reason
+            self._broken = True
+            link.writer.close()
+        self._notify()
+
+    def _notify(self) -> None:
+        self._event.set()
+        if self._wake is not None:
+            self._wake()
+
+    async def changed(self) -> None:
+        """Wait until something arrives (a frame, a credit, a lost connection)."""
+        self._event.clear()
+        await self._event.wait()
+
+    def check(self) -> None:
+        """Raise PeerLost for the first connection that has ended."""
+        if not self._broken:
+            return
+        for link in self._links:
+            if link is not None and link.lost is not None:
+                raise PeerLost(link.peer, link.lost)
+
+    def recv_nowait(self, budget: list[int] | None = None) -> list[tuple[int, bytes]]:
+        """The frames received so far, ``(peer, payload)``, FIFO per peer; with
+        ``budget``, at most ``budget[peer]`` from each peer (decremented)."""
+        out: list[tuple[int, bytes]] = []
+        if not self.queued:
+            return out
+        for link in self._links:
+            if link is None or not link.queue:
+                continue
+            queue, peer = link.queue, link.peer
+            n = len(queue) if budget is None else min(len(queue), budget[peer])
+            for _ in range(n):
+                out.append((peer, queue.popleft()))
+            if budget is not None:
+                budget[peer] -= n
+            self.queued -= n
+        return out
+
+    def waiting(self, budget: list[int] | None = None) -> bool:
+        """Whether :meth:`recv_nowait` with ``budget`` would return anything."""
+        if not self.queued:
+            return False
+        return any(
+            link is not None and link.queue and (budget is None or budget[link.peer] > 0)
+            for link in self._links
+        )
+
+    async def recv(self) -> tuple[int, bytes]:
+        """The next frame from any peer, FIFO per peer. Raises PeerLost."""
+        while True:
+            self.check()
+            for link in self._links:
+                if link is not None and link.queue:
+                    self.queued -= 1
+                    return link.peer, link.queue.popleft()
+            await self.changed()
+
+    def applied(self, peer: int, n: int = 1) -> None:
+        """The host applied ``n`` frames from ``peer``: credit goes back every
+        ``window // 2`` of them."""
+        link = self._links[peer]
+        assert link is not None
+        link.applied += n
+        if link.applied - link.acked >= self._credit_every:
+            self._credit(link)
+
+    def flush_credits(self) -> None:
+        """Return the credit of every applied frame now (before the host waits)."""
+        for link in self._links:
+            if link is not None and link.applied > link.acked:
+                self._credit(link)
+
+    def _credit(self, link: _Link) -> None:
+        if link.lost is None and link.applied > link.acked:
+            link.writer.write(credit_frame(link.applied))
+            link.acked = link.applied
+
+    def discard(self) -> None:
+        """The host takes nothing more: drop what waits and, from now on, credit every
+        frame on arrival, so no peer waits on this worker again."""
+        self._discarding = True
+        for link in self._links:
+            if link is not None:
+                link.applied += len(link.queue)
+                link.queue.clear()
+        self.queued = 0
+        self.flush_credits()
+
+    # -- sending ------------------------------------------------------------------------------
+    def channel(self, peer: int) -> Channel:
+        """The channel to ``peer`` (after :meth:`connect`)."""
+        channel = self._channels[peer]
+        if channel is None:
+            raise KeyError(f"worker {self.index} has no connection to worker {peer}")
+        return channel
+
+    def all_credited(self) -> bool:
+        """Every frame sent has been applied (or discarded) by its receiver."""
+        return all(link is None or link.sent == link.credit for link in self._links)
+
+    def counts(self) -> tuple[list[int], list[int]]:
+        """Per peer: frames sent to it, and frames read from it (a header taken off the
+        connection; reading goes on whatever the host does). A peer's frames that stay
+        unread while this worker's loop is free mean its reader is stuck. Safe to call
+        from another thread."""
+        links = self._links
+        return (
+            [0 if link is None else link.sent for link in links],
+            [0 if link is None else link.read for link in links],
+        )
+
+    # -- state, tests, closing ------------------------------------------------------------------
+    def kinds(self) -> dict[int, str]:
+        """How each peer is connected: ``"unix"`` or ``"tcp"``."""
+        return {link.peer: link.kind for link in self._links if link is not None}
+
+    def abort(self, peer: int) -> None:
+        """For tests: shut the connection to ``peer`` down both ways, as a crash or a
+        network fault would (both ends then see it end)."""
+        link = self._links[peer]
+        assert link is not None
+        sock = link.writer.get_extra_info("socket")
+        sock.shutdown(socket.SHUT_RDWR)
+
+    def pause(self, peer: int) -> None:
+        """For tests: stop reading the connection from ``peer`` (a stuck reader)."""
+        link = self._links[peer]
+        assert link is not None
+        link.hold = asyncio.Event()
+
+    def close_listeners(self) -> None:
+        """Stop listening and remove the socket directory; connections stay open."""
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    async def close(self) -> None:
+        """Close every connection and listener."""
+        self.close_listeners()
+        for link in self._links:
+            if link is not None:
+                if link.task is not None:
+                    link.task.cancel()
+                link.writer.close()
+        for link in self._links:
+            if link is not None and link.task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await link.task
+
+
+def _keepalive(writer: asyncio.StreamWriter) -> None:
+    """TCP keepalive, so a node that vanishes without a FIN or RST is noticed in ~20 s
+    by the kernel even when the driver's heartbeats cannot tell."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 2)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
