@@ -454,6 +454,8 @@ class RaySession(Session):
         self.links: list[dict[int, str]] = []
         """How each worker reaches each peer: ``"unix"`` or ``"tcp"``."""
         self._stopped = False
+        self._abandoned: list[Any] = []
+        """Loop results of actors a relaunch killed, to be read (see ``_reap``)."""
         self._last_check = 0.0
         self._forget_workers()
 
@@ -548,8 +550,21 @@ class RaySession(Session):
     def _relaunch(self, restore: Restore | None) -> None:
         """Kill every actor (the failed one may be gone already) and start new ones."""
         self._kill_actors()
+        self._abandoned.extend(self._runs.values())
         self._forget_workers()
         self._launch(restore)
+
+    def _reap(self) -> None:
+        """Read the failures of the loops of actors killed by a relaunch: Ray logs an
+        "unhandled error" for every failed result nobody reads."""
+        if not self._abandoned:
+            return
+        ready, self._abandoned = ray.wait(
+            self._abandoned, num_returns=len(self._abandoned), timeout=0
+        )
+        for ref in ready:
+            with contextlib.suppress(Exception):
+                ray.get(ref)
 
     def _started(self, refs: list[Any], cpus: float) -> list[tuple[str, int, Address]]:
         """Wait for every worker to be placed and built; raise the first failure."""
@@ -717,6 +732,7 @@ class RaySession(Session):
         """Raise the first failure among the workers' loops and heartbeats; with every
         input ``closed``, also a stall (every worker waiting, no progress anywhere)."""
         self._last_check = time.monotonic()
+        self._reap()
         if self._runs and len(self._runs) == self.workers:
             self._maybe_request_checkpoint()
         if not self._runs:
