@@ -95,9 +95,10 @@ class DriverLinks:
             if not hmac.compare_digest(answer, listener_proof(self._secret, nonce, w)):
                 raise PeerLost(w, f"at {where} is not this run's worker {w} (wrong MAC)")
             sock.settimeout(None)
-        except OSError as e:
+        except (OSError, EOFError) as e:
             sock.close()
-            raise PeerLost(w, f"could not be reached by the driver at {where}: {e}") from None
+            why = "it closed the connection (our proof was refused?)" if not str(e) else e
+            raise PeerLost(w, f"could not be reached by the driver at {where}: {why}") from None
         except PeerLost:
             sock.close()
             raise
