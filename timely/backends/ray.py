@@ -26,19 +26,25 @@ producers back in turn and no inbox grows without bound (end to end; and since e
 step that sends data also sends its progress to every peer, a slow worker holds
 every producer back directly too).
 
-Driver commands (input send/advance/close) are still Ray calls, numbered per worker
-and at most ``max_inflight`` in flight; outputs (``collect``/``subscribe``) wait in the
-actors for the driver's long poll and are delivered on the driver's thread, in order,
-whenever it calls into the session: ``poll(timeout)``, input commands, probes and
-``join`` (as on the inline backend, callbacks never run concurrently with the
-driver's code). Those two Ray hops per epoch are now most of the epoch latency;
-moving them onto sockets too is the next step.
+The driver is one more endpoint on the same sockets (:mod:`timely.comm.driver`, index
+``workers``, same handshake and secret): it dials every actor between ``start`` and
+``connect`` (each actor's ``connect`` waits for it too). Input commands (send, advance,
+close) go out as frames on the driver's thread (FIFO per worker, so no sequence
+numbers; at most ``max_inflight`` per worker not yet applied, so a fast driver waits
+for credit), and each step's outputs (``collect``/``subscribe``), each checkpoint
+part written and a last "ended" report come back as frames. A reader thread per
+connection only queues them; they are delivered on the driver's thread, in each
+worker's order, whenever it calls into the session: ``poll(timeout)``, input
+commands, probes and ``join`` (as on the inline backend, callbacks never run
+concurrently with the driver's code). Ray calls remain for the rare things: ``start``,
+``connect``, ``run``, ``request_checkpoint``, frontier probes, heartbeats and stats.
 
 The driver watches every worker's loop and heartbeat while it waits: a user error
 anywhere is raised as is; a dead or silent actor becomes
-:class:`~timely.errors.WorkerDied` naming the worker, and so does a connection that
-ends (EOF, reset, a failed handshake: the actor's ``run`` raises it, naming both
-ends) or whose reader stops (frames unread while the receiver waits for work, seen
+:class:`~timely.errors.WorkerDied` naming the worker, and so does the driver's
+connection to it ending (then a relaunch connects the driver to the new actors), and a
+connection between workers that ends (EOF, reset, a failed handshake: the actor's
+``run`` raises it, naming both ends) or whose reader stops (frames unread while the receiver waits for work, seen
 from the heartbeats); a run whose inputs are all closed but whose workers all wait
 without progress is reported as a stall.
 """
