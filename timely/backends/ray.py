@@ -45,8 +45,8 @@ anywhere is raised as is; a dead or silent actor becomes
 connection to it ending (then a relaunch connects the driver to the new actors), and a
 connection between workers that ends (EOF, reset, a failed handshake: the actor's
 ``run`` raises it, naming both ends) or whose reader stops (frames unread while the
-receiver waits for work, seen from the heartbeats); a run whose inputs are all closed but whose workers all wait
-without progress is reported as a stall.
+receiver waits for work, seen from the heartbeats); a run whose inputs are all closed
+but whose workers all wait without progress is reported as a stall.
 """
 
 from __future__ import annotations
