@@ -11,9 +11,9 @@ processing) over the workers' own transport (``timely.comm``: a Unix socket, 8
 frames of credit) and, as before the sockets, over Ray actor calls (8 in flight), in
 the same run. Goal: >= 70% of the raw socket's rate.
 
-The round trip of a no-op Ray call from the driver to an actor is measured too: an
-epoch still crosses the driver's Ray calls (the advance command, the long poll's
-answer), so that is the part of the latency the sockets do not remove.
+The round trip of a no-op Ray call from the driver to an actor is measured too, for
+reference: an epoch no longer crosses any (the driver's commands and the outputs travel
+on the driver's own sockets, ``timely.comm.driver``).
 
     python -m benchmarks.bench_runtime [--quick] [--skip-ray]
 """

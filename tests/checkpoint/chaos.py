@@ -302,6 +302,9 @@ class Killer(threading.Thread):
         self.records: list[KillRecord] = []
         self.stop = threading.Event()
         self.done = threading.Event()
+        self.struck = threading.Event()
+        """Set once the last event's kills (and relaunches) are done, or on any end: the
+        driver holds its last burst until then, so new output can follow the last kill."""
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -320,6 +323,8 @@ class Killer(threading.Thread):
                     record.observed = self.observe()
                 self._sleep(event.lead)
                 self._strike(ray, event, record)
+                if event is self.events[-1]:
+                    self.struck.set()
                 # Outputs the old workers made before they died may still arrive after the
                 # kill; the first epoch past what had arrived at the (last) relaunch is
                 # the first the new workers made.
@@ -333,6 +338,7 @@ class Killer(threading.Thread):
         except BaseException as e:  # reported by the driver thread
             self.error = e
         finally:
+            self.struck.set()
             self.done.set()
 
     def _sleep(self, seconds: float) -> None:
@@ -497,7 +503,7 @@ def run(
     try:
         killer.start()
         if handle is not None:
-            drive(case, handle, data, session, recorder, killer.done.is_set)
+            drive(case, handle, data, session, recorder, killer.struck.is_set)
         session.join()
     except Exception as e:
         if not catch:

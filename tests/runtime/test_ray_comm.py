@@ -217,3 +217,71 @@ def test_a_chain_with_a_slow_end_keeps_every_inbox_bounded() -> None:
     # Batches waiting in a worker: what it took in before a step (a window per peer)
     # and while waiting to send one (a window per peer again).
     assert all(s["max_inbox"] <= 2 * window * 2 for s in stats), stats
+
+
+# -- the driver's own connections -------------------------------------------------------------
+class SlowCount(Vertex):
+    """Holds the interpreter for a while on every batch, then passes its size on."""
+
+    def on_recv(self, input: int, records: list[Any], t: tuple[int, ...]) -> None:
+        end = time.perf_counter() + 0.002
+        while time.perf_counter() < end:
+            pass
+        self.send_by(0, [len(records)], t)
+
+
+def test_a_driver_burst_is_held_back_by_credits() -> None:
+    """The driver sends 150 epochs without waiting for any output, to workers slower
+    than it: its sends wait for credit, so no worker ever has more than ``max_inflight``
+    commands not yet applied, on the wire or queued (without credits all would queue)."""
+    epochs, window = 150, 2
+    flow = Dataflow("burst")
+    nums = flow.new_input("nums")
+    got: dict[int, int] = {}
+    nums.stream.unary(SlowCount, name="slow").subscribe(
+        lambda e, r: got.__setitem__(e, got.get(e, 0) + sum(r))
+    )
+    with flow.activate(workers=2, backend="ray", max_inflight=window) as session:
+        for e in range(epochs):
+            nums.send(list(range(4)))
+            nums.advance_to(e + 1)
+        links = session._links  # type: ignore[attr-defined]
+        assert links.max_outstanding <= window
+        assert links.credit_waits > 0  # the driver was held back
+        stats = [ray.get(a.stats.remote()) for a in session.actors]  # type: ignore[attr-defined]
+        nums.close()
+        session.join()
+    assert all(s["max_commands"] <= window for s in stats)
+    assert got == {e: 4 for e in range(epochs)}
+
+
+def test_a_driver_connection_without_the_secret_is_refused_and_the_run_goes_on() -> None:
+    """Someone claiming to be the driver (index = workers) without the secret is refused,
+    whether with a forged proof on the raw socket or through the driver's own code."""
+    from timely.comm import PeerLost
+    from timely.comm.driver import DriverLinks
+    from timely.comm.handshake import dialer_proof
+
+    epochs = lines(5, 8)
+
+    def intrude(session: Session) -> None:
+        addresses = session.addresses  # type: ignore[attr-defined]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(addresses[0].path)
+            challenge = b""
+            while len(challenge) < NONCE:
+                challenge += sock.recv(NONCE - len(challenge))
+            _, proof = dialer_proof(b"not the secret", challenge, 2)  # the driver's index
+            sock.sendall(proof)
+            assert sock.recv(1) == b""  # closed, nothing sent back
+        impostor = DriverLinks(2, b"not the secret", 8)
+        with pytest.raises(PeerLost, match="could not be reached by the driver"):
+            impostor.connect(addresses, ray.get_runtime_context().get_node_id())
+        impostor.close()
+        stats = ray.get(session.actors[0].stats.remote())  # type: ignore[attr-defined]
+        assert stats["refused"] == 2
+
+    got, session = feed(epochs, intrude, at=4)
+    assert got == reference(epochs)
+    assert session.restarts == 0

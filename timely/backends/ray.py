@@ -26,21 +26,27 @@ producers back in turn and no inbox grows without bound (end to end; and since e
 step that sends data also sends its progress to every peer, a slow worker holds
 every producer back directly too).
 
-Driver commands (input send/advance/close) are still Ray calls, numbered per worker
-and at most ``max_inflight`` in flight; outputs (``collect``/``subscribe``) wait in the
-actors for the driver's long poll and are delivered on the driver's thread, in order,
-whenever it calls into the session: ``poll(timeout)``, input commands, probes and
-``join`` (as on the inline backend, callbacks never run concurrently with the
-driver's code). Those two Ray hops per epoch are now most of the epoch latency;
-moving them onto sockets too is the next step.
+The driver is one more endpoint on the same sockets (:mod:`timely.comm.driver`, index
+``workers``, same handshake and secret): it dials every actor between ``start`` and
+``connect`` (each actor's ``connect`` waits for it too). Input commands (send, advance,
+close) go out as frames on the driver's thread (FIFO per worker, so no sequence
+numbers; at most ``max_inflight`` per worker not yet applied, so a fast driver waits
+for credit), and each step's outputs (``collect``/``subscribe``), each checkpoint
+part written and a last "ended" report come back as frames. A reader thread per
+connection only queues them; they are delivered on the driver's thread, in each
+worker's order, whenever it calls into the session: ``poll(timeout)``, input
+commands, probes and ``join`` (as on the inline backend, callbacks never run
+concurrently with the driver's code). Ray calls remain for the rare things: ``start``,
+``connect``, ``run``, ``request_checkpoint``, frontier probes, heartbeats and stats.
 
 The driver watches every worker's loop and heartbeat while it waits: a user error
 anywhere is raised as is; a dead or silent actor becomes
-:class:`~timely.errors.WorkerDied` naming the worker, and so does a connection that
-ends (EOF, reset, a failed handshake: the actor's ``run`` raises it, naming both
-ends) or whose reader stops (frames unread while the receiver waits for work, seen
-from the heartbeats); a run whose inputs are all closed but whose workers all wait
-without progress is reported as a stall.
+:class:`~timely.errors.WorkerDied` naming the worker, and so does the driver's
+connection to it ending (then a relaunch connects the driver to the new actors), and a
+connection between workers that ends (EOF, reset, a failed handshake: the actor's
+``run`` raises it, naming both ends) or whose reader stops (frames unread while the
+receiver waits for work, seen from the heartbeats); a run whose inputs are all closed
+but whose workers all wait without progress is reported as a stall.
 """
 
 from __future__ import annotations
@@ -53,9 +59,7 @@ import math
 import os
 import secrets
 import shutil
-import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -64,6 +68,7 @@ from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 from timely import serialization
 from timely.checkpoint import CheckpointConfig, CheckpointStore
 from timely.comm import Address, Allocator, Channel, PeerLost
+from timely.comm.driver import DriverLinks
 from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.messages import InputCommand, command_from_wire, command_to_wire
 from timely.plan import Plan
@@ -137,26 +142,21 @@ class WorkerActor:
         self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
         self.loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
-        self.out_ready = asyncio.Event()
-        self.comm = Allocator(self.index, self.npeers, secret, self.window, self.wake.set)
-        self.commands: deque[tuple[int, InputCommand, asyncio.Future[None]]] = deque()
-        self.early_commands: dict[int, tuple[int, InputCommand, asyncio.Future[None]]] = {}
-        self.next_command = 0
-        self.outputs: Outputs = []
-        self.parts: list[tuple[int, dict[str, Any]]] = []
-        """Checkpoint parts written and not yet reported: ``(epoch, what the manifest
-        records of the part)``; they travel beside the outputs, not among them."""
+        self.comm = Allocator(
+            self.index, self.npeers, secret, self.window, self.wake.set, driver=True
+        )
         self.pending_writes: list[concurrent.futures.Future[None]] = []
         self.unreported = 0
-        """Parts submitted for writing whose report has not yet joined the outputs."""
+        """Parts submitted for writing and not yet reported to the driver."""
         node: str = ray.get_runtime_context().get_node_id()
         host = ray.util.get_node_ip_address() if tcp else None  # type: ignore[no-untyped-call]
         address = await self.comm.listen(node, host)
         return node, os.getpid(), address
 
     async def connect(self, table: list[Address]) -> dict[int, str]:
-        """Connect to every peer (``table``: every worker's address, from ``start``);
-        returns how each is reached (``"unix"`` or ``"tcp"``)."""
+        """Connect to every peer (``table``: every worker's address, from ``start``) and
+        wait for the driver's connection; returns how each peer is reached (``"unix"`` or
+        ``"tcp"``)."""
         try:
             await self.comm.connect([Address(*a) for a in table])
         except PeerLost as e:
@@ -164,6 +164,8 @@ class WorkerActor:
         return self.comm.kinds()
 
     def _lost(self, error: PeerLost) -> WorkerDied:
+        if error.peer == self.npeers:
+            return WorkerDied(f"worker {self.index} lost the driver: the connection {error.reason}")
         return WorkerDied(
             f"worker {self.index} lost worker {error.peer}: {error} (a process died, or a "
             "node or the connection between them failed); with checkpoint= the run restores "
@@ -171,19 +173,6 @@ class WorkerActor:
         )
 
     # -- inbound (event loop) ------------------------------------------------------------------
-    async def command(self, seq: int, vertex: int, payload: bytes) -> None:
-        """A driver command for input ``vertex``, number ``seq`` in this worker's order."""
-        if self.finished or seq < self.next_command or seq in self.early_commands:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        cmd = command_from_wire(serialization.decode(payload))
-        self.early_commands[seq] = (vertex, cmd, fut)
-        while self.next_command in self.early_commands:
-            self.commands.append(self.early_commands.pop(self.next_command))
-            self.next_command += 1
-        self.wake.set()
-        await fut
-
     def _apply(self, budget: list[int] | None = None) -> None:
         """Hand what arrived to the worker (between steps): the peers' frames, at most
         ``budget[peer]`` of each peer's if given, and then, without a budget, the driver's
@@ -201,15 +190,19 @@ class WorkerActor:
             if inbox > self.max_inbox:
                 self.max_inbox = inbox
         if budget is not None:
-            return  # commands wait: they are bounded by the driver's calls in flight
-        while self.commands:
-            vertex, cmd, fut = self.commands.popleft()
+            return  # commands wait: the driver's credits bound them
+        for payload in comm.driver_commands():
             try:
-                self.worker.command(vertex, cmd)
+                vertex, wire = serialization.decode(payload)
+                self.worker.command(vertex, command_from_wire(wire))
                 self.applied += 1
-            finally:  # the driver waits on this; release it even if applying failed
-                if not fut.done():
-                    fut.set_result(None)
+            finally:  # credit it even if applying failed: the driver may wait on it
+                comm.applied(self.npeers)
+
+    def _report(self, outputs: Outputs, parts: list[tuple[int, dict[str, Any]]], end: bool) -> None:
+        """Send outputs emitted and checkpoint parts written (``(epoch, what the manifest
+        records of it)``) to the driver, one frame; ``end``: nothing more will come."""
+        self.comm.send_driver(serialization.encode([outputs, parts, end]))
 
     async def _wait(self, timeout: float | None = None) -> None:
         """Wait for something to arrive: a frame, a credit, a command, a lost peer."""
@@ -241,8 +234,7 @@ class WorkerActor:
                     if worker.has_work():
                         out, emitted = self._step()
                         if emitted:
-                            self.outputs.extend(emitted)
-                            self.out_ready.set()
+                            self._report(emitted, [], False)
                         await self._send(out)
                         # Let the handlers run: a worker that always has work (a source) must
                         # still take messages in and hand its outputs over.
@@ -250,7 +242,7 @@ class WorkerActor:
                         continue
                     if worker.idle():
                         break
-                    if self.commands or comm.waiting():
+                    if comm.waiting():
                         continue
                     self.waiting = True
                     await self._wait(_WAKE)
@@ -265,6 +257,8 @@ class WorkerActor:
             raise self._lost(e) from None
         for fut in self.pending_writes:  # a failed write fails the run
             await asyncio.wrap_future(fut)
+        # Every part's report went before (its callback ran before its future completed).
+        self._report([], [], True)
         comm.close_listeners()
         return self.steps
 
@@ -284,7 +278,7 @@ class WorkerActor:
 
     def _write_part(self, epoch: int, data: bytes) -> None:
         """Write a checkpoint part on the writer thread (off the step loop); report it to
-        the driver with the outputs once it is durable."""
+        the driver once it is durable (after the outputs of its epoch: they went first)."""
         store, writer = self.store, self.writer
         assert store is not None and writer is not None
 
@@ -297,8 +291,7 @@ class WorkerActor:
 
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
         self.unreported -= 1
-        self.parts.append((epoch, info))
-        self.out_ready.set()
+        self._report([], [(epoch, info)], False)
 
     async def _send(self, out: list[tuple[int, bytes]]) -> None:
         """Send a step's messages, one frame per peer, each once its channel has a credit."""
@@ -336,32 +329,8 @@ class WorkerActor:
         """Stop taking messages in and release everyone waiting on this worker."""
         self.finished = True
         self.comm.discard()
-        pending = [f for _, _, f in self.commands]
-        pending += [f for _, _, f in self.early_commands.values()]
-        for fut in pending:
-            if not fut.done():
-                fut.set_result(None)
-        self.commands.clear()
-        self.early_commands.clear()
-        self.out_ready.set()
 
     # -- queries -------------------------------------------------------------------------------
-    async def take_outputs(self) -> tuple[bytes, list[tuple[int, dict[str, Any]]], bool]:
-        """The driver's long poll: emitted outputs and checkpoint parts written, once there
-        are some, and whether the loop has ended (then nothing more will come). A part is
-        reported after the outputs of its epoch: they were emitted before it was taken."""
-        while not self.outputs and not self.parts and not self._drained():
-            self.out_ready.clear()
-            await self.out_ready.wait()
-        out, self.outputs = self.outputs, []
-        parts, self.parts = self.parts, []
-        return serialization.encode(out), parts, self._drained()
-
-    def _drained(self) -> bool:
-        """The loop has ended and every checkpoint part it wrote has been reported: the
-        last parts are often written after the last step (a failed write fails ``run``)."""
-        return self.finished and not self.unreported
-
     async def request_checkpoint(self, epoch: int) -> tuple[bool, int]:
         """The driver asks for a checkpoint after ``epoch`` (between steps)."""
         return self.worker.request_checkpoint(epoch), self.worker.checkpoint_floor()
@@ -389,6 +358,7 @@ class WorkerActor:
             "taken_in": self.applied,
             "max_inbox": self.max_inbox,
             "max_queued": self.comm.max_queued,
+            "max_commands": self.comm.max_commands,
             "credit_waits": self.credit_waits,
             "refused": self.comm.refused,
             "links": self.comm.kinds(),
@@ -490,13 +460,11 @@ class RaySession(Session):
         """``(sender, receiver) -> (frames sent, when seen)``: frames the receiver's
         reader had not read at the sender's last heartbeat."""
         self._last_change = time.monotonic()
-        self._polls: dict[int, tuple[Any, concurrent.futures.Future[Any]]] = {}
-        # (worker, future) of each poll that answered, in answer order
-        self._answers: deque[tuple[int, Any]] = deque()
-        self._answered = threading.Event()
+        self._links: DriverLinks | None = None
+        """The driver's connections to this set of actors (commands out, reports in)."""
+        self._ended: set[int] = set()
+        """Workers whose last report has arrived: nothing more comes from them."""
         self._delivering = False
-        self._cmd_seq = [0] * self.workers
-        self._cmd_refs: list[deque[Any]] = [deque() for _ in range(self.workers)]
         self._rr = 0
 
     def _launch(self, restore: Restore | None) -> None:
@@ -530,13 +498,18 @@ class RaySession(Session):
         self.pids = [pid for _, pid, _ in placed]
         self.addresses = [address for _, _, address in placed]
         connects = [a.connect.remote(self.addresses) for a in self.actors]
+        self._links = DriverLinks(workers, secret, self.max_inflight)
+        try:  # the workers' connect waits for the driver too
+            self._links.connect(self.addresses, ray.get_runtime_context().get_node_id())
+        except PeerLost as e:
+            raise WorkerDied(f"worker {e.peer} {e.reason}") from None
         self.links = self._wait_for(connects, list(range(workers)))
         self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
         self._run_worker = {ref: i for i, ref in self._runs.items()}
-        for w in range(workers):
-            self._long_poll(w)
 
     def _kill_actors(self) -> None:
+        if self._links is not None:
+            self._links.close()
         for actor in self.actors:
             with contextlib.suppress(Exception):  # already dead is fine
                 ray.kill(actor, no_restart=True)
@@ -605,19 +578,16 @@ class RaySession(Session):
         self._collect(0)
 
     def _command(self, w: int, vertex: int, cmd: InputCommand) -> None:
-        queue = self._cmd_refs[w]
-        if len(queue) >= self.max_inflight:
-            done, _ = ray.wait(list(queue), num_returns=len(queue), timeout=0)
-            for ref in done:
-                queue.remove(ref)
-                self._get(ref, w)
-            while len(queue) >= self.max_inflight:
-                self._wait_for([queue.popleft()], [w])
-        # Encoded before taking a number: a failure leaves no gap.
-        payload = serialization.encode(command_to_wire(cmd))
-        seq = self._cmd_seq[w]
-        self._cmd_seq[w] = seq + 1
-        queue.append(self.actors[w].command.remote(seq, vertex, payload))
+        """One frame on the driver's connection to worker ``w`` (FIFO), once it has a
+        credit; meanwhile the workers are watched (a dead one raises WorkerDied)."""
+        links = self._links
+        assert links is not None
+        payload = serialization.encode([vertex, command_to_wire(cmd)])
+        try:
+            links.send(w, payload, self._check)
+        except PeerLost as e:
+            self._check()  # a worker's own failure says more than a closed connection
+            raise WorkerDied(f"worker {w} died: {e.reason}") from None
 
     def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
         refs = [a.request_checkpoint.remote(epoch) for a in self.actors]
@@ -640,7 +610,7 @@ class RaySession(Session):
             if time.monotonic() - self._last_check >= _CHECK_EVERY:  # a spinning poll stays cheap
                 self._check()
             left = deadline - time.monotonic()
-            if self._collect(min(max(left, 0.0), _TICK)) or not self._polls:
+            if self._collect(min(max(left, 0.0), _TICK)) or not self._more():
                 return  # delivered, or nothing more will come
             if left <= 0:
                 # Nothing yet: let Ray's threads have the GIL, else a driver spinning on
@@ -651,61 +621,57 @@ class RaySession(Session):
     def _wait(self) -> None:
         self._last_change = time.monotonic()
         while self._runs:
-            if self._polls:
-                # A worker's poll also answers when its loop ends, fails or is killed.
+            if self._more():
+                # A killed worker's connection ends: that arrives here too.
                 self._collect(_TICK)
-            else:  # every loop has ended; some still wait for their last sends
+            else:  # every last report is in; some loops still wait for their last sends
                 ray.wait(list(self._runs.values()), num_returns=1, timeout=_TICK)
             self._check(closed=True)
-        for w, queue in enumerate(self._cmd_refs):
-            self._wait_for(list(queue), [w] * len(queue))
-            queue.clear()
-        # Every loop has ended: the last polls answer at once, with the last outputs.
-        while self._polls and not self._delivering:
+        # Every loop has ended, each after sending its last report: they are on their way.
+        deadline = time.monotonic() + self.heartbeat_timeout
+        while self._more() and not self._delivering:
             self._collect(_TICK)
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(self.workers)) - self._ended)
+                raise WorkerDied(
+                    f"workers {missing} ended their loops but their last outputs did not reach "
+                    f"the driver within {self.heartbeat_timeout:g}s"
+                )
 
     # -- outputs ----------------------------------------------------------------------------
-    def _long_poll(self, w: int) -> None:
-        """Long-poll worker ``w`` for outputs; its answer is noted by a Ray thread."""
-        ref = self.actors[w].take_outputs.remote()
-        future = ref.future()
-        self._polls[w] = (ref, future)  # the ref too: it keeps the answer alive
-        future.add_done_callback(lambda f, w=w: self._note_answer(w, f))
-
-    def _note_answer(self, w: int, future: Any) -> None:
-        self._answers.append((w, future))
-        self._answered.set()
+    def _more(self) -> bool:
+        """Whether reports may still come (some worker has not sent its last)."""
+        return self._links is not None and len(self._ended) < self.workers
 
     def _collect(self, timeout: float) -> bool:
-        """Deliver the outputs of every answered poll, in each worker's order, and poll
-        again; wait up to ``timeout`` for an answer first. Returns whether anything was
-        delivered."""
-        if self._delivering or not self._polls:
+        """Deliver the reports that have arrived on the driver's connections, in each
+        worker's order (outputs to the callbacks, checkpoint parts to the coordinator);
+        wait up to ``timeout`` for one first. Returns whether an output was delivered."""
+        links = self._links
+        if self._delivering or links is None:
             return False  # a callback fed an input: its outputs come after it returns
-        if not self._answers and timeout > 0:
-            self._answered.wait(timeout)
-        self._answered.clear()
+        frames = links.frames
+        if not frames and timeout > 0:
+            links.arrived.wait(timeout)
+        links.arrived.clear()
         delivered = False
         self._delivering = True
         try:
-            while self._answers:
-                w, answered = self._answers.popleft()
-                current = self._polls.get(w)
-                if current is None or current[1] is not answered:
-                    continue  # a poll of a worker replaced since (a restart)
-                _, future = self._polls.pop(w)
-                try:
-                    payload, parts, finished = future.result()
-                except Exception as e:
-                    error = _translate(e, w)
-                    raise error from error.__cause__  # see _translate
-                if not finished:
-                    self._long_poll(w)
-                for key, epoch, records in serialization.decode(payload):
+            while frames:
+                w, payload = frames.popleft()
+                if payload is None:
+                    self._check()  # a worker's own failure says more than a closed connection
+                    raise WorkerDied(
+                        f"worker {w} died: its connection to the driver {links.lost(w)}"
+                    )
+                outputs, parts, end = serialization.decode(payload)
+                for key, epoch, records in outputs:
                     self._deliver(key, epoch, records)
                     delivered = True
                 for epoch, info in parts:
                     self._part_written(epoch, info)
+                if end:
+                    self._ended.add(w)
         finally:
             self._delivering = False
         return delivered

@@ -18,6 +18,13 @@ whenever the host is about to wait (:meth:`Allocator.flush_credits`).
 Failures: a reader task per connection reads all the time, so a peer's EOF, reset or
 garbage is noticed within a scheduling delay; the host learns of it from
 :meth:`Allocator.check` (and its wake-up callback) as :class:`PeerLost`.
+
+The driver (``driver=True``) is one more endpoint, index ``peers``: it dials every
+worker with the same handshake (:mod:`timely.comm.driver`), sends commands as DATA
+frames under the same credits (:meth:`Allocator.driver_commands`, credited by
+:meth:`Allocator.applied` with ``peers``) and gets reports back as DATA frames
+(:meth:`Allocator.send_driver`, not credited: the driver's reader thread always takes
+them, and they wait on the driver's side until it calls in).
 """
 
 from __future__ import annotations
@@ -157,6 +164,7 @@ class Allocator:
         secret: bytes,
         window: int = 8,
         wake: Callable[[], None] | None = None,
+        driver: bool = False,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -170,7 +178,12 @@ class Allocator:
         self._links: list[_Link | None] = [None] * peers
         self._channels: list[Channel | None] = [None] * peers
         self._connected = asyncio.Event()
-        self._missing = peers - 1
+        self._missing = peers - 1 + int(driver)
+        self._expects_driver = driver
+        self._driver: _Link | None = None
+        """The driver's connection (index ``peers``), once it has dialled in."""
+        self.max_commands = 0
+        """The most driver commands ever waiting to be taken."""
         self._servers: list[asyncio.AbstractServer] = []
         self._dir: str | None = None
         self._discarding = False
@@ -274,6 +287,15 @@ class Allocator:
         """A connection to a listener: admitted once it proves the secret and names a
         higher index not yet connected; closed otherwise, and the run goes on."""
         peer = await hello_listener(reader, writer, self._secret, self.index)
+        if peer is not None and peer == self.peers:
+            if not self._expects_driver or self._driver is not None:
+                self.refused += 1
+                writer.close()
+                return
+            if kind == "tcp":
+                _keepalive(writer)
+            self._add(peer, reader, writer, kind)
+            return
         if peer is None or not self.index < peer < self.peers or self._links[peer] is not None:
             self.refused += 1
             writer.close()
@@ -286,8 +308,11 @@ class Allocator:
         self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
     ) -> None:
         link = _Link(peer, reader, writer, kind)
-        self._links[peer] = link
-        self._channels[peer] = Channel(self, link)
+        if peer == self.peers:
+            self._driver = link
+        else:
+            self._links[peer] = link
+            self._channels[peer] = Channel(self, link)
         link.task = asyncio.ensure_future(self._read(link))
         # A reader lives as long as its process, and Ray kills actors with it pending:
         # asyncio's "Task was destroyed but it is pending" would only be noise then.
@@ -314,9 +339,13 @@ class Allocator:
                         self._credit(link)
                         continue
                     link.queue.append(payload)
-                    self.queued += 1
-                    if self.queued > self.max_queued:
-                        self.max_queued = self.queued
+                    if link is self._driver:
+                        if len(link.queue) > self.max_commands:
+                            self.max_commands = len(link.queue)
+                    else:
+                        self.queued += 1
+                        if self.queued > self.max_queued:
+                            self.max_queued = self.queued
                 elif kind == CREDIT and n == COUNT.size:
                     (credit,) = COUNT.unpack(payload)
                     if not link.credit <= credit <= link.sent:
@@ -353,9 +382,16 @@ class Allocator:
         """Raise PeerLost for the first connection that has ended."""
         if not self._broken:
             return
-        for link in self._links:
-            if link is not None and link.lost is not None:
+        for link in self._all():
+            if link.lost is not None:
                 raise PeerLost(link.peer, link.lost)
+
+    def _all(self) -> list[_Link]:
+        """Every connection: the peers', then the driver's."""
+        links = [link for link in self._links if link is not None]
+        if self._driver is not None:
+            links.append(self._driver)
+        return links
 
     def recv_nowait(self, budget: list[int] | None = None) -> list[tuple[int, bytes]]:
         """The frames received so far, ``(peer, payload)``, FIFO per peer; with
@@ -376,7 +412,10 @@ class Allocator:
         return out
 
     def waiting(self, budget: list[int] | None = None) -> bool:
-        """Whether :meth:`recv_nowait` with ``budget`` would return anything."""
+        """Whether :meth:`recv_nowait` with ``budget`` would return anything, or (without
+        ``budget``) :meth:`driver_commands`."""
+        if budget is None and self._driver is not None and self._driver.queue:
+            return True
         if not self.queued:
             return False
         return any(
@@ -394,10 +433,20 @@ class Allocator:
                     return link.peer, link.queue.popleft()
             await self.changed()
 
+    def driver_commands(self) -> list[bytes]:
+        """The driver's frames received so far, in order; credit them with
+        :meth:`applied` (``peers``) once applied."""
+        link = self._driver
+        if link is None or not link.queue:
+            return []
+        out = list(link.queue)
+        link.queue.clear()
+        return out
+
     def applied(self, peer: int, n: int = 1) -> None:
-        """The host applied ``n`` frames from ``peer``: credit goes back every
-        ``window // 2`` of them."""
-        link = self._links[peer]
+        """The host applied ``n`` frames from ``peer`` (``peers``: the driver): credit goes
+        back every ``window // 2`` of them."""
+        link = self._driver if peer == self.peers else self._links[peer]
         assert link is not None
         link.applied += n
         if link.applied - link.acked >= self._credit_every:
@@ -405,8 +454,8 @@ class Allocator:
 
     def flush_credits(self) -> None:
         """Return the credit of every applied frame now (before the host waits)."""
-        for link in self._links:
-            if link is not None and link.applied > link.acked:
+        for link in self._all():
+            if link.applied > link.acked:
                 self._credit(link)
 
     def _credit(self, link: _Link) -> None:
@@ -418,14 +467,28 @@ class Allocator:
         """The host takes nothing more: drop what waits and, from now on, credit every
         frame on arrival, so no peer waits on this worker again."""
         self._discarding = True
-        for link in self._links:
-            if link is not None:
-                link.applied += len(link.queue)
-                link.queue.clear()
+        for link in self._all():
+            link.applied += len(link.queue)
+            link.queue.clear()
         self.queued = 0
         self.flush_credits()
 
     # -- sending ------------------------------------------------------------------------------
+    def send_driver(self, payload: bytes) -> None:
+        """Send a report (outputs, checkpoint parts) to the driver. Not credited: the
+        driver's reader always takes it. Dropped if that connection has ended (then
+        :meth:`check` raises)."""
+        link = self._driver
+        if link is None or link.lost is not None:
+            return
+        if len(payload) > MAX_FRAME:
+            raise ValueError(
+                f"a step's outputs are {len(payload):,} bytes, over the {MAX_FRAME:,}-byte "
+                "frame limit: emit smaller epochs"
+            )
+        link.writer.write(data_frame(payload))
+        link.sent += 1
+
     def channel(self, peer: int) -> Channel:
         """The channel to ``peer`` (after :meth:`connect`)."""
         channel = self._channels[peer]
@@ -479,13 +542,12 @@ class Allocator:
     async def close(self) -> None:
         """Close every connection and listener."""
         self.close_listeners()
-        for link in self._links:
-            if link is not None:
-                if link.task is not None:
-                    link.task.cancel()
-                link.writer.close()
-        for link in self._links:
-            if link is not None and link.task is not None:
+        for link in self._all():
+            if link.task is not None:
+                link.task.cancel()
+            link.writer.close()
+        for link in self._all():
+            if link.task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await link.task
 
