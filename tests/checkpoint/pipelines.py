@@ -75,15 +75,23 @@ class EpochSource(Source):
 
 
 def build(
-    pipeline: str, epochs: list[list[int]], use_source: bool = False
+    pipeline: str,
+    epochs: list[list[int]],
+    use_source: bool = False,
+    builders: dict[str, Callable[[Stream], Stream]] = PIPELINES,
+    close: bool = False,
+    name: str = "ckpt",
 ) -> tuple[Dataflow, dict[int, list[Any]]]:
-    """The dataflow and the dict its output epochs land in (each epoch exactly once)."""
-    flow = Dataflow(f"ckpt-{pipeline}")
+    """The dataflow and the dict its output epochs land in (each epoch exactly once).
+
+    Fed from a source, or by a driver that sends every epoch before the workers start
+    (a burst; ``close`` closes the input too)."""
+    flow = Dataflow(f"{name}-{pipeline}")
     out: dict[int, list[Any]] = {}
 
     def record(epoch: int, records: list[Any]) -> None:
         assert epoch not in out, f"epoch {epoch} delivered twice"
-        out[epoch] = sorted(records)
+        out[epoch] = sorted(records, key=repr)
 
     if use_source:
         stream = flow.source(EpochSource(epochs))
@@ -93,5 +101,7 @@ def build(
         for e, records in enumerate(epochs):
             handle.advance_to(e)
             handle.send(records)
-    PIPELINES[pipeline](stream).subscribe(record)
+        if close:
+            handle.close()
+    builders[pipeline](stream).subscribe(record)
     return flow, out

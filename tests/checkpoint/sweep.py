@@ -15,8 +15,9 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from tests.checkpoint import pipelines
 from tests.checkpoint.mutable import MUTABLE
-from tests.checkpoint.pipelines import PIPELINES, EpochSource
+from tests.checkpoint.pipelines import PIPELINES
 from timely import Dataflow, Stream
 
 ALL: dict[str, Callable[[Stream], Stream]] = {**PIPELINES, **MUTABLE}
@@ -36,24 +37,7 @@ def build(
 ) -> tuple[Dataflow, dict[int, list[Any]]]:
     """The dataflow, fed all at once (a bursty driver: every epoch queued before the
     workers start, so one step sees many) or from a source; and where its epochs land."""
-    flow = Dataflow(f"sweep-{pipeline}")
-    out: dict[int, list[Any]] = {}
-
-    def record(epoch: int, records: list[Any]) -> None:
-        assert epoch not in out, f"epoch {epoch} delivered twice"
-        out[epoch] = sorted(records, key=repr)
-
-    if source:
-        stream = flow.source(EpochSource(epochs))
-    else:
-        handle = flow.new_input()
-        stream = handle.stream
-        for e, records in enumerate(epochs):
-            handle.advance_to(e)
-            handle.send(records)
-        handle.close()
-    ALL[pipeline](stream).subscribe(record)
-    return flow, out
+    return pipelines.build(pipeline, epochs, source, builders=ALL, close=True, name="sweep")
 
 
 def run(

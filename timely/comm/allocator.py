@@ -287,19 +287,17 @@ class Allocator:
         """A connection to a listener: admitted once it proves the secret and names a
         higher index not yet connected; closed otherwise, and the run goes on."""
         peer = await hello_listener(reader, writer, self._secret, self.index)
-        if peer is not None and peer == self.peers:
-            if not self._expects_driver or self._driver is not None:
-                self.refused += 1
-                writer.close()
-                return
-            if kind == "tcp":
-                _keepalive(writer)
-            self._add(peer, reader, writer, kind)
-            return
-        if peer is None or not self.index < peer < self.peers or self._links[peer] is not None:
+        if peer is None:
+            admitted = False
+        elif peer == self.peers:  # the driver: one connection, when one is expected
+            admitted = self._expects_driver and self._driver is None
+        else:
+            admitted = self.index < peer < self.peers and self._links[peer] is None
+        if not admitted:
             self.refused += 1
             writer.close()
             return
+        assert peer is not None
         if kind == "tcp":
             _keepalive(writer)
         self._add(peer, reader, writer, kind)
