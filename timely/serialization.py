@@ -24,6 +24,7 @@ import pickle
 import struct
 import threading
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
@@ -108,7 +109,13 @@ def _is_flat(items: list[Any] | tuple[Any, ...]) -> bool:
         return True
     if tuple not in types or not types - {tuple} <= _SCALARS:
         return False
-    return all(_is_flat(x) for x in items if type(x) is tuple)
+    tuples = items if len(types) == 1 else [x for x in items if type(x) is tuple]
+    lengths = set(map(len, tuples))
+    if len(lengths) == 1:
+        # Tuples of one length (the common batch: pairs): check column by column, each
+        # column taken and typed in one pass in C, instead of one Python call per record.
+        return all(_is_flat(list(map(itemgetter(i), tuples))) for i in range(lengths.pop()))
+    return all(_is_flat(x) for x in tuples)
 
 
 def _maybe_flat(items: list[Any]) -> Any:
