@@ -61,6 +61,7 @@ import msgpack  # type: ignore[import-untyped]
 import ray
 
 from benchmarks.tables import markdown
+from timely.comm.driver import recv_exactly
 from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every
 from timely.comm.handshake import (
     HELLO_TIMEOUT,
@@ -124,24 +125,12 @@ async def _hello_client(
     await hello_dialer(reader, writer, secret, 0, 0, HELLO_TIMEOUT)
 
 
-def _recv_exactly(conn: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = conn.recv_into(view[got:])
-        if not k:
-            raise EOFError(f"peer closed the connection ({got} of {n} bytes read)")
-        got += k
-    return bytes(buf)
-
-
 def _hello_server_sync(conn: socket.socket, secret: bytes) -> bool:
     challenge = os.urandom(NONCE)
     conn.sendall(challenge)
     conn.settimeout(HELLO_TIMEOUT)
     try:
-        proof = _recv_exactly(conn, PROOF)
+        proof = recv_exactly(conn, PROOF)
     except (OSError, EOFError):
         return False
     conn.settimeout(None)
@@ -153,10 +142,10 @@ def _hello_server_sync(conn: socket.socket, secret: bytes) -> bool:
 
 
 def _hello_client_sync(conn: socket.socket, secret: bytes) -> None:
-    challenge = _recv_exactly(conn, NONCE)
+    challenge = recv_exactly(conn, NONCE)
     nonce, proof = dialer_proof(secret, challenge, 0)
     conn.sendall(proof)
-    if not hmac.compare_digest(_recv_exactly(conn, MAC), listener_proof(secret, nonce, 0)):
+    if not hmac.compare_digest(recv_exactly(conn, MAC), listener_proof(secret, nonce, 0)):
         raise ConnectionError("the peer does not know the run's secret")
 
 
@@ -227,8 +216,8 @@ def _serve_thread_conn(conn: socket.socket, secret: bytes, ack_every: int) -> No
                 return
             frames = records = 0
             while True:
-                n, kind = HEAD.unpack(_recv_exactly(conn, HEAD.size))
-                body = _recv_exactly(conn, n) if n else b""
+                n, kind = HEAD.unpack(recv_exactly(conn, HEAD.size))
+                body = recv_exactly(conn, n) if n else b""
                 if kind == DATA:
                     records += len(decode(body))
                     frames += 1
@@ -301,8 +290,8 @@ class SyncLink:
         self.conn.sendall(HEAD.pack(len(payload), kind) + payload)
 
     def recv(self) -> tuple[int, bytes]:
-        n, kind = HEAD.unpack(_recv_exactly(self.conn, HEAD.size))
-        return kind, (_recv_exactly(self.conn, n) if n else b"")
+        n, kind = HEAD.unpack(recv_exactly(self.conn, HEAD.size))
+        return kind, (recv_exactly(self.conn, n) if n else b"")
 
 
 def _batches(seed: int = 7, count: int = 64) -> list[list[int]]:

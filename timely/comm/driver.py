@@ -88,10 +88,10 @@ class DriverLinks:
         try:
             sock.settimeout(timeout)
             sock.connect(where)
-            challenge = _recv_exactly(sock, NONCE)
+            challenge = recv_exactly(sock, NONCE)
             nonce, proof = dialer_proof(self._secret, challenge, self.workers)
             sock.sendall(proof)
-            answer = _recv_exactly(sock, MAC)
+            answer = recv_exactly(sock, MAC)
             if not hmac.compare_digest(answer, listener_proof(self._secret, nonce, w)):
                 raise PeerLost(w, f"at {where} is not this run's worker {w} (wrong MAC)")
             sock.settimeout(None)
@@ -109,8 +109,8 @@ class DriverLinks:
         sock = conn.sock
         try:
             while True:
-                n, kind = HEADER.unpack(_recv_exactly(sock, HEADER.size))
-                payload = _recv_exactly(sock, n) if n else b""
+                n, kind = HEADER.unpack(recv_exactly(sock, HEADER.size))
+                payload = recv_exactly(sock, n) if n else b""
                 if kind == DATA:
                     self.frames.append((conn.worker, payload))
                     self.arrived.set()
@@ -186,14 +186,14 @@ class DriverLinks:
                 conn.thread.join(1.0)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    """``n`` bytes from ``sock``; EOFError if it ends first."""
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from a blocking ``sock``; EOFError if the peer closes first."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
         k = sock.recv_into(view[got:])
         if k == 0:
-            raise EOFError
+            raise EOFError(f"peer closed the connection ({got} of {n} bytes read)")
         got += k
     return bytes(buf)
