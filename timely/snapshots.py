@@ -11,6 +11,7 @@ later epoch changes a vertex's state before its snapshot for the checkpoint in b
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from progress import target
@@ -60,34 +61,34 @@ class Snapshots:
             self.max_notified = epoch
         return False
 
-    def open_epoch(self, v: int) -> int | None:
-        """The lowest epoch vertex ``v`` may still receive, be notified or send at (None:
-        it is finished for good)."""
-        epochs = [t[0] for _, t, _ in self.w.inbox[v]]
-        ctx = self.w.contexts[v]
-        epochs.extend(t[0] for t in ctx.requests)
-        epochs.extend(t[0] for t in ctx.caps)
-        frontier = self.w.tracker.frontier
-        for i in range(self.w.plan.vertices[v].inputs):
-            epochs.extend(t[0] for t in frontier(target(v, i)))
-        return min(epochs) if epochs else None
-
-    def open_at(self, v: int, epoch: int) -> bool:
-        """Whether ``v`` may still receive, be notified or send at ``epoch`` or earlier: the
-        cheap form of ``_open_epoch(v) <= epoch``, stopping at the first witness."""
+    def _open_epochs(self, v: int) -> Iterator[int]:
+        """The epochs ``v`` may still receive, be notified or send at: its inputs'
+        frontiers (most often the earliest), its notification requests, its capabilities
+        and its inbox."""
         frontier = self.w.tracker.frontier
         for i in range(self.w.plan.vertices[v].inputs):
             for t in frontier(target(v, i)):
-                if t[0] <= epoch:
-                    return True
+                yield t[0]
         ctx = self.w.contexts[v]
         for t in ctx.requests:
-            if t[0] <= epoch:
-                return True
+            yield t[0]
         for t in ctx.caps:
-            if t[0] <= epoch:
+            yield t[0]
+        for _, t, _ in self.w.inbox[v]:
+            yield t[0]
+
+    def open_epoch(self, v: int) -> int | None:
+        """The lowest epoch ``v`` may still receive, be notified or send at (None: it is
+        finished for good)."""
+        return min(self._open_epochs(v), default=None)
+
+    def open_at(self, v: int, epoch: int) -> bool:
+        """Whether ``v`` may still act at ``epoch`` or earlier: ``open_epoch(v) <= epoch``,
+        stopping at the first witness (it is asked of every vertex at every step)."""
+        for e in self._open_epochs(v):
+            if e <= epoch:
                 return True
-        return any(t[0] <= epoch for _, t, _ in self.w.inbox[v])
+        return False
 
     def due(self, after: int, upto: int | None) -> range | list[int]:
         """The checkpoint epochs in ``(after, upto]`` (``upto=None``: the first one only).
@@ -115,8 +116,8 @@ class Snapshots:
         frontier jumps over several (a stateless step, a burst of epochs in one step)
         still has its share in every one of those checkpoints.
 
-        One state serves them all: the hold-back in :meth:`_notify` keeps ``v`` from being
-        notified after the first of them before this snapshot, and what it received
+        One state serves them all: :meth:`hold_back` keeps ``v`` from being notified
+        after the first of them before this snapshot, and what it received
         after it sits in per-time tables that ``snapshot_at(e)`` leaves out."""
         boundary = self.next_boundary(v)
         if boundary is None or self.open_at(v, boundary):
@@ -138,7 +139,7 @@ class Snapshots:
 
     def request(self, epoch: int) -> bool:
         """The driver asks for a checkpoint after ``epoch`` (on-request mode). Refused when
-        ``epoch`` is not after :meth:`checkpoint_floor`: the driver then asks for a later one."""
+        ``epoch`` is not after :meth:`floor`: the driver then asks for a later one."""
         if epoch <= self.floor():
             return False
         self.target = epoch
@@ -170,7 +171,7 @@ class Snapshots:
         for epoch in sorted(self.parts):
             part = self.parts[epoch]
             missing = [v for v in self.vertices if v not in part]
-            # A finished vertex's state is final and, by the hold-back in _notify, reflects
+            # A finished vertex's state is final and, by hold_back, reflects
             # no epoch after the one following its last snapshot: valid for this part.
             if not all(self.open_epoch(v) is None and self.snapped[v] < epoch for v in missing):
                 continue

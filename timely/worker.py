@@ -61,7 +61,6 @@ class Worker:
         self.plan = plan
         self.index = index
         self.peers = peers
-        self.checkpointing = checkpoint_every is not None or checkpoint_on_request
         self.max_epoch = -1
         """The latest epoch any vertex here has received at, been notified at or held a
         capability at."""
@@ -95,7 +94,8 @@ class Worker:
         self._notify_check = False  # frontiers changed since notifications were last checked
         self.emitted: list[tuple[str, int, list[Any]]] = []
         self.received_since_step = False
-        self.snapshots = Snapshots(self, checkpoint_every, start) if self.checkpointing else None
+        checkpointing = checkpoint_every is not None or checkpoint_on_request
+        self.snapshots = Snapshots(self, checkpoint_every, start) if checkpointing else None
         if restore is not None:
             self._restore(*restore)
         first = (start,)
@@ -108,6 +108,11 @@ class Worker:
         self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
         # Starting may have dropped capabilities (a source with no partitions here).
         self.progress.record(self._updates.drain())
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether this worker takes checkpoints (every few epochs, or on request)."""
+        return self.snapshots is not None
 
     # -- inbound ----------------------------------------------------------------------------
     def receive(self, message: WorkerMessage) -> None:
