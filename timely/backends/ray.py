@@ -146,8 +146,6 @@ class WorkerActor:
             self.index, self.npeers, secret, self.window, self.wake.set, driver=True
         )
         self.pending_writes: list[concurrent.futures.Future[None]] = []
-        self.unreported = 0
-        """Parts submitted for writing and not yet reported to the driver."""
         node: str = ray.get_runtime_context().get_node_id()
         host = ray.util.get_node_ip_address() if tcp else None  # type: ignore[no-untyped-call]
         address = await self.comm.listen(node, host)
@@ -286,11 +284,9 @@ class WorkerActor:
             info = store.write_part(epoch, self.index, self.npeers, data)
             self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
-        self.unreported += 1
         self.pending_writes.append(writer.submit(write))
 
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
-        self.unreported -= 1
         self._report([], [(epoch, info)], False)
 
     async def _send(self, out: list[tuple[int, bytes]]) -> None:
