@@ -4,7 +4,9 @@ One run, local Ray initialised once (``num_cpus=2``, no dashboard) before anythi
 timed:
 
 1. Start-up: an empty run (one input, closed at once, -> select -> collect) with
-   ``flow.run(workers=2, backend="ray")``, median of 5 after one unmeasured. Goal <= 0.4 s.
+   ``flow.run(workers=2, backend="ray")``, median of 5 after one unmeasured, with new
+   actors every run (cold) and with the actors kept from the run before (warm: what every
+   run of a driver after its first gets). Goal <= 0.4 s.
 2. Speed-up: 1,000,000 ints from a ``Source`` of 8 partitions (batches of 1,000, 10
    epochs) -> ``select(spin)`` -> ``count_by(r % 1000)``. ``spin`` is a pure-Python loop
    of ``k`` integer steps, ``k`` calibrated at start so one call costs ~3 us on this
@@ -12,8 +14,10 @@ timed:
    worker. Goal >= 1.7x after start-up.
 3. Word count, 2,000,000 words (``bench_wordcount``'s files and source, record at a
    time: ``select_many(str.split).count_by(word)``), Ray 2 workers against inline 1
-   worker. Goal >= 1.6x after start-up. Bytewax ``-w 2`` (whole wall time) when
-   ``bytewax`` is importable here; otherwise skipped.
+   worker. Goal >= 1.6x after start-up. Bytewax ``-w 2`` (whole wall time, its process
+   start included) against timely's whole wall with new actors and with warm ones (Ray
+   itself already up) when ``bytewax`` is importable here (the ``bench`` extra);
+   otherwise skipped. Goal >= 2.5x.
 4. Word count on Ray with W = 1, 2, 4 workers (4 is more than the 2 cores): throughput
    and messages sent per worker per epoch (the actors' ``stats()``; progress batches
    ride on data messages and are not counted apart, so this counts every frame a worker
@@ -56,6 +60,7 @@ from benchmarks.bench_wordcount import (
 )
 from benchmarks.tables import markdown
 from timely import Dataflow, Source
+from timely.backends.ray_pool import release_workers
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SPIN_US = 3.0
@@ -129,15 +134,15 @@ def timed_run(flow: Dataflow, workers: int, backend: str) -> dict[str, Any]:
     session = flow.activate(workers=workers, backend=backend)
     t1 = time.perf_counter()
     if backend == "ray":
-        kill = session._kill_actors  # type: ignore[attr-defined]
+        stop = session._stop  # type: ignore[attr-defined]
 
-        def read_stats_then_kill() -> None:
+        def read_stats_then_stop() -> None:
             actors = session.actors  # type: ignore[attr-defined]
             if actors and not stats:
                 stats.extend(ray.get([a.stats.remote() for a in actors]))
-            kill()
+            stop()
 
-        session._kill_actors = read_stats_then_kill  # type: ignore[attr-defined]
+        session._stop = read_stats_then_stop  # type: ignore[attr-defined]
     with session:
         for handle in flow._inputs:
             handle.close()
@@ -156,6 +161,28 @@ def median_run(make: Callable[[], Dataflow], workers: int, backend: str, repeat:
     """``repeat`` runs; the one with the median time after start-up (and its results)."""
     runs = sorted((timed_run(make(), workers, backend) for _ in range(repeat)), key=_work)
     return runs[len(runs) // 2]
+
+
+def paired_runs(
+    make: Callable[[], Dataflow], repeat: int, check: Callable[[Any], None]
+) -> tuple[dict[str, dict[str, Any]], list[float]]:
+    """``repeat`` pairs of runs, inline with 1 worker and Ray with 2, interleaved (the order
+    alternating) so that a slow spell of a shared machine hits both alike. Returns the
+    median run of each (by time after start-up) and each pair's ratio inline / Ray;
+    ``check`` is given every run's results."""
+    runs: dict[str, list[dict[str, Any]]] = {"inline x1": [], "ray x2": []}
+    ratios = []
+    for i in range(repeat):
+        pair = {}
+        order = (("inline", 1), ("ray", 2)) if i % 2 == 0 else (("ray", 2), ("inline", 1))
+        for backend, w in order:
+            r = timed_run(make(), w, backend)
+            check(r.pop("results"))
+            pair[backend] = r
+            runs[f"{backend} x{w}"].append(r)
+        ratios.append(pair["inline"]["work_s"] / pair["ray"]["work_s"])
+    medians = {name: sorted(rs, key=_work)[len(rs) // 2] for name, rs in runs.items()}
+    return medians, ratios
 
 
 def _work(r: dict[str, Any]) -> float:
@@ -202,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     records = 100_000 if args.quick else 1_000_000
     words = 200_000 if args.quick else 2_000_000
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat or (1 if args.quick else 5)
     load = os.getloadavg()
     started = time.perf_counter()
 
@@ -211,43 +238,55 @@ def main(argv: list[str] | None = None) -> None:
     data = Path(tempfile.mkdtemp(prefix="scale-data-"))
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
-        # 1. start-up
-        timed_run(empty_flow(), 2, "ray")  # unmeasured: first actors, imports
-        empties = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            empty_flow().run(workers=2, backend="ray")
-            empties.append(time.perf_counter() - t0)
+        # 1. start-up: new actors every time (cold), then actors kept from the run before
+        timed_run(empty_flow(), 2, "ray")  # unmeasured: Ray's first worker processes
+        colds: list[float] = []
+        empties: list[float] = []
+        for runs, cold in ((colds, True), (empties, False)):
+            for _ in range(5):
+                if cold:
+                    release_workers()
+                t0 = time.perf_counter()
+                empty_flow().run(workers=2, backend="ray")
+                runs.append(time.perf_counter() - t0)
+        cold_empty = statistics.median(colds)
         empty = statistics.median(empties)
-        print(f"  empty run: {empty:.3f} s", file=sys.stderr)
+        print(f"  empty run: cold {cold_empty:.3f} s, warm {empty:.3f} s", file=sys.stderr)
 
         # 2. speed-up, CPU-bound select
         expected = Counter({m: records // 1000 for m in range(1000)})
-        speed: dict[str, dict[str, Any]] = {}
-        for backend, w in (("inline", 1), ("ray", 2)):
-            r = median_run(lambda: spin_flow(records, k), w, backend, repeat)
-            assert totals(r.pop("results")) == expected, f"{backend} x{w}: counts differ"
-            speed[f"{backend} x{w}"] = r
-            print(f"  spin {backend} x{w}: {r['work_s']:.3f} s", file=sys.stderr)
+
+        def check_spin(results: Any) -> None:
+            assert totals(results) == expected, "spin: counts differ"
+
+        speed, speed_ratios = paired_runs(lambda: spin_flow(records, k), repeat, check_spin)
+        print(f"  spin inline / ray x2: {speed_ratios}", file=sys.stderr)
 
         # 3. word count, 2 Ray workers against 1 inline
         generate(data, words, 10_000)
         words_expected: Counter[str] = Counter()
         for p in paths(data):
             words_expected.update(p.read_text().split())
-        wc: dict[str, dict[str, Any]] = {}
-        for backend, w in (("inline", 1), ("ray", 2)):
-            r = median_run(lambda: wordcount_flow(data), w, backend, repeat)
-            assert totals(r.pop("results")) == words_expected, f"{backend} x{w}: counts differ"
-            wc[f"{backend} x{w}"] = r
-            print(f"  wordcount {backend} x{w}: {r['work_s']:.3f} s", file=sys.stderr)
+
+        def check_words(results: Any) -> None:
+            assert totals(results) == words_expected, "word count: counts differ"
+
+        wc, wc_ratios = paired_runs(lambda: wordcount_flow(data), repeat, check_words)
+        print(f"  wordcount inline / ray x2: {wc_ratios}", file=sys.stderr)
         bytewax: dict[str, Any] | None = None
         if importlib.util.find_spec("bytewax"):
             from benchmarks.bench_wordcount import bytewax_wordcount
 
             secs, _, got = bytewax_wordcount(sys.executable, data, 2)
             assert got == words_expected, "bytewax counts differ"
-            bytewax = {"wall_s": secs}
+            release_workers()  # timely's whole wall from new actors too (Ray itself is up)
+            cold_wc = timed_run(wordcount_flow(data), 2, "ray")
+            assert totals(cold_wc.pop("results")) == words_expected, "cold ray x2: counts differ"
+            bytewax = {
+                "wall_s": secs,
+                "timely_cold_wall_s": cold_wc["wall_s"],
+                "timely_warm_wall_s": wc["ray x2"]["wall_s"],
+            }
 
         # 4. W = 1, 2, 4 on Ray
         scaling: list[dict[str, Any]] = []
@@ -265,6 +304,11 @@ def main(argv: list[str] | None = None) -> None:
 
     # -- report ---------------------------------------------------------------------------
     print("## Start-up: empty run, 2 Ray workers, Ray initialised (median of 5)\n")
+    print(
+        "Cold: new actors for every run (``release_workers()`` before it). Warm: the actors "
+        "of the run before, kept reset for ``idle_timeout`` (the default after the first "
+        "run of a driver).\n"
+    )
     verdicts: list[list[str]] = []
 
     def verdict(what: str, value: float, goal: float, higher: bool, unit: str) -> None:
@@ -282,7 +326,11 @@ def main(argv: list[str] | None = None) -> None:
 
     print(
         markdown(
-            ["runs (s)", "median s"], [[" ".join(f"{e:.3f}" for e in empties), f"{empty:.3f}"]]
+            ["actors", "runs (s)", "median s"],
+            [
+                ["cold", " ".join(f"{e:.3f}" for e in colds), f"{cold_empty:.3f}"],
+                ["warm", " ".join(f"{e:.3f}" for e in empties), f"{empty:.3f}"],
+            ],
         )
     )
 
@@ -305,17 +353,44 @@ def main(argv: list[str] | None = None) -> None:
         f"count_by (median of {repeat})\n"
     )
     print(markdown(headers, rows(speed, records)))
-    sx = speed["inline x1"]["work_s"] / speed["ray x2"]["work_s"]
+    sx = statistics.median(speed_ratios)
     sx_empty = speed["inline x1"]["work_s"] / (speed["ray x2"]["wall_s"] - empty)
-    print(f"\nspeed-up after start-up {sx:.2f}x (wall minus empty run: {sx_empty:.2f}x)")
+    print(
+        f"\nspeed-up after start-up {sx:.2f}x, the median of {repeat} interleaved pairs "
+        f"({' '.join(f'{r:.2f}' for r in sorted(speed_ratios))}); of the median runs' walls "
+        f"minus the empty run: {sx_empty:.2f}x"
+    )
 
     print(f"\n## Word count: {words:,} words, record at a time (median of {repeat})\n")
     print(markdown(headers, rows(wc, words)))
-    wx = wc["inline x1"]["work_s"] / wc["ray x2"]["work_s"]
+    wx = statistics.median(wc_ratios)
     wx_empty = wc["inline x1"]["work_s"] / (wc["ray x2"]["wall_s"] - empty)
-    print(f"\nspeed-up after start-up {wx:.2f}x (wall minus empty run: {wx_empty:.2f}x)")
+    print(
+        f"\nspeed-up after start-up {wx:.2f}x, the median of {repeat} interleaved pairs "
+        f"({' '.join(f'{r:.2f}' for r in sorted(wc_ratios))}); of the median runs' walls "
+        f"minus the empty run: {wx_empty:.2f}x"
+    )
     if bytewax is not None:
-        print(f"Bytewax -w 2, whole wall: {bytewax['wall_s']:.3f} s")
+        bx = bytewax["wall_s"]
+        print(
+            "\n"
+            + markdown(
+                ["run (whole wall, start-up included; Ray already up)", "wall s", "Bytewax / it"],
+                [
+                    ["Bytewax 0.21 -w 2", f"{bx:.3f}", "1.00"],
+                    [
+                        "timely ray x2, new actors",
+                        f"{bytewax['timely_cold_wall_s']:.3f}",
+                        f"{bx / bytewax['timely_cold_wall_s']:.2f}",
+                    ],
+                    [
+                        "timely ray x2, warm actors",
+                        f"{bytewax['timely_warm_wall_s']:.3f}",
+                        f"{bx / bytewax['timely_warm_wall_s']:.2f}",
+                    ],
+                ],
+            )
+        )
     else:
         print("Bytewax: skipped (bytewax is not importable in this Python)")
 
@@ -351,9 +426,18 @@ def main(argv: list[str] | None = None) -> None:
         "apart: the counts are every frame a worker sent to its peers)"
     )
 
-    verdict("start-up, empty run, 2 Ray workers", empty, 0.4, False, " s")
+    verdict("start-up, empty run, 2 Ray workers, warm actors", empty, 0.4, False, " s")
+    verdict("start-up, empty run, 2 Ray workers, new actors", cold_empty, 0.4, False, " s")
     verdict("speed-up, CPU-bound select, after start-up", sx, 1.7, True, "x")
     verdict("word count speed-up, after start-up", wx, 1.6, True, "x")
+    if bytewax is not None:
+        bx = bytewax["wall_s"]
+        verdict(
+            "word count vs Bytewax, new actors", bx / bytewax["timely_cold_wall_s"], 2.5, True, "x"
+        )
+        verdict(
+            "word count vs Bytewax, warm actors", bx / bytewax["timely_warm_wall_s"], 2.5, True, "x"
+        )
     print()
     print(markdown(["goal", "measured", "goal", "verdict", "margin"], verdicts))
     print(
@@ -373,9 +457,25 @@ def main(argv: list[str] | None = None) -> None:
                 "repeat": repeat,
                 "run_s": total,
                 "spin": {"k": k, "us_per_call": spin_us},
-                "startup": {"runs_s": empties, "median_s": empty},
-                "speedup": {"records": records, "runs": speed, "ratio": sx},
-                "wordcount": {"words": words, "runs": wc, "ratio": wx, "bytewax": bytewax},
+                "startup": {
+                    "cold_runs_s": colds,
+                    "cold_median_s": cold_empty,
+                    "runs_s": empties,
+                    "median_s": empty,
+                },
+                "speedup": {
+                    "records": records,
+                    "runs": speed,
+                    "ratio": sx,
+                    "pair_ratios": speed_ratios,
+                },
+                "wordcount": {
+                    "words": words,
+                    "runs": wc,
+                    "ratio": wx,
+                    "pair_ratios": wc_ratios,
+                    "bytewax": bytewax,
+                },
                 "scaling": {"epochs": epochs, "runs": scaling},
                 "verdicts": verdicts,
             },

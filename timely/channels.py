@@ -13,13 +13,17 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
 
 _MASK = (1 << 64) - 1
 _OWNER_CACHE = 1 << 16
-"""How many keys an exchange channel remembers the owner of."""
+"""How many keys an exchange channel remembers the owner of (cleared when full)."""
+_COMPRESS_UP_TO = 16
+"""Up to this many workers, a batch is split with one C-level pass per worker."""
 
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -110,8 +114,8 @@ class Exchange(Channel):
     def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
         if workers == 1:
             return {here: records}
-        key = self.key
-        keys = [key(r) for r in records]
+        keys = list(map(self.key, records))
+        owners: list[int] | None = None
         if len(keys) >= 16 and type(keys[0]) is int:
             try:
                 arr = np.asarray(keys)
@@ -119,29 +123,44 @@ class Exchange(Channel):
                 arr = None
             if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
                 # Vectorised: the same hash as stable_hash, for a whole batch of int keys.
-                dest = (_mix_array(arr) % np.uint64(workers)).astype(np.intp)
-                out: dict[int, list[Any]] = {}
-                for w in range(workers):
-                    idx = np.flatnonzero(dest == w).tolist()
-                    if idx:
-                        out[w] = [records[i] for i in idx]
-                return out
+                owners = (_mix_array(arr) % np.uint64(workers)).astype(np.intp).tolist()
+        if owners is None:
+            try:
+                owners = self._owners_of(keys, workers)
+            except TypeError:  # an unhashable key: stable_hash says why, or hashes a frozenset
+                owners = [stable_hash(k) % workers for k in keys]
+        if workers <= _COMPRESS_UP_TO:
+            # One C-level pass over the batch per worker, no Python-level loop per record.
+            out = {}
+            for w in range(workers):
+                part = list(compress(records, map(w.__eq__, owners)))
+                if part:
+                    out[w] = part
+            return out
+        lists: list[list[Any]] = [[] for _ in range(workers)]
+        for record, w in zip(records, owners):
+            lists[w].append(record)
+        return {w: part for w, part in enumerate(lists) if part}
+
+    def _owners_of(self, keys: list[Any], workers: int) -> list[int]:
+        """Each key's worker, from the remembered owners; only keys never seen before
+        (or since the memory filled up and was cleared) are hashed. Raises TypeError for
+        an unhashable key."""
         cache = self._owners
         if self._owners_for != workers:
             cache.clear()
             self._owners_for = workers
-        lists: list[list[Any]] = [[] for _ in range(workers)]
-        for record, k in zip(records, keys):
-            try:
-                w = cache[k]
-            except KeyError:
-                w = stable_hash(k) % workers
-                if len(cache) < _OWNER_CACHE:
-                    cache[k] = w
-            except TypeError:  # unhashable in Python: stable_hash says why
-                w = stable_hash(k) % workers
-            lists[w].append(record)
-        return {w: part for w, part in enumerate(lists) if part}
+        try:
+            return list(map(cache.__getitem__, keys))
+        except KeyError:  # keys not seen before: hash each once
+            owners = list(map(cache.get, keys))
+            new = set(compress(keys, map(is_, owners, repeat(None))))
+            if len(cache) + len(new) > _OWNER_CACHE:
+                cache.clear()
+                new = set(keys)
+            for k in new:
+                cache[k] = stable_hash(k) % workers
+            return list(map(cache.__getitem__, keys))
 
 
 class Broadcast(Channel):

@@ -32,6 +32,7 @@ from timely import (
     exchange,
 )
 from timely.backends.ray import RaySession
+from timely.backends.ray_pool import POOL, release_workers
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -390,10 +391,71 @@ def test_unknown_and_bad_options_fail_before_starting() -> None:
         flow.run(workers=2, backend="ray", seed=3)
     with pytest.raises(ConfigError, match="max_inflight"):
         flow.run(workers=2, backend="ray", max_inflight=0)
+    with pytest.raises(ConfigError, match="idle_timeout must be >= 0"):
+        flow.run(workers=2, backend="ray", idle_timeout=-1)
     with pytest.raises(ConfigError, match="largest Ray node has 2 CPUs"):
         flow.run(workers=2, backend="ray", num_cpus_per_worker=64)
     with pytest.raises(ConfigError, match="need 3 CPUs but Ray has 2"):
         flow.run(workers=3, backend="ray", num_cpus_per_worker=1)
+
+
+# -- warm actors between runs ------------------------------------------------------------------
+def _activate_and_join(flow: Dataflow, **options: Any) -> tuple[RaySession, Any]:
+    session = flow.activate(workers=2, backend="ray", **options)
+    assert isinstance(session, RaySession)
+    for handle in flow._inputs:
+        handle.close()
+    return session, session.join()
+
+
+def test_a_clean_run_leaves_its_actors_reset_for_the_next_one() -> None:
+    release_workers()
+    data = lines_by_epoch(seed=11)
+    expected = sorted(wordcount(data).run(workers=1, backend="inline")["counts"])
+    first, got1 = _activate_and_join(wordcount(data))
+    second, got2 = _activate_and_join(wordcount(data))
+    assert (first.reused, second.reused) == (0, 2)
+    assert sorted(second.pids) == sorted(first.pids)  # the same processes
+    # The second run starts from nothing: state of the first (the counts) did not leak.
+    assert sorted(got1["counts"]) == sorted(got2["counts"]) == expected
+    assert len(POOL) == 2
+
+
+def test_actors_of_a_failed_run_are_not_kept() -> None:
+    release_workers()
+    flow = Dataflow("fragile")
+    nums = flow.new_input("nums")
+    nums.stream.exchange(lambda x: x).unary(Fragile, name="fragile").collect("out")
+    nums.send(range(20))
+    with pytest.raises(UserFunctionError):
+        flow.run(workers=2, backend="ray")
+    assert len(POOL) == 0
+    session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=1)))
+    assert session.reused == 0
+
+
+def test_idle_actors_go_after_idle_timeout_or_at_once_with_zero() -> None:
+    release_workers()
+    _activate_and_join(wordcount(lines_by_epoch(seed=2)), idle_timeout=0)
+    assert len(POOL) == 0
+    _activate_and_join(wordcount(lines_by_epoch(seed=3)), idle_timeout=0.2)
+    assert len(POOL) == 2
+    deadline = time.monotonic() + 30
+    while len(POOL):  # the pool's timer kills them
+        assert time.monotonic() < deadline, "idle actors outlived their idle_timeout"
+        time.sleep(0.05)
+    session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=4)))
+    assert session.reused == 0
+
+
+def test_a_run_of_another_shape_replaces_the_idle_actors() -> None:
+    release_workers()
+    _activate_and_join(wordcount(lines_by_epoch(seed=5)))
+    assert len(POOL) == 2  # 2 x 1 CPU: all of this Ray's CPUs
+    data = lines_by_epoch(seed=6)
+    expected = sorted(wordcount(data).run(workers=1, backend="inline")["counts"])
+    assert sorted(wordcount(data).run(workers=4, backend="ray")["counts"]) == expected
+    assert len(POOL) == 4  # the 1-CPU actors were killed to make room for 4 x 0.5
 
 
 # -- a cluster --------------------------------------------------------------------------------
@@ -465,6 +527,7 @@ LOCAL_SCRIPT = textwrap.dedent(
     import ray
 
     from timely import Dataflow, Vertex
+    from timely.backends.ray_pool import release_workers
 
 
     class Double(Vertex):
@@ -488,6 +551,8 @@ LOCAL_SCRIPT = textwrap.dedent(
     assert run(2).started_ray  # no Ray yet: the session starts a local one
     assert not run(3).started_ray  # and the next session reuses it
     total = ray.cluster_resources()["CPU"]
+    assert ray.available_resources().get("CPU", 0) < total  # 3 actors kept for the next run
+    assert release_workers() == 3
     deadline = time.monotonic() + 20
     while ray.available_resources().get("CPU", 0) < total:  # the actors were killed
         assert time.monotonic() < deadline, ray.available_resources()

@@ -66,6 +66,7 @@ import ray
 from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
 from timely import serialization
+from timely.backends.ray_pool import POOL
 from timely.checkpoint import CheckpointConfig, CheckpointStore
 from timely.comm import Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
@@ -96,7 +97,13 @@ _START_TIMEOUT = 60.0
 class WorkerActor:
     """One worker in a Ray actor (made async by ``ray.remote``: see ``RemoteWorker``)."""
 
-    def __init__(self, index: int, peers: int, accumulate: bool, window: int) -> None:
+    def __init__(self) -> None:
+        self.writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._begin(0, 1, True, 8)
+
+    def _begin(self, index: int, peers: int, accumulate: bool, window: int) -> None:
+        """Counters and settings of a new run (an actor may host one run after another:
+        see :mod:`timely.backends.ray_pool`)."""
         self.index = index
         self.npeers = peers
         self.accumulate = accumulate
@@ -116,6 +123,10 @@ class WorkerActor:
 
     async def start(
         self,
+        index: int,
+        peers: int,
+        accumulate: bool,
+        window: int,
         plan: Plan,
         secret: bytes,
         tcp: bool,
@@ -123,12 +134,15 @@ class WorkerActor:
         every: int | None = None,
         restore: tuple[int, dict[int, Any]] | None = None,
     ) -> tuple[str, int, Address]:
-        """Build the worker (the vertices' factories run here) and listen for the peers
-        (a Unix socket; with ``tcp``, also TCP on this node's IP, for peers on other nodes);
-        with ``store``, checkpoint every ``every`` epochs; with ``restore``, start from it.
+        """Build worker ``index`` of ``peers`` (the vertices' factories run here) and listen
+        for the peers (a Unix socket; with ``tcp``, also TCP on this node's IP, for peers on
+        other nodes); with ``store``, checkpoint every ``every`` epochs; with ``restore``,
+        start from it. An actor that hosted a run before is reset first.
 
         Returns the node id, the process id and the address the peers connect to.
         """
+        await self.reset()
+        self._begin(index, peers, accumulate, window)
         self.worker = Worker(
             plan,
             self.index,
@@ -150,6 +164,18 @@ class WorkerActor:
         host = ray.util.get_node_ip_address() if tcp else None  # type: ignore[no-untyped-call]
         address = await self.comm.listen(node, host)
         return node, os.getpid(), address
+
+    async def reset(self) -> None:
+        """Forget the last run: close its connections and listeners, stop its writer and
+        drop its worker (and so its state), leaving the actor ready to host another."""
+        comm: Allocator | None = getattr(self, "comm", None)
+        if comm is not None:
+            await comm.close()  # the attribute stays: a late heartbeat still reads it
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.shutdown(wait=True)
+        for name in ("worker", "store", "pending_writes"):
+            self.__dict__.pop(name, None)
 
     async def connect(self, table: list[Address]) -> dict[int, str]:
         """Connect to every peer (``table``: every worker's address, from ``start``) and
@@ -385,6 +411,8 @@ class RaySession(Session):
     work, or (its inputs all closed) make no progress, before the run fails.
     ``max_inflight`` is the credit window: frames a worker may have sent a peer and
     the peer not yet applied, and driver commands in flight per worker.
+    ``idle_timeout``: after a clean end the actors are kept, reset, this many seconds
+    for the next run of this driver (see :mod:`timely.backends.ray_pool`); 0 kills them.
     """
 
     def __init__(
@@ -396,12 +424,18 @@ class RaySession(Session):
         num_cpus_per_worker: float | None = None,
         max_inflight: int = 8,
         heartbeat_timeout: float = 10.0,
+        idle_timeout: float = 30.0,
         checkpoint: CheckpointConfig | None = None,
     ) -> None:
         if not isinstance(max_inflight, int) or max_inflight < 1:
             raise ConfigError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
         if not heartbeat_timeout > 0:
             raise ConfigError(f"heartbeat_timeout must be > 0 seconds, got {heartbeat_timeout!r}")
+        if not (isinstance(idle_timeout, (int, float)) and idle_timeout >= 0):
+            raise ConfigError(
+                f"idle_timeout must be >= 0 seconds, got {idle_timeout!r}; 0 stops the "
+                "workers when the run ends instead of keeping them for the next"
+            )
         if num_cpus_per_worker is not None and not num_cpus_per_worker > 0:
             raise ConfigError(
                 f"num_cpus_per_worker must be > 0, got {num_cpus_per_worker!r}; "
@@ -410,7 +444,12 @@ class RaySession(Session):
         super().__init__(spec, workers, checkpoint)
         self.max_inflight = max_inflight
         self.heartbeat_timeout = heartbeat_timeout
+        self.idle_timeout = float(idle_timeout)
         self.actors: list[Any] = []
+        self.reused = 0
+        """How many of the actors came warm from an earlier run (the last launch)."""
+        self._clean = False
+        """Every loop ended and every last report arrived: the actors may be kept."""
         self.nodes: list[str] = []
         """Each worker's Ray node id."""
         self.pids: list[int] = []
@@ -467,19 +506,25 @@ class RaySession(Session):
         """Start one actor per worker (from ``restore`` if given), connect them to each
         other (a fresh secret and fresh sockets every time), and start their loops."""
         workers = self.workers
-        self.actors = [
+        warm = POOL.take(workers, self._shape())
+        self.reused = len(warm)
+        self.actors = warm + [
             RemoteWorker.options(
                 num_cpus=self.cpus,
-                max_concurrency=max(256, 2 * self.max_inflight + 64),
+                max_concurrency=self._shape()[1],
                 scheduling_strategy="SPREAD",  # over the cluster's nodes, not packed
-            ).remote(i, workers, self.accumulate, self.max_inflight)
-            for i in range(workers)
+            ).remote()
+            for _ in range(workers - len(warm))
         ]
         every = self._every
         secret = secrets.token_bytes(32)
         tcp = _nodes() > 1
         starts = [
             a.start.remote(
+                i,
+                workers,
+                self.accumulate,
+                self.max_inflight,
                 self.plan_ref,
                 secret,
                 tcp,
@@ -489,7 +534,16 @@ class RaySession(Session):
             )
             for i, a in enumerate(self.actors)
         ]
-        placed = self._started(starts, self.cpus)
+        try:
+            placed = self._started(starts, self.cpus)
+        except WorkerDied:
+            if not warm:
+                raise
+            # A kept actor died while idle (its node went, say): start afresh, cold.
+            self._kill_actors()
+            POOL.release()
+            self._launch(restore)
+            return
         self.nodes = [node for node, _, _ in placed]
         self.pids = [pid for _, pid, _ in placed]
         self.addresses = [address for _, _, address in placed]
@@ -502,6 +556,29 @@ class RaySession(Session):
         self.links = self._wait_for(connects, list(range(workers)))
         self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
         self._run_worker = {ref: i for i, ref in self._runs.items()}
+
+    def _shape(self) -> tuple[float, int]:
+        """What an actor is made with (``num_cpus``, ``max_concurrency``): the pool's key."""
+        return self.cpus, max(256, 2 * self.max_inflight + 64)
+
+    def _keep_actors(self) -> None:
+        """Reset the actors of a run that ended cleanly and hand them to the pool; any
+        that does not reset in time is killed instead."""
+        if self._links is not None:
+            self._links.close()
+        refs = [a.reset.remote() for a in self.actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.heartbeat_timeout)
+        kept = []
+        for actor, ref in zip(self.actors, refs):
+            try:
+                if ref not in ready:
+                    raise TimeoutError
+                ray.get(ref)
+                kept.append(actor)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+        POOL.give_back(kept, self._shape(), self.idle_timeout)
 
     def _kill_actors(self) -> None:
         if self._links is not None:
@@ -633,6 +710,7 @@ class RaySession(Session):
                     f"workers {missing} ended their loops but their last outputs did not reach "
                     f"the driver within {self.heartbeat_timeout:g}s"
                 )
+        self._clean = not self._more()
 
     # -- outputs ----------------------------------------------------------------------------
     def _more(self) -> bool:
@@ -776,7 +854,10 @@ class RaySession(Session):
         if self._stopped:
             return
         self._stopped = True
-        self._kill_actors()
+        if self._clean and self.idle_timeout > 0:
+            self._keep_actors()
+        else:
+            self._kill_actors()
 
 
 def _connect(address: str | None) -> bool:
