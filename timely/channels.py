@@ -105,7 +105,8 @@ class Pipeline(Channel):
 class Exchange(Channel):
     """Records go to the worker that owns their key."""
 
-    key: Callable[[Any], Any]
+    key: Callable[[Any], Any] | None
+    """``None``: the record is its own key."""
     kind = "exchange"
     _owners: dict[Any, int] = field(default_factory=dict, init=False, compare=False)
     """Key -> worker, remembered across batches (keys repeat; hashing them is the cost)."""
@@ -114,12 +115,12 @@ class Exchange(Channel):
     def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
         if workers == 1:
             return {here: records}
-        keys = list(map(self.key, records))
+        keys = records if self.key is None else list(map(self.key, records))
         owners: list[int] | None = None
         if len(keys) >= 16 and type(keys[0]) is int:
             try:
                 arr = np.asarray(keys)
-            except OverflowError:
+            except (OverflowError, ValueError):  # huge ints; ints mixed with tuples
                 arr = None
             if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
                 # Vectorised: the same hash as stable_hash, for a whole batch of int keys.
@@ -177,9 +178,10 @@ def pipeline() -> Channel:
     return Pipeline()
 
 
-def exchange(key: Callable[[Any], Any]) -> Channel:
-    """Partition records by ``stable_hash(key(record))``."""
-    if not callable(key):
+def exchange(key: Callable[[Any], Any] | None = None) -> Channel:
+    """Partition records by ``stable_hash(key(record))``; without ``key``, by the record
+    itself (no Python call per record: a batch of ints is hashed in one numpy pass)."""
+    if key is not None and not callable(key):
         raise TypeError(
             f"exchange needs a key function record -> hashable value, got {key!r}; "
             "for example exchange(lambda r: r[0])"

@@ -173,8 +173,9 @@ class Stream:
         ins: list[tuple[Stream, Channel | None]] = [(s, None) for s in (self, *others)]
         return self.flow.vertex(ins, Concat, name=name or "concat", where="concat")[0]
 
-    def exchange(self, key: Callable[[Any], Any], name: str | None = None) -> Stream:
-        """Repartition: each record moves to the worker that owns ``key(record)``."""
+    def exchange(self, key: Callable[[Any], Any] | None = None, name: str | None = None) -> Stream:
+        """Repartition: each record moves to the worker that owns ``key(record)`` (without
+        ``key``, the record itself)."""
         from timely.system import Forward
 
         return self.unary(Forward, name=name or "exchange", channel=exchange(key))

@@ -366,14 +366,14 @@ class Worker:
 
 
 def _first_unroutable(channel: Any, records: list[Any]) -> Any:
-    key = getattr(channel, "key", None)
-    if key is None:
-        return records[0] if records else None
-    from timely.channels import stable_hash
+    from timely.channels import Exchange, stable_hash
 
+    if not isinstance(channel, Exchange):
+        return records[0] if records else None
+    key = channel.key
     for r in records:
         try:
-            stable_hash(key(r))
+            stable_hash(r if key is None else key(r))
         except Exception:
             return r
     return None

@@ -64,3 +64,27 @@ def test_a_memory_kept_across_worker_counts_is_caught() -> None:
     broken._owners_for = 3  # as if it had been cleared for 3 but kept the owners for 2
     with pytest.raises(AssertionError):
         check(broken, [(3, batch)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(keys, max_size=60), st.integers(2, 20))
+def test_exchange_without_a_key_routes_by_the_record_itself(
+    records: list[Any], workers: int
+) -> None:
+    got = Exchange(None).route(records, workers, 0)
+    want: dict[int, list[Any]] = {}
+    for r in records:
+        want.setdefault(stable_hash(r) % workers, []).append(r)
+    assert got == want
+
+
+def test_stream_exchange_without_a_key_meets_equal_records_on_one_worker() -> None:
+    import operators  # noqa: F401  (count_by)
+    from timely import Dataflow
+
+    flow = Dataflow("by-record")
+    nums = flow.new_input("nums")
+    nums.stream.exchange().count_by(lambda x: x).collect("counts")
+    nums.send([3, 1, 3, 2, 3, 1] * 50)
+    counts = flow.run(workers=3, backend="inline")["counts"]
+    assert sorted(c for _, c in counts) == [(1, 100), (2, 50), (3, 150)]
