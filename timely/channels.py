@@ -116,7 +116,7 @@ class Exchange(Channel):
         if workers == 1:
             return {here: records}
         keys = records if self.key is None else list(map(self.key, records))
-        owners: list[int] | None = None
+        dest: np.ndarray[Any, Any] | None = None
         if len(keys) >= 16 and type(keys[0]) is int:
             try:
                 arr = np.asarray(keys)
@@ -124,24 +124,25 @@ class Exchange(Channel):
                 arr = None
             if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
                 # Vectorised: the same hash as stable_hash, for a whole batch of int keys.
-                owners = (_mix_array(arr) % np.uint64(workers)).astype(np.intp).tolist()
-        if owners is None:
+                dest = (_mix_array(arr) % np.uint64(workers)).astype(np.intp)
+        if dest is None:
             try:
                 owners = self._owners_of(keys, workers)
             except TypeError:  # an unhashable key: stable_hash says why, or hashes a frozenset
                 owners = [stable_hash(k) % workers for k in keys]
-        if workers <= _COMPRESS_UP_TO:
-            # One C-level pass over the batch per worker, no Python-level loop per record.
-            out = {}
-            for w in range(workers):
-                part = list(compress(records, map(w.__eq__, owners)))
-                if part:
-                    out[w] = part
-            return out
-        lists: list[list[Any]] = [[] for _ in range(workers)]
-        for record, w in zip(records, owners):
-            lists[w].append(record)
-        return {w: part for w, part in enumerate(lists) if part}
+            if workers > _COMPRESS_UP_TO:
+                return _split(records, owners, workers)
+            dest = np.fromiter(owners, np.intp, len(keys))
+        elif workers > _COMPRESS_UP_TO:
+            return _split(records, dest.tolist(), workers)
+        # Per worker, a mask made by numpy and one C-level pass of `compress`: no
+        # Python-level step per record.
+        out = {}
+        for w in range(workers):
+            mask = dest == w
+            if mask.any():
+                out[w] = list(compress(records, mask.tolist()))
+        return out
 
     def _owners_of(self, keys: list[Any], workers: int) -> list[int]:
         """Each key's worker, from the remembered owners; only keys never seen before
@@ -162,6 +163,14 @@ class Exchange(Channel):
             for k in new:
                 cache[k] = stable_hash(k) % workers
             return list(map(cache.__getitem__, keys))
+
+
+def _split(records: list[Any], owners: list[int], workers: int) -> dict[int, list[Any]]:
+    """``records`` by owner, one Python step per record (for many workers)."""
+    lists: list[list[Any]] = [[] for _ in range(workers)]
+    for record, w in zip(records, owners):
+        lists[w].append(record)
+    return {w: part for w, part in enumerate(lists) if part}
 
 
 class Broadcast(Channel):

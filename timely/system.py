@@ -117,6 +117,12 @@ class InputVertex(Vertex):
             self.cap = None
 
 
+RECORDS_PER_STEP = 4096
+"""A source reads batches in one step until it has about this many records..."""
+BATCHES_PER_STEP = 8
+"""... or this many batches."""
+
+
 class SourceVertex(Vertex):
     """Reads this worker's partitions of a :class:`Source`, one batch per activation.
 
@@ -166,10 +172,22 @@ class SourceVertex(Vertex):
         return self.cap is not None
 
     def pull(self) -> None:
-        """Read one batch from the next partition in turn."""
+        """Read batches from the partitions in turn, until about ``RECORDS_PER_STEP``
+        records (at most ``BATCHES_PER_STEP`` batches): small batches then share a step's
+        fixed costs (progress, one frame per peer) instead of each paying them."""
+        records = 0
+        for _ in range(BATCHES_PER_STEP):
+            if self.cap is None:
+                return
+            records += self._read_one()
+            if records >= RECORDS_PER_STEP:
+                return
+
+    def _read_one(self) -> int:
+        """Read one batch from the next partition in turn; returns how many records."""
         cap = self.cap
-        if cap is None:
-            return
+        assert cap is not None
+        n = 0
         parts = sorted(self.offsets)
         p = parts[self._turn % len(parts)]
         self._turn += 1
@@ -192,11 +210,13 @@ class SourceVertex(Vertex):
                 self.history[p].append((epoch, before))
             if records:
                 cap.send_by(0, records, (epoch,))
+                n = len(records)
         if not self.epochs:
             cap.drop()
             self.cap = None
-            return
+            return n
         self._downgrade()
+        return n
 
     def _downgrade(self) -> None:
         cap = self.cap
