@@ -10,8 +10,10 @@ without polling in between), or a source feeds it; a :class:`Killer` thread wait
 the driver has received a given epoch's output, then kills workers with
 ``ray.kill(actor, no_restart=True)`` in one of four ways (:data:`KINDS`). It then waits
 for the next new output, which gives the kill's recovery latency, before the next kill
-is armed. Outputs are recorded per epoch by :class:`Recorder`, which notes every epoch
-delivered twice.
+is armed. A driver that feeds the dataflow is paced by the killer (:meth:`Killer.holds`):
+it holds its next epochs while a kill planned before them has not been made, so kills
+land where they were planned and never wait on output the driver holds back. Outputs
+are recorded per epoch by :class:`Recorder`, which notes every epoch delivered twice.
 
 Everything here uses the public API, plus ``session.actors`` (the Ray session's actor
 handles, replaced by a new list when it relaunches its workers).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import operator
 import random
 import statistics
@@ -268,6 +271,10 @@ class KillRecord:
     relaunch_high: int = -1
     """The latest epoch delivered once the session had relaunched its workers (for the
     last time, for ``recovery``)."""
+    stale: int = 0
+    """Kills that landed on an actor the session had already replaced (it had seen an
+    earlier kill and relaunched, killing the rest): counted in ``kills``, they cost no
+    recovery of their own."""
     restored: int | None = None
     """The checkpoint epoch the (first) relaunch restored from."""
     latency: float | None = None
@@ -283,6 +290,10 @@ class Killer(threading.Thread):
 
     ``observe``, if given, is called at each trigger, before the kill: what a reader of
     the run's output sees at that moment (checked against the oracle afterwards).
+
+    Every event ends measured (``latency``) or with the reason it was not (``missed``);
+    a wait for a trigger, a relaunch or new output gives up after ``timeout`` seconds,
+    or at once when the run ends (``stop``).
     """
 
     def __init__(
@@ -302,10 +313,33 @@ class Killer(threading.Thread):
         self.records: list[KillRecord] = []
         self.stop = threading.Event()
         self.done = threading.Event()
-        self.struck = threading.Event()
-        """Set once the last event's kills (and relaunches) are done, or on any end: the
-        driver holds its last burst until then, so new output can follow the last kill."""
         self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._struck = 0
+        """How many events have had their kills (and relaunches) made, or were missed."""
+        self._past: int | None = None
+        """While the killer waits for new output after a kill: the epoch it must pass."""
+
+    def holds(self, epoch: int, due: float) -> bool:
+        """Whether a driver about to send ``epoch`` should hold it: while an event
+        triggered before ``due`` has not struck yet (the driver got ahead of the schedule:
+        its kill would land later than planned, or, in the last burst, after the run).
+        Never while the killer waits for output past an epoch that only ``epoch`` can
+        bring (every epoch up to ``epoch - 2`` can complete without it; ``epoch - 1`` is
+        open until it is sent): the two would wait on each other until the timeout."""
+        if self.done.is_set():
+            return False
+        with self._lock:
+            if self._past is not None and self._past >= epoch - 2:
+                return False
+            return any(e.after < due for e in self.events[self._struck :])
+
+    def _struck_one(self, past: int | None) -> None:
+        """The current event's kills are made (or it was missed); ``past``: the epoch
+        whose successor gives its latency (None: not waited for)."""
+        with self._lock:
+            self._struck += 1
+            self._past = past
 
     def run(self) -> None:
         import ray
@@ -317,28 +351,28 @@ class Killer(threading.Thread):
                 record = KillRecord(event)
                 self.records.append(record)
                 if not self.recorder.wait_past(event.after - 1, self.stop, self.timeout):
-                    record.missed = "not triggered"
+                    record.missed = "not triggered" if not self.stop.is_set() else "run ended"
                     return
                 if self.observe is not None:
                     record.observed = self.observe()
                 self._sleep(event.lead)
                 self._strike(ray, event, record)
-                if event is self.events[-1]:
-                    self.struck.set()
+                self._struck_one(None if record.missed else record.relaunch_high)
                 # Outputs the old workers made before they died may still arrive after the
                 # kill; the first epoch past what had arrived at the (last) relaunch is
                 # the first the new workers made.
                 if record.missed is None and not self.recorder.wait_past(
                     record.relaunch_high, self.stop, self.timeout
                 ):
-                    record.missed = "no new output"
+                    record.missed = "no new output" if not self.stop.is_set() else "run ended"
+                with self._lock:
+                    self._past = None
                 if record.missed is None:
                     first_new = self._next_after(record.relaunch_high)
                     record.latency = self.recorder.arrived[first_new] - record.at
         except BaseException as e:  # reported by the driver thread
             self.error = e
         finally:
-            self.struck.set()
             self.done.set()
 
     def _sleep(self, seconds: float) -> None:
@@ -356,15 +390,12 @@ class Killer(threading.Thread):
             record.high = self.recorder.high
         record.committed = session.committed[-1] if session.committed else -1
         record.at = time.monotonic()
-        ray.kill(actors[event.first], no_restart=True)
-        record.kills += 1
+        self._kill(ray, actors, event.first, record)
         if event.kind == "pair":
-            ray.kill(actors[event.second], no_restart=True)
-            record.kills += 1
+            self._kill(ray, actors, event.second, record)
         elif event.kind == "double":
             self._sleep(event.gap)
-            ray.kill(actors[event.second], no_restart=True)
-            record.kills += 1
+            self._kill(ray, actors, event.second, record)
         replaced = self._relaunched(actors)
         if replaced is None:
             record.missed = "no relaunch seen"
@@ -372,13 +403,22 @@ class Killer(threading.Thread):
         record.restored = session.restored_epoch
         if event.kind == "recovery":
             self._sleep(event.gap)
-            ray.kill(replaced[event.second], no_restart=True)
-            record.kills += 1
-            if self._relaunched(replaced) is None:
+            if self._kill(ray, replaced, event.second, record) and (
+                self._relaunched(replaced) is None
+            ):
                 record.missed = "no second relaunch seen"
                 return
         with self.recorder.cond:
             record.relaunch_high = self.recorder.high
+
+    def _kill(self, ray: Any, actors: list[Any], worker: int, record: KillRecord) -> bool:
+        """Kill ``actors[worker]``; False if the session had replaced ``actors`` already
+        (the actor was dead: counted in ``record.stale``, and no relaunch follows it)."""
+        stale = self.session.actors is not actors
+        ray.kill(actors[worker], no_restart=True)
+        record.kills += 1
+        record.stale += stale
+        return not stale
 
     def _relaunched(self, old: list[Any]) -> list[Any] | None:
         """Watch ``session.actors`` until the session has replaced ``old``: the new list."""
@@ -444,17 +484,21 @@ def drive(
     data: list[list[Any]],
     session: Any,
     recorder: Recorder,
-    hold: Callable[[], bool],
+    holds: Callable[[int, float], bool],
 ) -> None:
     """Feed ``data``: ``case.burst`` epochs at a time without polling, then poll until at
-    most ``case.lag`` epochs are outstanding; hold the last burst until ``hold()``."""
+    most ``case.lag`` epochs are outstanding. Before each epoch, poll while ``holds(epoch,
+    due)``: the kills due before ``start - case.lag - 2`` (``start``: the burst's first
+    epoch; the margin :func:`plan_kills` leaves before the last burst), or, in the last
+    burst, every kill, are made first. Checked per epoch, not per burst: a kill whose
+    recovery needs one more epoch gets just that one before the next kill is made."""
     n = len(data)
     for start in range(0, n, case.burst):
         stop = min(n, start + case.burst)
-        if stop == n:
-            while not hold():
-                session.poll(timeout=0.02)
+        due = math.inf if stop == n else start - case.lag - 2
         for e in range(start, stop):
+            while holds(e, due):
+                session.poll(timeout=0.02)
             handle.advance_to(e)
             handle.send(data[e])
         while recorder.high < stop - 1 - case.lag:
@@ -503,7 +547,7 @@ def run(
     try:
         killer.start()
         if handle is not None:
-            drive(case, handle, data, session, recorder, killer.struck.is_set)
+            drive(case, handle, data, session, recorder, killer.holds)
         session.join()
     except Exception as e:
         if not catch:

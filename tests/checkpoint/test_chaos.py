@@ -65,3 +65,24 @@ def test_kills_change_no_output(name: str, tmp_path: Path) -> None:
     if case.sink:
         assert expected.sink and got.sink == expected.sink
         assert all(r.observed for r in got.records[1:])  # the reads during the run saw output
+
+
+def test_every_event_of_a_long_schedule_is_measured(tmp_path: Path) -> None:
+    """Eight kill events (two of each kind) on the bursty driver, as the soak runs them:
+    every event ends in a measured recovery. The driver used to run ahead of the killer
+    (a recovery takes longer than a burst) up to its last burst and hold it there for the
+    last kill, so every event still to come but the last waited, unmeasured, until the
+    killer's timeout for output past the hold that could not come."""
+    case = CASES["bursty"]
+    kinds = [*KINDS, *KINDS]
+    epochs = 6 * len(kinds) + case.burst + case.lag + 8  # as bench_chaos.epochs_for
+    data = case_data(case, SEED, epochs)
+    expected = run(case, data, "inline", tmp_path)
+    events = plan_kills(case, SEED, kinds, epochs)
+
+    got = run(case, data, "ray", tmp_path, events)
+
+    assert judge(expected, got).ok
+    assert [r.missed for r in got.records] == [None] * len(events)
+    assert all(r.latency is not None for r in got.records)
+    assert got.restarts == sum(2 if e.kind == "recovery" else 1 for e in events)
