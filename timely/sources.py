@@ -17,6 +17,13 @@ from typing import Any
 class Source(ABC):
     """A partitioned, replayable source of ``(epoch, records)`` batches."""
 
+    batches_per_step: int = 8
+    """At most how many batches a worker reads from this source in one step (it stops
+    sooner once it has ``records_per_step`` records): small batches then share a step's
+    fixed costs (progress, one frame per peer). 1 reads one batch a step, which paces a
+    source whose every batch is an epoch."""
+    records_per_step: int = 4096
+
     @abstractmethod
     def partitions(self) -> int:
         """How many partitions there are (fixed for the source's lifetime)."""

@@ -117,12 +117,6 @@ class InputVertex(Vertex):
             self.cap = None
 
 
-RECORDS_PER_STEP = 4096
-"""A source reads batches in one step until it has about this many records..."""
-BATCHES_PER_STEP = 8
-"""... or this many batches."""
-
-
 class SourceVertex(Vertex):
     """Reads this worker's partitions of a :class:`Source`, one batch per activation.
 
@@ -172,15 +166,15 @@ class SourceVertex(Vertex):
         return self.cap is not None
 
     def pull(self) -> None:
-        """Read batches from the partitions in turn, until about ``RECORDS_PER_STEP``
-        records (at most ``BATCHES_PER_STEP`` batches): small batches then share a step's
-        fixed costs (progress, one frame per peer) instead of each paying them."""
-        records = 0
-        for _ in range(BATCHES_PER_STEP):
+        """Read batches from the partitions in turn, up to the source's
+        ``batches_per_step`` or ``records_per_step``, whichever comes first."""
+        source = self.source
+        limit, records = source.records_per_step, 0
+        for _ in range(max(1, source.batches_per_step)):
             if self.cap is None:
                 return
             records += self._read_one()
-            if records >= RECORDS_PER_STEP:
+            if records >= limit:
                 return
 
     def _read_one(self) -> int:

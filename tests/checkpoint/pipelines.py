@@ -58,7 +58,10 @@ PIPELINES: dict[str, Callable[[Stream], Stream]] = {
 
 class EpochSource(Source):
     """``parts`` partitions; partition ``p`` holds ``epochs[e][p::parts]`` at epoch ``e``,
-    one batch per epoch, read by the epoch index as offset."""
+    one batch per epoch, read by the epoch index as offset; one batch a step, so the
+    epochs come at the pace the kill schedules and cadence checks were made for."""
+
+    batches_per_step = 1
 
     def __init__(self, epochs: list[list[int]], parts: int = 3) -> None:
         self.epochs = epochs

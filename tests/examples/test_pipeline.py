@@ -163,7 +163,7 @@ def test_component_sizes_at_every_crash_point(
     assert wrong == [], f"{len(wrong)} of {events} crash points give other outputs: {wrong[:10]}"
 
 
-CRASH_AT = 90
+CRASH_AT = 40
 """A scheduling event about halfway through the inline run at size 3000 (177 events)."""
 
 

@@ -156,7 +156,10 @@ TO_B, TO_C = key_for(1, 3), key_for(2, 3)
 
 
 class Numbers(Source):
-    """One partition (so worker 0 reads it all): ``batches`` batches of 10 ints."""
+    """One partition (so worker 0 reads it all): ``batches`` batches of 10 ints, one a
+    step (a frame carries one batch: the bounds below count both)."""
+
+    batches_per_step = 1
 
     def __init__(self, batches: int) -> None:
         self.batches = batches
