@@ -161,3 +161,51 @@ def test_operator_libraries_plug_into_stream() -> None:
     assert flow.run(workers=1, backend="inline").records("out") == [(2, "x")]
     with pytest.raises(AttributeError, match="no operator 'no_such_operator'"):
         _ = inp.stream.no_such_operator
+
+
+READS: list[int] = []
+"""How many batches ``Counted`` had read when each batch arrived downstream (inline: one
+process, so a module list is shared)."""
+
+
+class Counted(Source):
+    """One partition of ``n`` one-record batches, all at epoch 0; counts its reads."""
+
+    def __init__(self, n: int, per_step: int, records: int = 4096) -> None:
+        self.n, self.reads = n, 0
+        self.batches_per_step, self.records_per_step = per_step, records
+
+    def partitions(self) -> int:
+        return 1
+
+    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
+        i = 0 if offset is None else offset
+        if i >= self.n:
+            return None
+        self.reads += 1
+        return 0, [i], i + 1
+
+
+class NoteReads(Vertex):
+    def __init__(self, source: Counted) -> None:
+        self.source = source
+
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        READS.append(self.source.reads)
+
+
+@pytest.mark.parametrize(
+    ("per_step", "records", "seen"),
+    [(1, 4096, [1, 2, 3, 4, 5, 6]), (4, 4096, [4, 4, 4, 4, 6, 6]), (8, 2, [2, 2, 4, 4, 6, 6])],
+)
+def test_a_source_reads_up_to_its_batches_or_records_per_step(
+    per_step: int, records: int, seen: list[int]
+) -> None:
+    """Batches read in one step all reach the next vertex in that step; how many a step
+    reads is the source's ``batches_per_step``, or fewer once ``records_per_step``."""
+    READS.clear()
+    source = Counted(6, per_step, records)
+    flow = Dataflow("paced")
+    flow.source(source).unary(lambda: NoteReads(source)).collect("out")
+    flow.run(workers=1, backend="inline")
+    assert seen == READS
