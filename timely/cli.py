@@ -29,8 +29,15 @@ ENV = {
     "backend": "TIMELY_BACKEND",
     "address": "TIMELY_ADDRESS",
     "checkpoint": "TIMELY_CHECKPOINT",
+    "trace": "TIMELY_TRACE",
 }
-DEFAULTS: dict[str, Any] = {"workers": 2, "backend": "ray", "address": None, "checkpoint": None}
+DEFAULTS: dict[str, Any] = {
+    "workers": 2,
+    "backend": "ray",
+    "address": None,
+    "checkpoint": None,
+    "trace": None,
+}
 
 
 class CliError(TimelyError):
@@ -60,6 +67,7 @@ _PARSE: dict[str, Callable[[str], Any]] = {
     "backend": _backend,
     "address": str,
     "checkpoint": str,
+    "trace": str,
 }
 
 
@@ -90,6 +98,7 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         "backend": ("NAME", f"where workers run: {' or '.join(backend_names())}"),
         "address": ("ADDR", "the Ray cluster to join ('auto' or host:port); local Ray if unset"),
         "checkpoint": ("DIR", "checkpoint to and restore from DIR (a path or URI)"),
+        "trace": ("DIR", "write every worker's event log to DIR (off when unset)"),
     }
     for name, (metavar, text) in helps.items():
         default = DEFAULTS[name]
@@ -198,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.checkpoint is not None:
         options["checkpoint"] = args.checkpoint
+    if args.trace is not None:
+        options["trace"] = args.trace
     if args.backend == "ray":
         options["address"] = args.address
         # Ray workers on other machines (or started elsewhere) cannot import the user's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from typing import Any
 from timely.checkpoint import CheckpointConfig
 from timely.coordinator import CheckpointCoordinator, Restore
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
+from timely.eventlog import EventLog, trace_option
 from timely.messages import InputCommand, Send
 from timely.spec import RunSpec
 
@@ -36,9 +38,15 @@ class Session(ABC):
     """
 
     def __init__(
-        self, spec: RunSpec, workers: int, checkpoint: CheckpointConfig | None = None
+        self,
+        spec: RunSpec,
+        workers: int,
+        checkpoint: CheckpointConfig | None = None,
+        trace: str | None = None,
     ) -> None:
         self.spec = spec
+        self.trace = trace
+        """The event log's directory (``trace=``), or None: no event log."""
         self.plan = spec.plan
         self.workers = workers
         self.results = Results({name: [] for name in spec.collects})
@@ -170,6 +178,13 @@ class Session(ABC):
             except (WorkerDied, UserFunctionError) as e:
                 error = e
 
+    def _event_log(self, worker: int) -> EventLog | None:
+        """Worker ``worker``'s event log for this attempt (a restore starts a new one)."""
+        if self.trace is None:
+            return None
+        names = [spec.name for spec in self.plan.vertices]
+        return EventLog.open(self.trace, worker, self.workers, self.restarts, names, self.plan.name)
+
     def _part_written(self, epoch: int, info: dict[str, Any]) -> None:
         """A worker wrote its part of the checkpoint at ``epoch`` (checkpoint parts travel
         apart from the outputs: the backend reports them here)."""
@@ -255,7 +270,14 @@ def start_session(
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
     name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend
     checkpoint = CheckpointConfig.from_options(options)
+    trace = trace_option(options)
     if address is not None:
         options["address"] = address
     cls = check_options(name, options)
-    return cls(spec, workers, checkpoint=checkpoint, **options)
+    if trace is None:
+        return cls(spec, workers, checkpoint=checkpoint, **options)
+    if "trace" not in inspect.signature(cls).parameters:
+        raise ConfigError(
+            f"the {name} backend keeps no event log: drop trace= or use backend 'inline' or 'ray'"
+        )
+    return cls(spec, workers, checkpoint=checkpoint, trace=trace, **options)

@@ -33,11 +33,15 @@ from timely.errors import (
     failing_record,
     failure_location,
 )
-from timely.messages import InputCommand, WorkerMessage
+from timely.eventlog import COMMAND, NOTIFY, PULL, RECV, START, EventLog, clock
+from timely.messages import InputCommand, Send, WorkerMessage
 from timely.plan import Plan
 from timely.snapshots import Part, Snapshots
 from timely.system import InputVertex, SourceVertex
 from timely.vertex import Capability, Vertex
+
+_KINDS = {"on_notify": NOTIFY, "command": COMMAND, "pull": PULL}
+"""An activation's kind in the event log, by the method run (``on_recv`` has a port)."""
 
 
 class Worker:
@@ -52,12 +56,18 @@ class Worker:
         checkpoint_every: int | None = None,
         restore: tuple[int, dict[int, Any]] | None = None,
         checkpoint_on_request: bool = False,
+        log: EventLog | None = None,
     ) -> None:
         """``checkpoint_every=k`` snapshots the vertices after every epoch ``e`` with
         ``e % k == k - 1`` (see :meth:`take_parts`); ``checkpoint_on_request`` after the
         epochs the driver asks for (:meth:`request_checkpoint`) instead.
         ``restore=(e, snapshots)`` starts from a checkpoint at epoch ``e``: each vertex gets
-        its snapshot and the roots start at ``e + 1``."""
+        its snapshot and the roots start at ``e + 1``. With ``log``, the worker records its
+        activations and steps there (:mod:`timely.eventlog`); its host records messages
+        and waiting."""
+        self.log = log
+        self.records_out = 0
+        """Records sent by vertices here so far (the event log's records out)."""
         self.plan = plan
         self.index = index
         self.peers = peers
@@ -149,6 +159,16 @@ class Worker:
 
     def step(self) -> list[tuple[int, WorkerMessage]]:
         """Run one step; return the messages for other workers ``(peer, message)``."""
+        log = self.log
+        if log is None:
+            return self._step()
+        t0 = clock()
+        try:
+            return self._step()
+        finally:
+            log.add(("t", t0, clock()))
+
+    def _step(self) -> list[tuple[int, WorkerMessage]]:
         self.received_since_step = False
         self._propagate()
         for v, queue in list(self._commands.items()):
@@ -223,6 +243,9 @@ class Worker:
                 self._notify_pending.discard(v)
 
     def _activate(self, v: int, port: int, time: Timestamp | None, fn: Any, *args: Any) -> None:
+        log = self.log
+        if log is not None:
+            t0, out0 = clock(), self.records_out
         ctx = self.contexts[v]
         ctx.now = None if time is None else (port, time)
         try:
@@ -237,6 +260,14 @@ class Worker:
             ctx.user_error(e, time, record, None)
         finally:
             ctx.now = None
+            if log is not None:
+                if port >= 0:
+                    kind, records_in = RECV, len(args[1])
+                else:
+                    kind, records_in = _KINDS.get(fn.__name__, START), 0
+                    if kind == COMMAND and isinstance(args[0], Send):
+                        records_in = len(args[0].records)
+                log.add(("a", t0, clock(), v, kind, records_in, self.records_out - out0))
 
     # -- what vertex contexts call ------------------------------------------------------------
     def notification_requested(self, v: int, time: Timestamp) -> None:
@@ -258,6 +289,7 @@ class Worker:
 
     def send_from(self, v: int, output: int, records: list[Any], time: Timestamp) -> None:
         """Route ``records`` from output ``output`` of ``v`` at ``time`` to their inboxes."""
+        self.records_out += len(records)
         plan = self.plan
         for edge in plan.out_edges[v][output]:
             try:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from timely import serialization
 from timely.checkpoint import CheckpointConfig
 from timely.errors import ConfigError, WorkerDied
+from timely.eventlog import clock, message_event
 from timely.messages import InputCommand, WorkerMessage
 from timely.runtime import Restore, Session, merge_frontiers, route_input
 from timely.spec import RunSpec
@@ -36,10 +37,11 @@ class InlineSession(Session):
         max_events: int = 50_000_000,
         checkpoint: CheckpointConfig | None = None,
         crash_at: tuple[int, ...] = (),
+        trace: str | None = None,
     ) -> None:
         """``crash_at``: fault injection for tests: at each of these scheduling events every
         worker is lost (as if its process died) and the session recovers as on Ray."""
-        super().__init__(spec, workers, checkpoint)
+        super().__init__(spec, workers, checkpoint, trace)
         if max_events < 1:
             raise ConfigError(f"max_events must be >= 1, got {max_events}")
         self.rng = random.Random(seed)
@@ -50,6 +52,9 @@ class InlineSession(Session):
         self._relaunch(self._initial_restore())
 
     def _relaunch(self, restore: Restore | None) -> None:
+        for old in getattr(self, "worker_list", []):
+            if old.log is not None:
+                old.log.close()
         self.worker_list = [
             Worker(
                 self.plan,
@@ -59,6 +64,7 @@ class InlineSession(Session):
                 checkpoint_every=self._every,
                 checkpoint_on_request=self._every is None and self.checkpoint is not None,
                 restore=None if restore is None else (restore[0], restore[1][i]),
+                log=self._event_log(i),
             )
             for i in range(self.workers)
         ]
@@ -108,17 +114,31 @@ class InlineSession(Session):
                 raise RuntimeError(f"no end after {self.max_events} scheduling events")
             kind, a, b = options[rng.randrange(len(options))]
             if kind == 0:
-                workers[b].receive(self.channels[(a, b)].popleft())
+                message = self.channels[(a, b)].popleft()
+                log = workers[b].log
+                t0 = clock() if log is not None else 0
+                workers[b].receive(message)
+                if log is not None:
+                    log.add(message_event("r", t0, clock(), a, message, 0))
             elif kind == 1:
                 vertex, cmd = self.commands[a].popleft()
                 workers[a].command(vertex, cmd)
             else:
                 self._step(a)
 
+    def _stop(self) -> None:
+        for worker in self.worker_list:
+            if worker.log is not None:
+                worker.log.close()
+
     def _step(self, w: int) -> None:
         worker = self.worker_list[w]
+        log = worker.log
         for peer, msg in worker.step():
             self.channels.setdefault((w, peer), deque()).append(msg)
+            if log is not None:
+                now = clock()
+                log.add(message_event("s", now, now, peer, msg, 0))
         for key, epoch, records in worker.take_emitted():
             self._deliver(key, epoch, records)
         for epoch, part in worker.take_parts():

@@ -71,6 +71,7 @@ from timely.checkpoint import CheckpointConfig, CheckpointStore
 from timely.comm import Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
 from timely.errors import ConfigError, TimelyError, WorkerDied
+from timely.eventlog import EventLog, clock, message_event
 from timely.messages import InputCommand, command_from_wire, command_to_wire
 from timely.plan import Plan
 from timely.runtime import Restore, Session, merge_frontiers, route_input
@@ -99,6 +100,7 @@ class WorkerActor:
 
     def __init__(self) -> None:
         self.writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self.log: EventLog | None = None
         self._begin(0, 1, True, 8)
 
     def _begin(self, index: int, peers: int, accumulate: bool, window: int) -> None:
@@ -133,11 +135,13 @@ class WorkerActor:
         store: CheckpointStore | None = None,
         every: int | None = None,
         restore: tuple[int, dict[int, Any]] | None = None,
+        trace: tuple[str, int] | None = None,
     ) -> tuple[str, int, Address]:
         """Build worker ``index`` of ``peers`` (the vertices' factories run here) and listen
         for the peers (a Unix socket; with ``tcp``, also TCP on this node's IP, for peers on
         other nodes); with ``store``, checkpoint every ``every`` epochs; with ``restore``,
-        start from it. An actor that hosted a run before is reset first.
+        start from it; with ``trace=(directory, attempt)``, keep an event log there. An
+        actor that hosted a run before is reset first.
 
         Returns the node id, the process id and the address the peers connect to.
         """
@@ -151,7 +155,18 @@ class WorkerActor:
             checkpoint_every=every,
             restore=restore,
             checkpoint_on_request=store is not None and every is None,
+            log=None
+            if trace is None
+            else EventLog.open(
+                trace[0],
+                index,
+                peers,
+                trace[1],
+                [spec.name for spec in plan.vertices],
+                plan.name,
+            ),
         )
+        self.log = self.worker.log
         self.store = store
         self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
         self.loop = asyncio.get_running_loop()
@@ -168,6 +183,9 @@ class WorkerActor:
     async def reset(self) -> None:
         """Forget the last run: close its connections and listeners, stop its writer and
         drop its worker (and so its state), leaving the actor ready to host another."""
+        log, self.log = self.log, None
+        if log is not None:
+            log.close()
         comm: Allocator | None = getattr(self, "comm", None)
         if comm is not None:
             await comm.close()  # the attribute stays: a late heartbeat still reads it
@@ -206,8 +224,15 @@ class WorkerActor:
         frames = comm.recv_nowait(budget)
         if frames:
             worker = self.worker
+            log = self.log
             for peer, payload in frames:
-                worker.receive(serialization.decode_message(payload))
+                if log is None:
+                    worker.receive(serialization.decode_message(payload))
+                else:
+                    t0 = clock()
+                    message = serialization.decode_message(payload)
+                    worker.receive(message)
+                    log.add(message_event("r", t0, clock(), peer, message, len(payload)))
                 comm.applied(peer)
             self.applied += len(frames)
             inbox = sum(map(len, worker.inbox))
@@ -232,6 +257,7 @@ class WorkerActor:
         """Wait for something to arrive: a frame, a credit, a command, a lost peer."""
         self.wake.clear()
         self.free_since = time.monotonic()
+        t0 = clock() if self.log is not None else 0
         try:
             if timeout is None:
                 await self.wake.wait()
@@ -241,6 +267,8 @@ class WorkerActor:
         finally:
             self.free_since = None
             self.last_free = time.monotonic()
+            if self.log is not None:
+                self.log.add(("w", t0, clock()))
 
     # -- the loop ------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -282,6 +310,8 @@ class WorkerActor:
         for fut in self.pending_writes:  # a failed write fails the run
             await asyncio.wrap_future(fut)
         # Every part's report went before (its callback ran before its future completed).
+        if self.log is not None:
+            self.log.flush()
         self._report([], [], True)
         comm.close_listeners()
         return self.steps
@@ -298,7 +328,16 @@ class WorkerActor:
         emitted = worker.take_emitted()
         for epoch, part in worker.take_parts():
             self._write_part(epoch, serialization.encode(part))
-        return [(p, serialization.encode_message(m)) for p, m in messages], emitted
+        log = self.log
+        if log is None:
+            return [(p, serialization.encode_message(m)) for p, m in messages], emitted
+        out = []
+        for p, m in messages:
+            t0 = clock()
+            payload = serialization.encode_message(m)
+            log.add(message_event("s", t0, clock(), p, m, len(payload)))
+            out.append((p, payload))
+        return out, emitted
 
     def _write_part(self, epoch: int, data: bytes) -> None:
         """Write a checkpoint part on the writer thread (off the step loop); report it to
@@ -306,8 +345,13 @@ class WorkerActor:
         store, writer = self.store, self.writer
         assert store is not None and writer is not None
 
+        log = self.log
+
         def write() -> None:
+            t0 = clock()
             info = store.write_part(epoch, self.index, self.npeers, data)
+            if log is not None:
+                log.add(("c", t0, clock(), epoch, "write"))
             self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
         self.pending_writes.append(writer.submit(write))
@@ -426,6 +470,7 @@ class RaySession(Session):
         heartbeat_timeout: float = 10.0,
         idle_timeout: float = 30.0,
         checkpoint: CheckpointConfig | None = None,
+        trace: str | None = None,
     ) -> None:
         if not isinstance(max_inflight, int) or max_inflight < 1:
             raise ConfigError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
@@ -441,7 +486,7 @@ class RaySession(Session):
                 f"num_cpus_per_worker must be > 0, got {num_cpus_per_worker!r}; "
                 "leave it out to share the cluster's CPUs among the workers"
             )
-        super().__init__(spec, workers, checkpoint)
+        super().__init__(spec, workers, checkpoint, trace)
         self.max_inflight = max_inflight
         self.heartbeat_timeout = heartbeat_timeout
         self.idle_timeout = float(idle_timeout)
@@ -531,6 +576,7 @@ class RaySession(Session):
                 None if self.coordinator is None else self.coordinator.store,
                 every,
                 None if restore is None else (restore[0], restore[1][i]),
+                None if self.trace is None else (self.trace, self.restarts),
             )
             for i, a in enumerate(self.actors)
         ]

@@ -1,0 +1,153 @@
+"""The event log (timely's *logging*): what each worker did, and when.
+
+Off by default; a worker given an :class:`EventLog` records, as compact tuples with
+two timestamps (``time.time_ns()``, a clock every process on a node shares, and
+across nodes as good as their clock sync):
+
+- ``("a", t0, t1, vertex, kind, records_in, records_out)``: an activation; ``kind`` is
+  ``RECV`` (``on_recv``), ``NOTIFY`` (``on_notify``), ``COMMAND`` (an input command
+  from the driver), ``PULL`` (a source read) or ``START`` (a root's start); records out
+  are what it sent.
+- ``("t", t0, t1)``: a whole step (what lies between its activations is scheduling and
+  progress tracking);
+- ``("s", t0, t1, peer, seq, batches, records, bytes, updates)`` and the same with
+  ``"r"``: a message to or from ``peer`` (encode and write; read and apply), with its
+  per-sender sequence number so that a send and its receive can be matched, the data
+  it carries, its size on the wire (0 in-process) and the progress updates riding on it;
+- ``("w", t0, t1)``: waiting, nothing to do;
+- ``("c", t0, t1, epoch, phase)``: checkpoint work (``"snapshot"``, ``"write"``).
+
+A trace directory holds one file per worker and attempt (``worker-<i>-<attempt>.trace``,
+a restore starts a new attempt): a stream of msgpack objects, first a header (worker,
+workers, the vertices' names, the dataflow, the clock), then lists of events as they
+are flushed. A live consumer can read a file while it grows (:func:`read_trace` reads
+what is complete). Events are appended in memory and written every ``FLUSH_EVERY``
+events and at the end, so the step loop never waits on the disk for long.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgpack  # type: ignore[import-untyped]
+
+from timely.errors import ConfigError
+from timely.messages import WorkerMessage
+
+RECV, NOTIFY, COMMAND, PULL, START = 0, 1, 2, 3, 4
+"""Activation kinds."""
+KIND_NAMES = {RECV: "recv", NOTIFY: "notify", COMMAND: "command", PULL: "pull", START: "start"}
+FLUSH_EVERY = 4096
+"""Events kept in memory before they are written."""
+
+clock = time.time_ns
+"""The event log's clock: nanoseconds, shared by every process on a node."""
+
+
+class EventLog:
+    """One worker's event log, written to ``path``."""
+
+    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self._file: BinaryIO | None = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        self._file.write(msgpack.packb(header))
+        self._file.flush()
+        self.events: list[tuple[Any, ...]] = []
+        self._lock = threading.Lock()  # the checkpoint writer thread logs too
+        self.written = 0
+
+    @classmethod
+    def open(
+        cls, directory: str, worker: int, workers: int, attempt: int, names: Sequence[str], run: str
+    ) -> EventLog:
+        """The log of ``worker`` (of ``workers``) for restore attempt ``attempt``."""
+        header = {
+            "format": 1,
+            "worker": worker,
+            "workers": workers,
+            "attempt": attempt,
+            "vertices": list(names),
+            "run": run,
+            "clock": "time_ns",
+            "pid": os.getpid(),
+        }
+        return cls(Path(directory) / f"worker-{worker}-{attempt}.trace", header)
+
+    def add(self, event: tuple[Any, ...]) -> None:
+        """Record one event (a tuple as described in the module docstring)."""
+        events = self.events
+        events.append(event)
+        if len(events) >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what was recorded since the last flush."""
+        with self._lock:
+            events, self.events = self.events, []
+            file = self._file
+            if events and file is not None:
+                file.write(msgpack.packb(events))
+                file.flush()
+                self.written += len(events)
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            file, self._file = self._file, None
+            if file is not None:
+                file.close()
+
+
+def message_event(
+    kind: str, t0: int, t1: int, peer: int, message: WorkerMessage, nbytes: int
+) -> tuple[Any, ...]:
+    """A send (``kind="s"``) or receive (``"r"``) event for ``message``."""
+    records = sum(len(batch[3]) for batch in message.data)
+    updates = 0 if message.progress is None else len(message.progress.updates)
+    return (kind, t0, t1, peer, message.seq, len(message.data), records, nbytes, updates)
+
+
+def trace_option(options: dict[str, Any]) -> str | None:
+    """Take ``trace`` (a directory for the event log) out of ``options``; make the
+    directory. Fails before anything starts if it cannot be made."""
+    trace = options.pop("trace", None)
+    if trace is None:
+        return None
+    if not isinstance(trace, str | os.PathLike) or not str(trace):
+        raise ConfigError(f"trace must be a directory for the event log, got {trace!r}")
+    try:
+        os.makedirs(trace, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"cannot make the trace directory {str(trace)!r} ({e}); give a directory this "
+            "process (and, on a cluster, every node) can write"
+        ) from None
+    return str(trace)
+
+
+def read_trace(directory: str | os.PathLike[str]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """Every log file in ``directory``: ``(header, events)`` each, in file-name order.
+    A file still being written yields the events flushed so far."""
+    out = []
+    for path in sorted(Path(directory).glob("worker-*.trace")):
+        items = iter(_objects(path))
+        header = next(items, None)
+        if not isinstance(header, dict):
+            continue
+        events: list[Any] = []
+        for chunk in items:
+            events.extend(tuple(e) for e in chunk)
+        out.append((header, events))
+    return out
+
+
+def _objects(path: Path) -> Iterator[Any]:
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    with open(path, "rb") as f:
+        unpacker.feed(f.read())
+    yield from unpacker
