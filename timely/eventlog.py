@@ -15,14 +15,17 @@ across nodes as good as their clock sync):
   per-sender sequence number so that a send and its receive can be matched, the data
   it carries, its size on the wire (0 in-process) and the progress updates riding on it;
 - ``("w", t0, t1)``: waiting, nothing to do;
-- ``("c", t0, t1, epoch, phase)``: checkpoint work (``"snapshot"``, ``"write"``).
+- ``("c", t0, t1, epoch, phase[, vertex])``: checkpoint work: a vertex's
+  ``"snapshot"`` (taken and encoded), a part's ``"write"``.
 
 A trace directory holds one file per worker and attempt (``worker-<i>-<attempt>.trace``,
 a restore starts a new attempt): a stream of msgpack objects, first a header (worker,
 workers, the vertices' names, the dataflow, the clock), then lists of events as they
 are flushed. A live consumer can read a file while it grows (:func:`read_trace` reads
 what is complete). Events are appended in memory and written every ``FLUSH_EVERY``
-events and at the end, so the step loop never waits on the disk for long.
+events, at least every ``FLUSH_NS`` while the worker steps or waits (:meth:`EventLog.tick`),
+and at the end: the step loop never waits on the disk for long, and a live reader is
+at most about that far behind.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ RECV, NOTIFY, COMMAND, PULL, START = 0, 1, 2, 3, 4
 KIND_NAMES = {RECV: "recv", NOTIFY: "notify", COMMAND: "command", PULL: "pull", START: "start"}
 FLUSH_EVERY = 4096
 """Events kept in memory before they are written."""
+FLUSH_NS = 200_000_000
+"""The longest events wait in memory while the worker is active (0.2 s)."""
 
 clock = time.time_ns
 """The event log's clock: nanoseconds, shared by every process on a node."""
@@ -60,6 +65,7 @@ class EventLog:
         self.events: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()  # the checkpoint writer thread logs too
         self.written = 0
+        self._flushed_at = clock()
 
     @classmethod
     def open(
@@ -85,8 +91,15 @@ class EventLog:
         if len(events) >= FLUSH_EVERY:
             self.flush()
 
+    def tick(self) -> None:
+        """Flush if the oldest unwritten event may be ``FLUSH_NS`` old (a host calls this
+        after every step and before it waits)."""
+        if self.events and clock() - self._flushed_at >= FLUSH_NS:
+            self.flush()
+
     def flush(self) -> None:
         """Write what was recorded since the last flush."""
+        self._flushed_at = clock()
         with self._lock:
             events, self.events = self.events, []
             file = self._file

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from progress import target
 from timely import serialization
+from timely.eventlog import clock
 
 if TYPE_CHECKING:
     from timely.worker import Worker
@@ -154,11 +155,15 @@ class Snapshots:
         the next epoch, possibly later in this same step."""
         ctx = self.w.contexts[v]
         ctx.now = None
+        log = self.w.log
+        t0 = clock() if log is not None else 0
         try:
             snap = self.w.vertices[v].snapshot_at(epoch)
             data = None if snap is None else _encode(snap)
         except Exception as e:
             ctx.user_error(e, (epoch,), None, type(self.w.vertices[v]).snapshot_at)
+        if log is not None:
+            log.add(("c", t0, clock(), epoch, "snapshot", v))
         part = self.parts.setdefault(epoch, {})
         part[v] = data  # None for a stateless vertex: left out of the written part
         self.snapped[v] = epoch

@@ -167,6 +167,7 @@ class Worker:
             return self._step()
         finally:
             log.add(("t", t0, clock()))
+            log.tick()
 
     def _step(self) -> list[tuple[int, WorkerMessage]]:
         self.received_since_step = False

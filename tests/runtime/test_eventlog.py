@@ -99,6 +99,11 @@ def test_a_restore_starts_a_new_attempt(tmp_path: Path) -> None:
     )
     names = sorted(p.name for p in trace.iterdir())
     assert names == [f"worker-{w}-{a}.trace" for w in (0, 1) for a in (0, 1)]
+    # Checkpoint work is logged: every vertex's snapshot for some epoch, on every worker.
+    for header, events in read_trace(trace):
+        snapshots = {e[5] for e in events if e[0] == "c" and e[4] == "snapshot"}
+        if header["attempt"] == 1:  # the attempt that ran to the end checkpointed
+            assert snapshots == set(range(len(header["vertices"])))
 
 
 def test_a_trace_directory_that_cannot_be_made_fails_before_starting(tmp_path: Path) -> None:

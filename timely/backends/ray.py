@@ -257,7 +257,11 @@ class WorkerActor:
         """Wait for something to arrive: a frame, a credit, a command, a lost peer."""
         self.wake.clear()
         self.free_since = time.monotonic()
-        t0 = clock() if self.log is not None else 0
+        log = self.log
+        t0 = 0
+        if log is not None:
+            log.flush()  # a live reader sees everything before a wait
+            t0 = clock()
         try:
             if timeout is None:
                 await self.wake.wait()
@@ -267,8 +271,8 @@ class WorkerActor:
         finally:
             self.free_since = None
             self.last_free = time.monotonic()
-            if self.log is not None:
-                self.log.add(("w", t0, clock()))
+            if log is not None:
+                log.add(("w", t0, clock()))
 
     # -- the loop ------------------------------------------------------------------------------
     async def run(self) -> int:
