@@ -10,10 +10,11 @@ across nodes as good as their clock sync):
   are what it sent.
 - ``("t", t0, t1)``: a whole step (what lies between its activations is scheduling and
   progress tracking);
-- ``("s", t0, t1, peer, seq, batches, records, bytes, updates)`` and the same with
-  ``"r"``: a message to or from ``peer`` (encode and write; read and apply), with its
-  per-sender sequence number so that a send and its receive can be matched, the data
-  it carries, its size on the wire (0 in-process) and the progress updates riding on it;
+- ``("s", t0, t1, peer, seq, batches, records, bytes, updates, targets)`` and the
+  same with ``"r"``: a message to or from ``peer`` (encode and write; read and apply),
+  with its per-sender sequence number so that a send and its receive can be matched,
+  the data it carries, its size on the wire (0 in-process), the progress updates riding
+  on it and the vertices its data batches go to (which channels it carries);
 - ``("w", t0, t1)``: waiting, nothing to do;
 - ``("c", t0, t1, epoch, phase[, vertex])``: checkpoint work: a vertex's
   ``"snapshot"`` (taken and encoded), a part's ``"write"``.
@@ -122,7 +123,8 @@ def message_event(
     """A send (``kind="s"``) or receive (``"r"``) event for ``message``."""
     records = sum(len(batch[3]) for batch in message.data)
     updates = 0 if message.progress is None else len(message.progress.updates)
-    return (kind, t0, t1, peer, message.seq, len(message.data), records, nbytes, updates)
+    targets = sorted({batch[0] for batch in message.data})
+    return (kind, t0, t1, peer, message.seq, len(message.data), records, nbytes, updates, targets)
 
 
 def trace_option(options: dict[str, Any]) -> str | None:
