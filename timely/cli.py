@@ -116,7 +116,21 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
             default=default,
             help=f"{text} [env {var}; default: {shown}]",
         )
+    _add_plugin_commands(commands)
     return top
+
+
+COMMANDS_GROUP = "timely.commands"
+"""Entry points that add subcommands: each a callable given the subparsers (it sets a
+``handler(args) -> exit status`` default); how layers above ``timely`` (the analysis's
+``profile``) join the command line without ``timely`` importing them."""
+
+
+def _add_plugin_commands(commands: Any) -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=COMMANDS_GROUP):
+        ep.load()(commands)
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -234,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (2: bad usage, 1: the dataflow failed)."""
     try:
         args = parser().parse_args(argv)
+        if args.command != "run":
+            status: int = args.handler(args)
+            return status
         return run(args)
     except (CliError, ConfigError) as e:
         print(f"timely: error: {e}", file=sys.stderr)

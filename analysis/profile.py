@@ -1,0 +1,145 @@
+"""``python -m timely profile TRACE_DIR``: a run's critical-path profile, offline.
+
+The trace's windows are analysed one by one (:mod:`analysis.windows`); the profile
+weighs each window's CPs by its length, so that, over a run, a dimension's CP is the
+share of the run's critical participation it had (windows without a path count for
+nothing). Tables by activity kind, operator, worker and channel go to stdout, or with
+``--json`` one object: ``activities``, ``operators``, ``workers`` and ``channels``, each
+a list sorted by CP, highest first, every entry with its ``name``, ``cp`` and ``time_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from analysis.summaries import Breakdown, Summary
+from analysis.trace import INPUT, load
+from analysis.windows import SECOND, analyse
+
+K = TypeVar("K")
+
+DIMENSIONS = (
+    ("activities", "by_kind"),
+    ("operators", "by_operator"),
+    ("workers", "by_worker"),
+    ("channels", "by_channel"),
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A run's profile: per dimension, ``(name, cp, seconds)`` by CP, highest first."""
+
+    run: str
+    windows: int
+    windows_without_paths: int
+    seconds: float
+    tables: dict[str, list[tuple[str, float, float]]]
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "run": self.run,
+            "windows": self.windows,
+            "windows_without_paths": self.windows_without_paths,
+            "seconds": self.seconds,
+        }
+        for name, rows in self.tables.items():
+            out[name] = [{"name": n, "cp": cp, "time_s": t} for n, cp, t in rows]
+        return out
+
+
+def profile(directory: str, window: float = 1.0) -> Profile:
+    """Analyse the trace in ``directory`` in windows of ``window`` seconds."""
+    intervals, messages, header = load(directory)
+    summaries = analyse(intervals, messages, length=max(1, int(window * SECOND)))
+    counted = [s for s in summaries if s.paths > 0]
+    total = sum(s.end - s.start for s in counted) or 1
+    tables = {
+        name: _combine(((getattr(s, field), s.end - s.start) for s in summaries), total, name)
+        for name, field in DIMENSIONS
+    }
+    span = sum(s.end - s.start for s in summaries)
+    return Profile(
+        run=str(header.get("run", "")),
+        windows=len(summaries),
+        windows_without_paths=len(summaries) - len(counted),
+        seconds=span / SECOND,
+        tables=tables,
+    )
+
+
+def _combine(
+    parts: Iterable[tuple[Breakdown[Any], int]], total: int, dimension: str
+) -> list[tuple[str, float, float]]:
+    cp: dict[str, float] = {}
+    time: dict[str, float] = {}
+    for part, length in parts:
+        for key, c, t in part.rows():
+            name = _name(key, dimension)
+            cp[name] = cp.get(name, 0.0) + c * length / total
+            time[name] = time.get(name, 0.0) + t / SECOND
+    return sorted(((n, cp[n], time[n]) for n in cp), key=lambda r: (-r[1], r[0]))
+
+
+def _name(key: Any, dimension: str) -> str:
+    if dimension == "workers":
+        return "input (the driver)" if key == INPUT else f"worker {key}"
+    return str(key)
+
+
+def render(p: Profile, top: int = 10) -> str:
+    """The profile as plain-text tables."""
+    lines = [
+        f"profile of {p.run!r}: {p.seconds:.2f} s in {p.windows} windows"
+        + (f" ({p.windows_without_paths} without a path)" if p.windows_without_paths else "")
+    ]
+    for name, rows in p.tables.items():
+        if not rows:
+            continue
+        width = max(len(name), *(len(n) for n, _, _ in rows[:top]))
+        lines.append("")
+        lines.append(f"{name:<{width}}      CP    time s")
+        lines.extend(f"{n:<{width}}  {cp:6.3f}  {t:8.3f}" for n, cp, t in rows[:top])
+    return "\n".join(lines)
+
+
+def command(args: argparse.Namespace) -> int:
+    """The ``profile`` subcommand."""
+    try:
+        result = profile(args.trace_dir, args.window)
+    except FileNotFoundError as e:
+        print(f"timely: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+    else:
+        print(render(result, args.top))
+    return 0
+
+
+def register(commands: Any) -> None:
+    """Add ``profile`` to timely's command line (the ``timely.commands`` entry point)."""
+    sub = commands.add_parser(
+        "profile",
+        help="a run's critical-path profile, from its event log (trace=DIR)",
+        description=(
+            "Analyse the event log in TRACE_DIR with SnailTrail's critical participation: "
+            "which activities, operators, workers and channels lay on the critical path."
+        ),
+    )
+    sub.add_argument("trace_dir", metavar="TRACE_DIR")
+    sub.add_argument("--window", type=float, default=1.0, help="seconds per window (1)")
+    sub.add_argument("--top", type=int, default=10, help="rows per table (10)")
+    sub.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    sub.set_defaults(handler=command)
+
+
+def summaries_for(directory: str, window: float = 1.0) -> list[Summary]:
+    """The per-window summaries of a trace (for plots and the live page)."""
+    intervals, messages, _ = load(directory)
+    return analyse(intervals, messages, length=max(1, int(window * SECOND)))

@@ -1,0 +1,119 @@
+"""From a real run's event log to its critical-path profile: the converter gives every
+worker one activity at a time and matches every message; the profile command prints
+tables or JSON; an operator 10x slower than the others ranks first (on Ray)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import operators  # noqa: F401  (select, count_by)
+from analysis.pag import build_pag
+from analysis.profile import profile
+from analysis.trace import INPUT, load, timeline
+from timely import Dataflow
+from timely.cli import main
+from timely.eventlog import read_trace
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def slow(x: int) -> int:
+    spin(20e-6)
+    return x
+
+
+def quick(x: int) -> int:
+    spin(2e-6)
+    return x
+
+
+def pipeline(epochs: int = 30, per_epoch: int = 1000) -> Dataflow:
+    flow = Dataflow("profiled")
+    nums = flow.new_input("nums")
+    (
+        nums.stream.select(quick, name="quick")
+        .select(slow, name="slow")
+        .select(quick, name="quick2")
+        .count_by(lambda x: x % 7)
+        .collect("counts")
+    )
+    for e in range(epochs):
+        nums.advance_to(e)
+        nums.send(list(range(per_epoch)))
+    return flow
+
+
+def test_timeline_is_one_activity_at_a_time_and_labels_the_innermost() -> None:
+    names = ["v0", "v1"]
+    events = [
+        ("t", 0, 100),
+        ("a", 10, 40, 1, 0, 5, 5),
+        ("c", 50, 60, 3, "snapshot", 0),
+        ("c", 55, 90, 3, "write"),  # the writer thread: not on the timeline
+        ("s", 100, 110, 1, 0, 1, 5, 40, 0, [1]),
+        ("w", 110, 200),
+    ]
+    got = [(i.start, i.end, i.kind, i.operator) for i in timeline(0, events, names)]
+    assert got == [
+        (0, 10, "scheduling", None),
+        (10, 40, "processing", "v1"),
+        (40, 50, "scheduling", None),
+        (50, 60, "checkpoint", "v0"),
+        (60, 100, "scheduling", None),
+        (100, 110, "serialization", None),
+        (110, 200, "waiting", None),
+    ]
+
+
+def test_an_inline_trace_becomes_a_pag_with_every_message_matched(tmp_path: Path) -> None:
+    pipeline(epochs=5, per_epoch=200).run(workers=3, backend="inline", seed=1, trace=tmp_path)
+    intervals, messages, header = load(str(tmp_path))
+    assert header["workers"] == 3
+    sends = sum(
+        max(1, len(e[9])) for _, events in read_trace(tmp_path) for e in events if e[0] == "s"
+    )
+    assert len(messages) == sends  # one per channel a message carries, every one matched
+    start = min(i.start for i in intervals)
+    end = max(i.end for i in intervals)
+    pag = build_pag(intervals, messages, start, end + 1)  # raises if a worker's overlap
+    assert pag.dropped_outside == 0
+    assert {i.worker for i in intervals} == {0, 1, 2}  # inline: no waits, no driver pseudo-worker
+
+
+def test_the_profile_command_prints_tables_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pipeline(epochs=5, per_epoch=200).run(workers=2, backend="inline", trace=tmp_path)
+    assert main(["profile", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "operators" in text and "slow" in text
+    assert main(["profile", str(tmp_path), "--json"]) == 0
+    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+    for key in ("activities", "operators", "workers", "channels"):
+        rows = report[key]
+        assert rows and all({"name", "cp", "time_s"} <= set(r) for r in rows)
+        assert [r["cp"] for r in rows] == sorted((r["cp"] for r in rows), reverse=True)
+    assert sum(r["cp"] for r in report["activities"]) == pytest.approx(1.0)
+    assert main(["profile", str(tmp_path / "nothing-here")]) == 2
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_on_ray_an_operator_ten_times_slower_ranks_first(tmp_path: Path) -> None:
+    pipeline().run(workers=2, backend="ray", trace=tmp_path)
+    result = profile(str(tmp_path))
+    operators_by_cp = [name for name, _, _ in result.tables["operators"]]
+    assert operators_by_cp[0] == "slow", result.tables["operators"]
+    workers = Counter(name for name, _, _ in result.tables["workers"])
+    assert workers["worker 0"] == workers["worker 1"] == 1
+    _, messages, _ = load(str(tmp_path))
+    assert any(m.src == INPUT for m in messages)  # the driver's input woke the workers
