@@ -3,7 +3,9 @@
 The trace's windows are analysed one by one (:mod:`analysis.windows`); the profile
 weighs each window's CPs by its length, so that, over a run, a dimension's CP is the
 share of the run's critical participation it had (windows without a path count for
-nothing). Tables by activity kind, operator, worker and channel go to stdout, or with
+nothing). The driver, a pseudo-worker in the trace (:data:`analysis.trace.INPUT`), is
+left out of the workers' table: its share is the activity kind ``"input"``. Tables by
+activity kind, operator, worker and channel go to stdout, or with
 ``--json`` one object: ``activities``, ``operators``, ``workers`` and ``channels``, each
 a list sorted by CP, highest first, every entry with its ``name``, ``cp`` and ``time_s``.
 """
@@ -80,6 +82,8 @@ def _combine(
     time: dict[str, float] = {}
     for part, length in parts:
         for key, c, t in part.rows():
+            if dimension == "workers" and key == INPUT:
+                continue  # the driver is no worker: its share shows as the kind "input"
             name = _name(key, dimension)
             cp[name] = cp.get(name, 0.0) + c * length / total
             time[name] = time.get(name, 0.0) + t / SECOND
@@ -87,9 +91,7 @@ def _combine(
 
 
 def _name(key: Any, dimension: str) -> str:
-    if dimension == "workers":
-        return "input (the driver)" if key == INPUT else f"worker {key}"
-    return str(key)
+    return f"worker {key}" if dimension == "workers" else str(key)
 
 
 def render(p: Profile, top: int = 10) -> str:

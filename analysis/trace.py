@@ -9,11 +9,14 @@ vertex, "checkpoint"), else a message being encoded or decoded ("serialization")
 waiting ("waiting"), else the step itself ("scheduling": progress tracking and the
 loop). Part writes (another thread) are left out of the timeline.
 
-A message event names the vertices its data goes to; each becomes one ``Message`` on
-the channel into that vertex (``"-> name"``), a progress-only message one on
-``"progress"``. A send and its receive are matched by (sender, receiver, sequence
-number) within one attempt; the message leaves when its encoding ends and arrives when
-its decoding starts.
+A worker's waiting at the very end of its log (its work done, the run not yet over) is
+left out: nothing ends it, so it would cut every path through the worker.
+
+A message event counts the records it carries per vertex they go to; it becomes one
+``Message`` on the channel that carries most of them (``"-> name"``, the channel into
+that vertex), a progress-only message on ``"progress"``. A send and its receive are
+matched by (sender, receiver, sequence number) within one attempt; the message leaves
+when its encoding ends and arrives when its decoding starts.
 
 The driver is not in the log, but it holds workers up: a worker that waits and then
 steps without a peer's message in between was woken by the driver's input. Such a
@@ -86,7 +89,7 @@ def timeline(
 
 
 def messages(logs: Iterable[tuple[dict[str, Any], Sequence[tuple[Any, ...]]]]) -> list[Message]:
-    """Every matched message, one per channel it carries."""
+    """Every matched message, named by the channel carrying most of its records."""
     sent: dict[tuple[int, int, int, int], tuple[Any, ...]] = {}
     received: dict[tuple[int, int, int, int], tuple[Any, ...]] = {}
     names: dict[int, Sequence[str]] = {}
@@ -105,10 +108,23 @@ def messages(logs: Iterable[tuple[dict[str, Any], Sequence[tuple[Any, ...]]]]) -
             continue
         attempt, src, dst, _ = key
         targets = s[9] if len(s) > 9 else []
-        channels = [f"-> {names[attempt][v]}" for v in targets] or ["progress"]
-        for channel in channels:
-            out.append(Message(channel, src, s[2], dst, r[1]))
+        if targets:  # the channel that carries most of its records
+            vertex = max(targets, key=lambda t: (t[1], -t[0]))[0]
+            channel = f"-> {names[attempt][vertex]}"
+        else:
+            channel = "progress"
+        out.append(Message(channel, src, s[2], dst, r[1]))
     return out
+
+
+def _trim(intervals: list[Interval]) -> list[Interval]:
+    """Without the waiting at the very end: a worker whose work is done waits for the run
+    to end, and a wait that nothing ends would cut every path through the worker (it is
+    time outside the computation, not in it)."""
+    end = len(intervals)
+    while end and intervals[end - 1].kind == "waiting":
+        end -= 1
+    return intervals[:end]
 
 
 def input_messages(worker: int, events: Sequence[tuple[Any, ...]]) -> list[Message]:
@@ -138,7 +154,7 @@ def load(
     intervals: list[Interval] = []
     msgs = messages(logs)
     for header, events in logs:
-        intervals.extend(timeline(header["worker"], events, header["vertices"]))
+        intervals.extend(_trim(timeline(header["worker"], events, header["vertices"])))
         msgs.extend(input_messages(header["worker"], events))
     if any(m.src == INPUT for m in msgs) and intervals:
         start = min(i.start for i in intervals)

@@ -14,7 +14,8 @@ across nodes as good as their clock sync):
   same with ``"r"``: a message to or from ``peer`` (encode and write; read and apply),
   with its per-sender sequence number so that a send and its receive can be matched,
   the data it carries, its size on the wire (0 in-process), the progress updates riding
-  on it and the vertices its data batches go to (which channels it carries);
+  on it and ``[vertex, records]`` for each vertex its data goes to (the channels it
+  carries);
 - ``("w", t0, t1)``: waiting, nothing to do;
 - ``("c", t0, t1, epoch, phase[, vertex])``: checkpoint work: a vertex's
   ``"snapshot"`` (taken and encoded), a part's ``"write"``.
@@ -121,9 +122,12 @@ def message_event(
     kind: str, t0: int, t1: int, peer: int, message: WorkerMessage, nbytes: int
 ) -> tuple[Any, ...]:
     """A send (``kind="s"``) or receive (``"r"``) event for ``message``."""
-    records = sum(len(batch[3]) for batch in message.data)
+    per_target: dict[int, int] = {}
+    for batch in message.data:
+        per_target[batch[0]] = per_target.get(batch[0], 0) + len(batch[3])
+    records = sum(per_target.values())
     updates = 0 if message.progress is None else len(message.progress.updates)
-    targets = sorted({batch[0] for batch in message.data})
+    targets = sorted(per_target.items())
     return (kind, t0, t1, peer, message.seq, len(message.data), records, nbytes, updates, targets)
 
 

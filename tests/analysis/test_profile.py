@@ -16,7 +16,7 @@ import operators  # noqa: F401  (select, count_by)
 from analysis.pag import build_pag
 from analysis.profile import profile
 from analysis.trace import INPUT, load, timeline
-from timely import Dataflow
+from timely import Dataflow, Vertex, exchange
 from timely.cli import main
 from timely.eventlog import read_trace
 
@@ -60,7 +60,7 @@ def test_timeline_is_one_activity_at_a_time_and_labels_the_innermost() -> None:
         ("a", 10, 40, 1, 0, 5, 5),
         ("c", 50, 60, 3, "snapshot", 0),
         ("c", 55, 90, 3, "write"),  # the writer thread: not on the timeline
-        ("s", 100, 110, 1, 0, 1, 5, 40, 0, [1]),
+        ("s", 100, 110, 1, 0, 1, 5, 40, 0, [[1, 5]]),
         ("w", 110, 200),
     ]
     got = [(i.start, i.end, i.kind, i.operator) for i in timeline(0, events, names)]
@@ -79,10 +79,8 @@ def test_an_inline_trace_becomes_a_pag_with_every_message_matched(tmp_path: Path
     pipeline(epochs=5, per_epoch=200).run(workers=3, backend="inline", seed=1, trace=tmp_path)
     intervals, messages, header = load(str(tmp_path))
     assert header["workers"] == 3
-    sends = sum(
-        max(1, len(e[9])) for _, events in read_trace(tmp_path) for e in events if e[0] == "s"
-    )
-    assert len(messages) == sends  # one per channel a message carries, every one matched
+    sends = sum(1 for _, events in read_trace(tmp_path) for e in events if e[0] == "s")
+    assert len(messages) == sends  # every message matched
     start = min(i.start for i in intervals)
     end = max(i.end for i in intervals)
     pag = build_pag(intervals, messages, start, end + 1)  # raises if a worker's overlap
@@ -117,3 +115,51 @@ def test_on_ray_an_operator_ten_times_slower_ranks_first(tmp_path: Path) -> None
     assert workers["worker 0"] == workers["worker 1"] == 1
     _, messages, _ = load(str(tmp_path))
     assert any(m.src == INPUT for m in messages)  # the driver's input woke the workers
+
+
+class Straggle(Vertex):
+    """Ten times slower on worker 1 than on worker 0: a straggler."""
+
+    def on_recv(self, input: int, records: list[Any], t: tuple[int, ...]) -> None:
+        for _ in records:
+            spin(20e-6 if self.worker == 1 else 2e-6)
+        self.send_by(0, records, t)
+
+
+def _seven(x: int) -> int:
+    return x % 7
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_on_ray_a_straggling_worker_ranks_first(tmp_path: Path) -> None:
+    flow = Dataflow("straggler")
+    nums = flow.new_input("nums")
+    nums.stream.unary(Straggle, name="work", channel=exchange()).count_by(_seven).collect("c")
+    for e in range(30):
+        nums.advance_to(e)
+        nums.send(list(range(1000)))
+    flow.run(workers=2, backend="ray", trace=tmp_path)
+    workers = [name for name, _, _ in profile(str(tmp_path)).tables["workers"]]
+    assert workers[0] == "worker 1", workers
+
+
+def _widen(x: int) -> tuple[int, str]:
+    return x, "y" * 1000
+
+
+def _key(r: tuple[int, str]) -> int:
+    return r[0]
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_on_ray_an_exchange_heavy_dataflow_names_the_exchange(tmp_path: Path) -> None:
+    flow = Dataflow("heavy")
+    nums = flow.new_input("nums")
+    wide = nums.stream.select(_widen, name="widen")
+    wide.exchange(_key, name="shuffle").select(_key, name="narrow").count_by(_seven).collect("c")
+    for e in range(30):
+        nums.advance_to(e)
+        nums.send(list(range(3000)))
+    flow.run(workers=2, backend="ray", trace=tmp_path)
+    channels = [name for name, _, _ in profile(str(tmp_path)).tables["channels"]]
+    assert channels[0] == "-> shuffle", channels

@@ -44,10 +44,10 @@ def check_trace(directory: Path, workers: int, on_wire: bool) -> dict[int, list[
         for e in ev:
             assert e[1] <= e[2], e  # an interval never ends before it starts
             if e[0] == "s":
-                sends[(w, e[3], e[4], e[5], e[6], e[8], tuple(e[9]))] += 1
+                sends[(w, e[3], e[4], e[5], e[6], e[8], tuple(map(tuple, e[9])))] += 1
                 assert (e[7] > 0) == on_wire  # bytes on the wire only between processes
             elif e[0] == "r":
-                receives[(e[3], w, e[4], e[5], e[6], e[8], tuple(e[9]))] += 1
+                receives[(e[3], w, e[4], e[5], e[6], e[8], tuple(map(tuple, e[9])))] += 1
             elif e[0] == "a":
                 if e[4] == RECV:
                     records_in[names[e[3]]] += e[5]
