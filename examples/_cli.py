@@ -8,8 +8,9 @@ from typing import Any
 
 
 def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
-    """``--workers``, ``--backend`` (ray by default), ``--address`` (a Ray cluster) and
-    ``--checkpoint`` (where checkpoints go: recovery from failures, resume)."""
+    """``--workers``, ``--backend`` (ray by default), ``--address`` (a Ray cluster),
+    ``--checkpoint`` (where checkpoints go: recovery from failures, resume) and
+    ``--trace`` (where every worker's event log goes: ``python -m timely profile``)."""
     ap.add_argument("--workers", type=int, default=workers)
     ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
     ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
@@ -18,6 +19,11 @@ def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
         default=None,
         help="checkpoint directory or URI: survive worker failures, resume a stopped run",
     )
+    ap.add_argument(
+        "--trace",
+        default=None,
+        help="a directory for every worker's event log (profile it: python -m timely profile)",
+    )
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -25,6 +31,8 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {} if args.backend == "inline" else {"address": args.address}
     if getattr(args, "checkpoint", None):
         options["checkpoint"] = args.checkpoint
+    if getattr(args, "trace", None):
+        options["trace"] = args.trace
     return options
 
 
