@@ -149,6 +149,14 @@ def load(
     logs = read_trace(directory)
     if not logs:
         raise FileNotFoundError(f"no event log (worker-*.trace) in {directory!r}")
+    return convert(logs)
+
+
+def convert(
+    logs: Sequence[tuple[dict[str, Any], Sequence[tuple[Any, ...]]]],
+) -> tuple[list[Interval], list[Message], dict[str, Any]]:
+    """Logs (``(header, events)`` per worker and attempt) as SnailTrail's input; see
+    :func:`load`."""
     attempt = max(h.get("attempt", 0) for h, _ in logs)
     logs = [(h, ev) for h, ev in logs if h.get("attempt", 0) == attempt]
     intervals: list[Interval] = []
