@@ -6,7 +6,13 @@ workers' logs have flushed since (they flush at least every 0.2 s while working 
 before they wait), and analyses each window ``[s, s + window)`` once it is complete:
 every worker's log has reached past its end, or ``grace`` seconds have gone by since
 (a worker that waits a long time logs its wait only when it ends). Each summary goes to
-``on_window`` as it is made, with how long after the window's end it was ready.
+``on_window`` as it is made, with how long after the window's end it was ready. Events
+that ended before the next window are dropped once a window is done, so the work per
+window follows the events in it, not the run's length.
+
+A window in which the workers mostly wait for the driver's input is input-bound: its
+paths run through the driver's pseudo-worker (kind ``"input"``), and the operators'
+small shares there say little about which is slower.
 """
 
 from __future__ import annotations
@@ -140,4 +146,6 @@ class OnlineProfiler:
                 if self.on_window is not None:
                     self.on_window(summary, (ready - end) / SECOND)
             self._next = end
+            for t in tails:  # what ended before the next window starts is never needed again
+                t.events = [e for e in t.events if e[2] >= end]
         return made
