@@ -21,44 +21,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import msgpack  # type: ignore[import-untyped]
 
 from analysis.summaries import Summary
 from analysis.trace import convert
 from analysis.windows import SECOND, analyse
+from timely.eventlog import LogTail
 
 OnWindow = Callable[[Summary, float], None]
-
-
-class _Tail:
-    """One log file, read as it grows."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-        self.header: dict[str, Any] | None = None
-        self.events: list[tuple[Any, ...]] = []
-        self.last = 0
-        """The latest timestamp seen in this log."""
-
-    def read(self) -> None:
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        self.offset += len(data)
-        self.unpacker.feed(data)
-        for item in self.unpacker:
-            if self.header is None:
-                self.header = item
-                continue
-            for e in item:
-                event = tuple(e)
-                self.events.append(event)
-                if event[2] > self.last:
-                    self.last = event[2]
 
 
 class OnlineProfiler:
@@ -81,7 +50,7 @@ class OnlineProfiler:
         self.lags: list[float] = []
         """For each summary, seconds from its window's end to the summary being ready."""
         self.errors: list[BaseException] = []
-        self._tails: dict[Path, _Tail] = {}
+        self._tails: dict[Path, LogTail] = {}
         self._next: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="snailtrail", daemon=True)
@@ -118,7 +87,7 @@ class OnlineProfiler:
         for path in sorted(self.directory.glob("worker-*.trace")):
             tail = self._tails.get(path)
             if tail is None:
-                self._tails[path] = tail = _Tail(path)
+                self._tails[path] = tail = LogTail(path)
             tail.read()
         tails = [t for t in self._tails.values() if t.header is not None and t.events]
         if not tails:

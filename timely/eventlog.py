@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -154,19 +154,43 @@ def read_trace(directory: str | os.PathLike[str]) -> list[tuple[dict[str, Any], 
     A file still being written yields the events flushed so far."""
     out = []
     for path in sorted(Path(directory).glob("worker-*.trace")):
-        items = iter(_objects(path))
-        header = next(items, None)
-        if not isinstance(header, dict):
-            continue
-        events: list[Any] = []
-        for chunk in items:
-            events.extend(tuple(e) for e in chunk)
-        out.append((header, events))
+        tail = LogTail(path)
+        tail.read()
+        if isinstance(tail.header, dict):
+            out.append((tail.header, tail.events))
     return out
 
 
-def _objects(path: Path) -> Iterator[Any]:
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-    with open(path, "rb") as f:
-        unpacker.feed(f.read())
-    yield from unpacker
+class LogTail:
+    """One worker's log file, read as it grows (a live consumer's view): each
+    :meth:`read` takes what was flushed since the last one."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self._unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        self.header: dict[str, Any] | None = None
+        self.events: list[tuple[Any, ...]] = []
+        """The events read so far (a consumer may drop those it no longer needs)."""
+        self.last = 0
+        """The latest timestamp seen in this log."""
+
+    def read(self) -> int:
+        """Take in what was written since; returns how many events were new."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        self._unpacker.feed(data)
+        new = 0
+        for item in self._unpacker:
+            if self.header is None:
+                self.header = item
+                continue
+            for e in item:
+                event = tuple(e)
+                self.events.append(event)
+                if event[2] > self.last:
+                    self.last = event[2]
+                new += 1
+        return new
