@@ -183,7 +183,7 @@ class Slow(Vertex):
     """Holds the interpreter (no sleeping, no I/O) for a while on every batch."""
 
     def on_recv(self, input: int, records: list[Any], t: tuple[int, ...]) -> None:
-        end = time.perf_counter() + 0.004
+        end = time.perf_counter() + 0.01  # slow enough that the chain backs up every time
         while time.perf_counter() < end:
             pass
         self.send_by(0, [len(records)], t)
@@ -194,7 +194,7 @@ def test_a_chain_with_a_slow_end_keeps_every_inbox_bounded() -> None:
     worker 2, which is slow: credits hold worker 1 back, and worker 0 too (by worker 1
     and by worker 2 directly: every step's progress goes to every peer), so no worker
     piles up batches. Without credits the slow end queues ~100 frames here."""
-    batches, window = 300, 2
+    batches, window = 200, 2
     flow = Dataflow("chain")
     counted: list[int] = []
     (
