@@ -19,10 +19,12 @@ class Source(ABC):
 
     batches_per_step: int = 8
     """At most how many batches a worker reads from this source in one step (it stops
-    sooner once it has ``records_per_step`` records): small batches then share a step's
-    fixed costs (progress, one frame per peer). 1 reads one batch a step, which paces a
-    source whose every batch is an epoch."""
+    sooner once it has ``records_per_step`` records, or once reading has taken
+    ``seconds_per_step``): small batches then share a step's fixed costs (progress, one
+    frame per peer), while a source whose reads wait on something still reads one a
+    step. 1 reads one batch a step, which paces a source whose every batch is an epoch."""
     records_per_step: int = 4096
+    seconds_per_step: float = 0.002
 
     @abstractmethod
     def partitions(self) -> int:

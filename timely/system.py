@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -167,14 +168,16 @@ class SourceVertex(Vertex):
 
     def pull(self) -> None:
         """Read batches from the partitions in turn, up to the source's
-        ``batches_per_step`` or ``records_per_step``, whichever comes first."""
+        ``batches_per_step``, ``records_per_step`` or ``seconds_per_step``, whichever
+        comes first."""
         source = self.source
         limit, records = source.records_per_step, 0
+        deadline = time.perf_counter() + source.seconds_per_step
         for _ in range(max(1, source.batches_per_step)):
             if self.cap is None:
                 return
             records += self._read_one()
-            if records >= limit:
+            if records >= limit or time.perf_counter() >= deadline:
                 return
 
     def _read_one(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections import Counter
 from typing import Any
 
@@ -171,9 +172,11 @@ process, so a module list is shared)."""
 class Counted(Source):
     """One partition of ``n`` one-record batches, all at epoch 0; counts its reads."""
 
-    def __init__(self, n: int, per_step: int, records: int = 4096) -> None:
-        self.n, self.reads = n, 0
+    def __init__(self, n: int, per_step: int, records: int = 4096, pause: float = 0.0) -> None:
+        self.n, self.reads, self.pause = n, 0, pause
         self.batches_per_step, self.records_per_step = per_step, records
+        # Only a slow read may end a step's reading early (no machine is that slow).
+        self.seconds_per_step = 60.0 if pause == 0 else 0.002
 
     def partitions(self) -> int:
         return 1
@@ -183,6 +186,8 @@ class Counted(Source):
         if i >= self.n:
             return None
         self.reads += 1
+        if self.pause:
+            time.sleep(self.pause)  # a read that waits on its input
         return 0, [i], i + 1
 
 
@@ -209,3 +214,14 @@ def test_a_source_reads_up_to_its_batches_or_records_per_step(
     flow.source(source).unary(lambda: NoteReads(source)).collect("out")
     flow.run(workers=1, backend="inline")
     assert seen == READS
+
+
+def test_a_source_whose_reads_wait_reads_one_batch_a_step() -> None:
+    """A read that takes longer than ``seconds_per_step`` ends the step's reading: a
+    source waiting on its input does not hold its worker for many reads."""
+    READS.clear()
+    source = Counted(4, 8, pause=0.005)
+    flow = Dataflow("waiting")
+    flow.source(source).unary(lambda: NoteReads(source)).collect("out")
+    flow.run(workers=1, backend="inline")
+    assert READS == [1, 2, 3, 4]
