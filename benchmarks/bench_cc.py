@@ -29,7 +29,6 @@ Every system's labels are asserted equal to union-find's. Goal: timely inline wi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -37,14 +36,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import operators  # noqa: F401  (registers select_many on Stream)
-from benchmarks.tables import markdown
+from benchmarks.tables import markdown, write_results
 from timely import Dataflow, Source, Vertex, exchange
 
-RESULTS = Path(__file__).resolve().parent / "results"
 Edge = tuple[int, int]
 
 
@@ -362,24 +359,21 @@ def main(argv: list[str] | None = None) -> None:
         f"run took {total:.0f} s"
     )
 
-    RESULTS.mkdir(exist_ok=True)
-    name = "bench_cc.quick.json" if args.quick else "bench_cc.json"
-    (RESULTS / name).write_text(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-                "load_average": load,
-                "edges": m,
-                "nodes": n,
-                "labelled_nodes": len(expected),
-                "components": components,
-                "repeat": repeat,
-                "run_s": total,
-                "rows": rows,
-            },
-            indent=2,
-        )
+    write_results(
+        "bench_cc",
+        args.quick,
+        {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average": load,
+            "edges": m,
+            "nodes": n,
+            "labelled_nodes": len(expected),
+            "components": components,
+            "repeat": repeat,
+            "run_s": total,
+            "rows": rows,
+        },
     )
 
 

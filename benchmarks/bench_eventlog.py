@@ -11,7 +11,6 @@ alternating: this VM's speed swings), the overhead being the median of the pairs
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -20,27 +19,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_scale import totals, wordcount_flow
+from benchmarks.bench_scale import timed_run, totals, wordcount_flow
 from benchmarks.bench_wordcount import generate
-from benchmarks.tables import markdown
+from benchmarks.tables import markdown, write_results
 from timely.eventlog import read_trace
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def timed(data: Path, trace: str | None) -> float:
     """Seconds from ``activate``'s return to the end of ``join``."""
-    flow = wordcount_flow(data)
     options: dict[str, Any] = {} if trace is None else {"trace": trace}
-    session = flow.activate(workers=2, backend="ray", **options)
-    t0 = time.perf_counter()
-    with session:
-        for handle in flow._inputs:
-            handle.close()
-        results = session.join()
-    seconds = time.perf_counter() - t0
-    assert totals(results), "no counts"
-    return seconds
+    run = timed_run(wordcount_flow(data), 2, "ray", **options)
+    assert totals(run["results"]), "no counts"
+    return float(run["work_s"])
 
 
 def event_cost(n: int = 200_000) -> float:
@@ -110,25 +100,22 @@ def main(argv: list[str] | None = None) -> None:
         f"{100 * computed:.2f}% of the run (the pairs' spread is this VM's noise)"
     )
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    RESULTS.mkdir(exist_ok=True)
-    name = "eventlog.quick.json" if args.quick else "eventlog.json"
-    (RESULTS / name).write_text(
-        json.dumps(
-            {
-                "words": words,
-                "repeat": repeat,
-                "plain_s": plain,
-                "traced_s": traced,
-                "overheads": overheads,
-                "overhead": overhead,
-                "events": events,
-                "us_per_event": per_event * 1e6,
-                "computed_overhead": computed,
-                "bytes": size,
-                "load_average": load,
-            },
-            indent=2,
-        )
+    write_results(
+        "eventlog",
+        args.quick,
+        {
+            "words": words,
+            "repeat": repeat,
+            "plain_s": plain,
+            "traced_s": traced,
+            "overheads": overheads,
+            "overhead": overhead,
+            "events": events,
+            "us_per_event": per_event * 1e6,
+            "computed_overhead": computed,
+            "bytes": size,
+            "load_average": load,
+        },
     )
 
 

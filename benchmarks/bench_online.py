@@ -13,41 +13,24 @@ end at >= 1M records/s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
-from pathlib import Path
-from typing import Any
 
 import operators  # noqa: F401  (select, count_by)
 from analysis.online import OnlineProfiler
-from benchmarks.tables import markdown
-from timely import Dataflow, Source
+from benchmarks.bench_runtime import Generated
+from benchmarks.tables import markdown, write_results
+from timely import Dataflow
 from timely.eventlog import read_trace
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
-
-class Batches(Source):
-    """``parts`` partitions of ``batches`` batches of ``size`` ints, one batch a step."""
+class Batches(Generated):
+    """``bench_runtime``'s generated ints, read one batch a step (so the log is busy)."""
 
     batches_per_step = 1
-
-    def __init__(self, parts: int, batches: int, size: int, per_epoch: int) -> None:
-        self.parts, self.batches, self.size, self.per_epoch = parts, batches, size, per_epoch
-
-    def partitions(self) -> int:
-        return self.parts
-
-    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
-        i = 0 if offset is None else offset
-        if i >= self.batches:
-            return None
-        base = (partition * self.batches + i) * self.size
-        return i // self.per_epoch, list(range(base, base + self.size)), i + 1
 
 
 def _inc(x: int) -> int:
@@ -103,19 +86,16 @@ def main(argv: list[str] | None = None) -> None:
     verdict = "met" if met else "not met"
     print(f"\ngoal (every window <= 2 s after its end at >= 1M records/s): {verdict}")
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    RESULTS.mkdir(exist_ok=True)
-    name = "online.quick.json" if args.quick else "online.json"
-    (RESULTS / name).write_text(
-        json.dumps(
-            {
-                "records": records,
-                "seconds": seconds,
-                "events": events,
-                "lags_s": lags,
-                "load_average": load,
-            },
-            indent=2,
-        )
+    write_results(
+        "online",
+        args.quick,
+        {
+            "records": records,
+            "seconds": seconds,
+            "events": events,
+            "lags_s": lags,
+            "load_average": load,
+        },
     )
 
 

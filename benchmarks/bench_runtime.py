@@ -23,17 +23,14 @@ on the driver's own sockets, ``timely.comm.driver``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
+from benchmarks.tables import write_results
 from timely import Dataflow, Source, Vertex, exchange
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class Double(Vertex):
@@ -322,19 +319,16 @@ def main(argv: list[str] | None = None) -> None:
             f"\nDriver -> actor Ray call round trip: p50 {rtt['p50_ms']:.3f} ms, "
             f"p99 {rtt['p99_ms']:.3f} ms"
         )
-    RESULTS.mkdir(exist_ok=True)
-    name = "bench_runtime.quick.json" if args.quick else "bench_runtime.json"
-    (RESULTS / name).write_text(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "load_average": os.getloadavg(),
-                "latency": rows,
-                "transport": transport,
-                "ray_call_rtt": rtt,
-            },
-            indent=2,
-        )
+    write_results(
+        "bench_runtime",
+        args.quick,
+        {
+            "python": platform.python_version(),
+            "load_average": os.getloadavg(),
+            "latency": rows,
+            "transport": transport,
+            "ray_call_rtt": rtt,
+        },
     )
 
 

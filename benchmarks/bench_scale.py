@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import json
 import os
 import platform
 import shutil
@@ -60,11 +59,10 @@ from benchmarks.bench_wordcount import (
     generate,
     paths,
 )
-from benchmarks.tables import markdown
+from benchmarks.tables import markdown, write_results
 from timely import Dataflow, Source
 from timely.backends.ray_pool import release_workers
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SPIN_US = 3.0
 
 
@@ -126,14 +124,15 @@ def _word(w: str) -> str:
 
 
 # -- running and timing ------------------------------------------------------------------
-def timed_run(flow: Dataflow, workers: int, backend: str) -> dict[str, Any]:
-    """Run ``flow`` to the end: whole wall, start-up (``activate``), after start-up, the
-    collected results and, on Ray, every actor's ``stats()`` read as the run ends."""
+def timed_run(flow: Dataflow, workers: int, backend: str, **options: Any) -> dict[str, Any]:
+    """Run ``flow`` to the end (with session ``options``): whole wall, start-up
+    (``activate``), after start-up, the collected results and, on Ray, every actor's
+    ``stats()`` read as the run ends."""
     import ray
 
     stats: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    session = flow.activate(workers=workers, backend=backend)
+    session = flow.activate(workers=workers, backend=backend, **options)
     t1 = time.perf_counter()
     if backend == "ray":
         stop = session._stop  # type: ignore[attr-defined]
@@ -355,28 +354,27 @@ def main(argv: list[str] | None = None) -> None:
         ]
 
     headers = ["run", "wall s", "activate s", "after start-up s", "wall - empty run s", "M rec/s"]
-    print(
-        f"\n## Speed-up: {records:,} ints, 8 partitions, select(spin, {spin_us:.2f} us) -> "
-        f"count_by (median of {repeat})\n"
-    )
-    print(markdown(headers, rows(speed, records)))
-    sx = statistics.median(speed_ratios)
-    sx_empty = speed["inline x1"]["work_s"] / (speed["ray x2"]["wall_s"] - empty)
-    print(
-        f"\nspeed-up after start-up {sx:.2f}x, the median of {repeat} interleaved pairs "
-        f"({' '.join(f'{r:.2f}' for r in sorted(speed_ratios))}); of the median runs' walls "
-        f"minus the empty run: {sx_empty:.2f}x"
-    )
 
-    print(f"\n## Word count: {words:,} words, record at a time (median of {repeat})\n")
-    print(markdown(headers, rows(wc, words)))
-    wx = statistics.median(wc_ratios)
-    wx_empty = wc["inline x1"]["work_s"] / (wc["ray x2"]["wall_s"] - empty)
-    print(
-        f"\nspeed-up after start-up {wx:.2f}x, the median of {repeat} interleaved pairs "
-        f"({' '.join(f'{r:.2f}' for r in sorted(wc_ratios))}); of the median runs' walls "
-        f"minus the empty run: {wx_empty:.2f}x"
+    def speedup(title: str, table: dict[str, dict[str, Any]], n: int, ratios: list[float]) -> float:
+        """Print ``table`` and its speed-up: the median of the interleaved pairs' ratios."""
+        print(f"\n## {title} (median of {repeat})\n")
+        print(markdown(headers, rows(table, n)))
+        ratio = statistics.median(ratios)
+        by_walls = table["inline x1"]["work_s"] / (table["ray x2"]["wall_s"] - empty)
+        print(
+            f"\nspeed-up after start-up {ratio:.2f}x, the median of {repeat} interleaved pairs "
+            f"({' '.join(f'{r:.2f}' for r in sorted(ratios))}); of the median runs' walls "
+            f"minus the empty run: {by_walls:.2f}x"
+        )
+        return ratio
+
+    sx = speedup(
+        f"Speed-up: {records:,} ints, 8 partitions, select(spin, {spin_us:.2f} us) -> count_by",
+        speed,
+        records,
+        speed_ratios,
     )
+    wx = speedup(f"Word count: {words:,} words, record at a time", wc, words, wc_ratios)
     if bytewax is not None:
         bx = bytewax["wall_s"]
         print(
@@ -452,43 +450,40 @@ def main(argv: list[str] | None = None) -> None:
         f"{os.cpu_count()} CPUs; run took {total:.0f} s"
     )
 
-    RESULTS.mkdir(exist_ok=True)
-    name = "scale.quick.json" if args.quick else "scale.json"
-    (RESULTS / name).write_text(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-                "load_average": load,
-                "cpus": os.cpu_count(),
-                "repeat": repeat,
-                "run_s": total,
-                "spin": {"k": k, "us_per_call": spin_us},
-                "startup": {
-                    "first_run_s": first,
-                    "cold_runs_s": colds,
-                    "cold_median_s": cold_empty,
-                    "runs_s": empties,
-                    "median_s": empty,
-                },
-                "speedup": {
-                    "records": records,
-                    "runs": speed,
-                    "ratio": sx,
-                    "pair_ratios": speed_ratios,
-                },
-                "wordcount": {
-                    "words": words,
-                    "runs": wc,
-                    "ratio": wx,
-                    "pair_ratios": wc_ratios,
-                    "bytewax": bytewax,
-                },
-                "scaling": {"epochs": epochs, "runs": scaling},
-                "verdicts": verdicts,
+    write_results(
+        "scale",
+        args.quick,
+        {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average": load,
+            "cpus": os.cpu_count(),
+            "repeat": repeat,
+            "run_s": total,
+            "spin": {"k": k, "us_per_call": spin_us},
+            "startup": {
+                "first_run_s": first,
+                "cold_runs_s": colds,
+                "cold_median_s": cold_empty,
+                "runs_s": empties,
+                "median_s": empty,
             },
-            indent=2,
-        )
+            "speedup": {
+                "records": records,
+                "runs": speed,
+                "ratio": sx,
+                "pair_ratios": speed_ratios,
+            },
+            "wordcount": {
+                "words": words,
+                "runs": wc,
+                "ratio": wx,
+                "pair_ratios": wc_ratios,
+                "bytewax": bytewax,
+            },
+            "scaling": {"epochs": epochs, "runs": scaling},
+            "verdicts": verdicts,
+        },
     )
 
 

@@ -12,17 +12,14 @@ exchange must rank first among channels. Goal: 10 of 10 each.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.tables import markdown
+from benchmarks.tables import markdown, write_results
 from tests.analysis import test_profile as scenarios
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 SCENARIOS: dict[str, Callable[[Path], None]] = {
     "(a) a 10x slower operator ranks first": (
@@ -67,9 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     met = all(n == args.runs for n in right.values())
     print(f"\ngoal (every run ranked right): {'met' if met else 'not met'}")
     print(f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "scenarios.json").write_text(
-        json.dumps({"runs": args.runs, "right": right, "wrong": wrong, "load": load}, indent=2)
+    write_results(
+        "scenarios",
+        args.runs < 10,
+        {"runs": args.runs, "right": right, "wrong": wrong, "load": load},
     )
 
 

@@ -54,11 +54,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import operators  # noqa: F401  (registers select_many, count_by on Stream)
-from benchmarks.tables import markdown
+from benchmarks.tables import RESULTS, markdown, write_results
 from operators import StatefulVertex
 from timely import Dataflow, Source, Vertex, exchange
 
-RESULTS = Path(__file__).resolve().parent / "results"
 HERE = Path(__file__).resolve().parent
 FILES = 2
 WORDS_PER_LINE = 10
@@ -509,26 +508,23 @@ def main(argv: list[str] | None = None) -> None:
         print("\n## cProfile, timely inline\n")
         print(profile)
 
-    RESULTS.mkdir(exist_ok=True)
-    name = "bench_wordcount.quick.json" if args.quick else "bench_wordcount.json"
-    (RESULTS / name).write_text(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "platform": platform.platform(),
-                "load_average": load,
-                "words": words,
-                "distinct": 10_000,
-                "repeat": repeat,
-                "run_s": total,
-                "rows": rows,
-                "ratios": ratios,
-            },
-            indent=2,
-        )
+    path = write_results(
+        "bench_wordcount",
+        args.quick,
+        {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average": load,
+            "words": words,
+            "distinct": 10_000,
+            "repeat": repeat,
+            "run_s": total,
+            "rows": rows,
+            "ratios": ratios,
+        },
     )
     if not args.quick:
-        write_svg(json.loads((RESULTS / name).read_text()), RESULTS / "wordcount.svg")
+        write_svg(json.loads(path.read_text()), RESULTS / "wordcount.svg")
 
 
 if __name__ == "__main__":

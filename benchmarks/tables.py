@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Where every benchmark writes its figures."""
+
+
+def write_results(stem: str, quick: bool, payload: dict[str, Any], indent: int = 2) -> Path:
+    """Write ``payload`` as ``results/<stem>.json`` (``<stem>.quick.json`` for a quick or
+    partial run, so that it never replaces a full run's figures); returns the path."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / (f"{stem}.quick.json" if quick else f"{stem}.json")
+    path.write_text(json.dumps(payload, indent=indent))
+    return path
 
 
 def markdown(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
