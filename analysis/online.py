@@ -99,14 +99,16 @@ class OnlineProfiler:
         now = time.time_ns()
         reached = min(t.last for t in tails)
         made = []
+        converted = None  # what the logs hold now, converted once for every window done
         while True:
             end = self._next + self.length
             if end > reached and now < end + self.grace:
                 break  # not complete yet
             if end > now:
                 break  # in the future
-            logs = [(t.header, t.events) for t in tails if t.header is not None]
-            intervals, messages, _ = convert(logs)
+            if converted is None:
+                converted = convert([(t.header, t.events) for t in tails if t.header])
+            intervals, messages, _ = converted
             for summary in analyse(intervals, messages, self.length, self._next, end):
                 ready = time.time_ns()
                 self.summaries.append(summary)
@@ -115,6 +117,7 @@ class OnlineProfiler:
                 if self.on_window is not None:
                     self.on_window(summary, (ready - end) / SECOND)
             self._next = end
+        if made:
             for t in tails:  # what ended before the next window starts is never needed again
-                t.events = [e for e in t.events if e[2] >= end]
+                t.events = [e for e in t.events if e[2] >= self._next]
         return made

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from analysis.summaries import Breakdown, Summary
+from analysis.summaries import Breakdown
 from analysis.trace import INPUT, load
 from analysis.windows import SECOND, analyse
 
@@ -139,9 +139,3 @@ def register(commands: Any) -> None:
     sub.add_argument("--top", type=int, default=10, help="rows per table (10)")
     sub.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     sub.set_defaults(handler=command)
-
-
-def summaries_for(directory: str, window: float = 1.0) -> list[Summary]:
-    """The per-window summaries of a trace (for plots and the live page)."""
-    intervals, messages, _ = load(directory)
-    return analyse(intervals, messages, length=max(1, int(window * SECOND)))

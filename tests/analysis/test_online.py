@@ -12,12 +12,8 @@ import pytest
 import operators  # noqa: F401  (select, count_by)
 from analysis.online import OnlineProfiler
 from analysis.summaries import Summary
-from tests.analysis.test_profile import quick, slow
+from tests.analysis.test_profile import _seven, quick, slow
 from timely import Dataflow
-
-
-def _seven(x: int) -> int:
-    return x % 7
 
 
 @pytest.mark.usefixtures("ray_local")
