@@ -66,7 +66,7 @@ import ray
 from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
 from timely import serialization
-from timely.backends.ray_pool import POOL
+from timely.backends.ray_pool import POOL, kill
 from timely.checkpoint import CheckpointConfig, CheckpointStore
 from timely.comm import Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
@@ -626,16 +626,14 @@ class RaySession(Session):
                 ray.get(ref)
                 kept.append(actor)
             except Exception:
-                with contextlib.suppress(Exception):
-                    ray.kill(actor, no_restart=True)
+                kill(actor)
         POOL.give_back(kept, self._shape(), self.idle_timeout)
 
     def _kill_actors(self) -> None:
         if self._links is not None:
             self._links.close()
         for actor in self.actors:
-            with contextlib.suppress(Exception):  # already dead is fine
-                ray.kill(actor, no_restart=True)
+            kill(actor)
         # A killed actor leaves its socket directory behind; remove those on this machine
         # (a normal end removes its own).
         for address in self.addresses:

@@ -51,7 +51,7 @@ class ActorPool:
             keep = [i for i in self._idle if i.shape == shape]
             for idle in self._idle:
                 if idle.shape != shape:
-                    _kill(idle.actor)
+                    kill(idle.actor)
             taken = keep[-n:] if n else []
             self._idle = keep[: len(keep) - len(taken)]
             return [i.actor for i in reversed(taken)]
@@ -60,7 +60,7 @@ class ActorPool:
         """Keep ``actors`` (reset: they host nothing) for ``idle_timeout`` seconds."""
         if idle_timeout <= 0:
             for actor in actors:
-                _kill(actor)
+                kill(actor)
             return
         until = time.monotonic() + idle_timeout
         with self._lock:
@@ -74,7 +74,7 @@ class ActorPool:
             idle, self._idle = self._idle, []
             if ray.is_initialized():
                 for i in idle:
-                    _kill(i.actor)
+                    kill(i.actor)
             return len(idle)
 
     def __len__(self) -> int:
@@ -104,12 +104,13 @@ class ActorPool:
             self._idle = [i for i in self._idle if i.until > now]
             if ray.is_initialized():
                 for i in due:
-                    _kill(i.actor)
+                    kill(i.actor)
             self._schedule()
 
 
-def _kill(actor: Any) -> None:
-    with contextlib.suppress(Exception):  # already dead, or Ray is gone: nothing to free
+def kill(actor: Any) -> None:
+    """Kill ``actor`` for good; one already dead (or a Ray already gone) is fine."""
+    with contextlib.suppress(Exception):
         ray.kill(actor, no_restart=True)
 
 
