@@ -37,12 +37,15 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgpack  # type: ignore[import-untyped]
 
 from timely.errors import ConfigError
 from timely.messages import WorkerMessage
+
+if TYPE_CHECKING:
+    from timely.plan import Plan
 
 RECV, NOTIFY, COMMAND, PULL, START = 0, 1, 2, 3, 4
 """Activation kinds."""
@@ -85,6 +88,14 @@ class EventLog:
             "pid": os.getpid(),
         }
         return cls(Path(directory) / f"worker-{worker}-{attempt}.trace", header)
+
+    @classmethod
+    def for_plan(
+        cls, directory: str, plan: Plan, worker: int, workers: int, attempt: int
+    ) -> EventLog:
+        """The log of ``worker`` running ``plan`` (its vertices named in the header)."""
+        names = [spec.name for spec in plan.vertices]
+        return cls.open(directory, worker, workers, attempt, names, plan.name)
 
     def add(self, event: tuple[Any, ...]) -> None:
         """Record one event (a tuple as described in the module docstring)."""

@@ -182,8 +182,7 @@ class Session(ABC):
         """Worker ``worker``'s event log for this attempt (a restore starts a new one)."""
         if self.trace is None:
             return None
-        names = [spec.name for spec in self.plan.vertices]
-        return EventLog.open(self.trace, worker, self.workers, self.restarts, names, self.plan.name)
+        return EventLog.for_plan(self.trace, self.plan, worker, self.workers, self.restarts)
 
     def _part_written(self, epoch: int, info: dict[str, Any]) -> None:
         """A worker wrote its part of the checkpoint at ``epoch`` (checkpoint parts travel

@@ -52,9 +52,7 @@ class InlineSession(Session):
         self._relaunch(self._initial_restore())
 
     def _relaunch(self, restore: Restore | None) -> None:
-        for old in getattr(self, "worker_list", []):
-            if old.log is not None:
-                old.log.close()
+        self._close_logs()  # the last attempt's
         self.worker_list = [
             Worker(
                 self.plan,
@@ -127,7 +125,10 @@ class InlineSession(Session):
                 self._step(a)
 
     def _stop(self) -> None:
-        for worker in self.worker_list:
+        self._close_logs()
+
+    def _close_logs(self) -> None:
+        for worker in getattr(self, "worker_list", []):
             if worker.log is not None:
                 worker.log.close()
 

@@ -157,14 +157,7 @@ class WorkerActor:
             checkpoint_on_request=store is not None and every is None,
             log=None
             if trace is None
-            else EventLog.open(
-                trace[0],
-                index,
-                peers,
-                trace[1],
-                [spec.name for spec in plan.vertices],
-                plan.name,
-            ),
+            else EventLog.for_plan(trace[0], plan, index, peers, trace[1]),
         )
         self.log = self.worker.log
         self.store = store
