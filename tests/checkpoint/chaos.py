@@ -143,15 +143,16 @@ CASES: dict[str, Case] = {
         Case("iterate", reach_counts, nodes, 48),
         Case("bursty", windows_and_counts, ints, 64, burst=8, lag=8),
         Case("collection", windows_and_counts, ints, 300, feed="collection"),
-        # Its kills in the first quarter: after them it runs for seconds (750 epochs),
-        # long enough for missing checkpoints to show (on a quiet machine 450 epochs
-        # ran in 1.5 s, too short to tell). It reads as fast as it can: the workers
-        # move many epochs while a checkpoint request travels.
+        # Its kills in the first quarter: after them it runs for seconds (600 epochs,
+        # 2.5-3 s on a quiet machine), long enough for missing checkpoints to show (450
+        # epochs ran in 1.5 s, too short to tell; 750 gave a loaded CI run more chances
+        # of a slow spell between commits). It reads as fast as it can: the workers move
+        # many epochs while a checkpoint request travels.
         Case(
             "source_interval",
             windows_and_counts,
             ints,
-            1000,
+            800,
             workers=3,
             feed="source",
             kills_until=0.25,
