@@ -22,8 +22,8 @@ across nodes as good as their clock sync):
 
 A trace directory holds one file per worker and attempt (``worker-<i>-<attempt>.trace``,
 a restore starts a new attempt): a stream of msgpack objects, first a header (worker,
-workers, the vertices' names, the dataflow, the clock), then lists of events as they
-are flushed. A live consumer can read a file while it grows (:func:`read_trace` reads
+workers, the vertices' names, the dataflow's name and graph, the clock), then lists of
+events as they are flushed. A live consumer can read a file while it grows (:func:`read_trace` reads
 what is complete). Events are appended in memory and written every ``FLUSH_EVERY``
 events, at least every ``FLUSH_NS`` while the worker steps or waits (:meth:`EventLog.tick`),
 and at the end: the step loop never waits on the disk for long, and a live reader is
@@ -74,9 +74,17 @@ class EventLog:
 
     @classmethod
     def open(
-        cls, directory: str, worker: int, workers: int, attempt: int, names: Sequence[str], run: str
+        cls,
+        directory: str,
+        worker: int,
+        workers: int,
+        attempt: int,
+        names: Sequence[str],
+        run: str,
+        graph: dict[str, Any] | None = None,
     ) -> EventLog:
-        """The log of ``worker`` (of ``workers``) for restore attempt ``attempt``."""
+        """The log of ``worker`` (of ``workers``) for restore attempt ``attempt``; ``graph``
+        is the dataflow as :meth:`~timely.plan.Plan.describe` gives it."""
         header = {
             "format": 1,
             "worker": worker,
@@ -87,6 +95,8 @@ class EventLog:
             "clock": "time_ns",
             "pid": os.getpid(),
         }
+        if graph is not None:
+            header["graph"] = graph
         return cls(Path(directory) / f"worker-{worker}-{attempt}.trace", header)
 
     @classmethod
@@ -95,7 +105,7 @@ class EventLog:
     ) -> EventLog:
         """The log of ``worker`` running ``plan`` (its vertices named in the header)."""
         names = [spec.name for spec in plan.vertices]
-        return cls.open(directory, worker, workers, attempt, names, plan.name)
+        return cls.open(directory, worker, workers, attempt, names, plan.name, plan.describe())
 
     def add(self, event: tuple[Any, ...]) -> None:
         """Record one event (a tuple as described in the module docstring)."""

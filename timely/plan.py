@@ -72,6 +72,15 @@ class Plan:
             (source(v, o), (epoch,)) for v in self.roots for o in range(self.vertices[v].outputs)
         ]
 
+    def describe(self) -> dict[str, list[list[object]]]:
+        """The graph as plain data, for an event log's header, a report or a web page:
+        ``vertices`` (``[name, kind]`` each) and ``edges`` (``[src, dst, channel]`` each,
+        the channel's kind in lower case: ``pipeline``, ``exchange``, …)."""
+        return {
+            "vertices": [[s.name, s.kind] for s in self.vertices],
+            "edges": [[e.src, e.dst, type(e.channel).__name__.lower()] for e in self.edges],
+        }
+
     def fingerprint(self) -> str:
         """A digest of the graph's shape: vertex names, kinds and ports, edges and channel
         kinds. A checkpoint only restores into a dataflow with the same fingerprint."""
