@@ -117,6 +117,8 @@ def test_help_names_every_flag_and_its_variable(tmp_path: Path) -> None:
         ("--backend", "TIMELY_BACKEND"),
         ("--address", "TIMELY_ADDRESS"),
         ("--checkpoint", "TIMELY_CHECKPOINT"),
+        ("--trace", "TIMELY_TRACE"),
+        ("--metrics-port", "TIMELY_METRICS_PORT"),
     ]:
         assert flag in proc.stdout and var in proc.stdout
 
@@ -177,6 +179,34 @@ def test_checkpoint_is_forwarded_to_run_only_when_given(
     assert options["workers"] == 4 and options["backend"] == "inline"
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "want"),
+    [
+        (["--metrics-port", "9464"], {}, 9464),
+        ([], {"TIMELY_METRICS_PORT": "0"}, 0),
+        ([], {}, None),
+    ],
+)
+def test_metrics_port_is_forwarded_to_run_only_when_given(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+    want: int | None,
+) -> None:
+    name = f"cli_probe_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(CHECKPOINT_PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CLI_OPTIONS", str(tmp_path / "options.json"))
+    monkeypatch.delenv("TIMELY_METRICS_PORT", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(["run", name, "--backend", "inline", *argv]) == 0
+    options = json.loads((tmp_path / "options.json").read_text())
+    assert options.get("metrics_port") == want
+    assert ("metrics_port" in options) == (want is not None)
+
+
 BROKEN = {
     "not_a_flow": "flow = 42\ndef make(): return 'x'\ndef needs(n): pass\n",
     "raises": "raise RuntimeError('boom at import')\n",
@@ -218,6 +248,8 @@ def test_a_bad_module_path_names_what_is_wrong(
     [
         (["--workers", "0"], {}, "expected a positive integer"),
         ([], {"TIMELY_WORKERS": "many"}, "TIMELY_WORKERS='many'"),
+        (["--metrics-port", "http"], {}, "expected a TCP port"),
+        ([], {"TIMELY_METRICS_PORT": "70000"}, "TIMELY_METRICS_PORT='70000'"),
         ([], {"TIMELY_BACKEND": "spark"}, "TIMELY_BACKEND='spark': unknown backend"),
         (
             ["--backend", "inline", "--address", "auto"],

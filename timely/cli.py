@@ -5,7 +5,8 @@ choose where it runs. ``module:flow`` names a :class:`~timely.Dataflow` object o
 zero-argument function that returns one (``flow`` when ``:name`` is left out);
 ``module`` is a dotted module name importable from the current directory, or a path to
 a ``.py`` file. Every flag has an environment variable, so a deployment can set them
-once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``.
+once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``,
+``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ ENV = {
     "address": "TIMELY_ADDRESS",
     "checkpoint": "TIMELY_CHECKPOINT",
     "trace": "TIMELY_TRACE",
+    "metrics_port": "TIMELY_METRICS_PORT",
 }
 DEFAULTS: dict[str, Any] = {
     "workers": 2,
@@ -37,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "address": None,
     "checkpoint": None,
     "trace": None,
+    "metrics_port": None,
 }
 
 
@@ -54,6 +57,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port (0: any free one), got {text!r}")
+    return value
+
+
 def _backend(text: str) -> str:
     if text not in backend_names():
         raise argparse.ArgumentTypeError(
@@ -68,6 +81,7 @@ _PARSE: dict[str, Callable[[str], Any]] = {
     "address": str,
     "checkpoint": str,
     "trace": str,
+    "metrics_port": _port,
 }
 
 
@@ -99,6 +113,7 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         "address": ("ADDR", "the Ray cluster to join ('auto' or host:port); local Ray if unset"),
         "checkpoint": ("DIR", "checkpoint to and restore from DIR (a path or URI)"),
         "trace": ("DIR", "write every worker's event log to DIR (off when unset)"),
+        "metrics_port": ("PORT", "serve Prometheus metrics on 127.0.0.1:PORT (0: any free)"),
     }
     for name, (metavar, text) in helps.items():
         default = DEFAULTS[name]
@@ -110,7 +125,7 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                 raise CliError(f"environment variable {var}={env[var]!r}: {e}") from None
         shown = "unset" if DEFAULTS[name] is None else DEFAULTS[name]
         run.add_argument(
-            f"--{name}",
+            f"--{name.replace('_', '-')}",
             metavar=metavar,
             type=_PARSE[name],
             default=default,
@@ -223,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
         options["checkpoint"] = args.checkpoint
     if args.trace is not None:
         options["trace"] = args.trace
+    if args.metrics_port is not None:
+        options["metrics_port"] = args.metrics_port
     if args.backend == "ray":
         options["address"] = args.address
         # Ray workers on other machines (or started elsewhere) cannot import the user's

@@ -538,7 +538,10 @@ class Dataflow:
         Returns what ``collect`` gathered. ``backend="ray"`` (the default) starts local Ray
         when none is running; ``address="auto"`` or an address joins a cluster.
         ``backend="inline"`` runs every worker in this process (for tests).
+        A progress bar shows on a terminal once the run lasts a second
+        (``progress=False``: none; see :mod:`timely.progressbar`).
         """
+        options.setdefault("progress", "auto")
         with self.activate(workers=workers, backend=backend, address=address, **options) as s:
             for handle in self._inputs:
                 handle.close()

@@ -12,7 +12,8 @@ from timely.checkpoint import CheckpointConfig
 from timely.coordinator import CheckpointCoordinator, Restore
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
 from timely.eventlog import EventLog, trace_option
-from timely.messages import InputCommand, Send
+from timely.messages import Advance, InputCommand, Send
+from timely.monitor import Monitor, RunView, monitor_options, remove_trace, temporary_trace
 from timely.spec import RunSpec
 
 __all__ = ["Restore", "Results", "Session", "merge_frontiers", "route_input", "start_session"]
@@ -62,6 +63,14 @@ class Session(ABC):
         )
         self.restarts = 0
         self._delivered: dict[str, int] = {}
+        self.view = RunView(spec.name, spec.plan.describe(), workers, trace)
+        """What monitors read of this session (:mod:`timely.monitor`)."""
+        self.monitors: list[Monitor] = []
+        self._temporary_trace: str | None = None
+        self.metrics_url: str | None = None
+        """Where the Prometheus endpoint serves (``metrics_port=``), or None."""
+        self.ui_url: str | None = None
+        """Where the live page is (``ui=True``), or None."""
 
     # -- what the coordinator knows, for the driver -------------------------------------------
     @property
@@ -113,6 +122,8 @@ class Session(ABC):
         """Hand a driver input command (send, advance, close) to the workers."""
         if self.coordinator is not None and not self.coordinator.log_input(vertex, cmd):
             return  # resumed after this epoch: the checkpoint already reflects it
+        if isinstance(cmd, Advance):
+            self.view.advanced(cmd.epoch)
         self._guarded(self._send_command, vertex, cmd, retry=False)
 
     def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:
@@ -170,6 +181,7 @@ class Session(ABC):
                     f"{config.max_restarts}); last failure: {error}"
                 ) from error
             self.restarts += 1
+            self.view.restarted(self.restarts)
             try:
                 self._relaunch(coordinator.load_restore())
                 for vertex, cmd in coordinator.replay():
@@ -189,11 +201,13 @@ class Session(ABC):
         apart from the outputs: the backend reports them here)."""
         assert self.coordinator is not None
         self.coordinator.part_written(epoch, info)
+        self.view.committed(self.coordinator.committed)
 
     def _deliver(self, key: str, epoch: int, records: list[Any]) -> None:
         if epoch <= self._delivered.get(key, -1):
             return  # delivered before a restart; the replay produced it again
         self._delivered[key] = epoch
+        self.view.delivered(key, epoch, len(records))
         callback = self._callbacks.get(key)
         if callback is not None:
             callback(epoch, records)
@@ -208,8 +222,10 @@ class Session(ABC):
                 f"join() waits for the inputs to close, but {open_inputs} are open; "
                 "call handle.close() on each (run() closes them for you)"
             )
+        self.view.inputs_closed(any(v.kind == "source" for v in self.plan.vertices))
         try:
             self._guarded(self._wait)
+            self.view.finished = True
             for sink in self.spec.sinks:
                 sink.commit(None)  # the run ended: every epoch is final
         finally:
@@ -220,7 +236,19 @@ class Session(ABC):
         if not self._closed:
             self._closed = True
             self.spec.detach()
-            self._stop()
+            try:
+                self._stop()
+            finally:
+                self.view.ended = True
+                self._close_monitors()
+
+    def _close_monitors(self) -> None:
+        monitors, self.monitors = self.monitors, []
+        for m in monitors:
+            m.close()
+        if self._temporary_trace is not None:
+            remove_trace(self._temporary_trace)
+            self._temporary_trace = None
 
     def __enter__(self) -> Session:
         return self
@@ -272,11 +300,38 @@ def start_session(
     trace = trace_option(options)
     if address is not None:
         options["address"] = address
-    cls = check_options(name, options)
-    if trace is None:
-        return cls(spec, workers, checkpoint=checkpoint, **options)
-    if "trace" not in inspect.signature(cls).parameters:
-        raise ConfigError(
-            f"the {name} backend keeps no event log: drop trace= or use backend 'inline' or 'ray'"
-        )
-    return cls(spec, workers, checkpoint=checkpoint, trace=trace, **options)
+    monitors = monitor_options(options)  # servers bind here: a port in use fails now
+    temporary = None
+    try:
+        cls = check_options(name, options)
+        if trace is None and any(m.needs_trace for m in monitors):
+            if "trace" not in inspect.signature(cls).parameters:
+                raise ConfigError(
+                    f"the {name} backend keeps no event log, which metrics and the live page "
+                    "read: drop those options or use backend 'inline' or 'ray'"
+                )
+            trace = temporary = temporary_trace()
+        if trace is None:
+            session = cls(spec, workers, checkpoint=checkpoint, **options)
+        elif "trace" not in inspect.signature(cls).parameters:
+            raise ConfigError(
+                f"the {name} backend keeps no event log: drop trace= or use backend "
+                "'inline' or 'ray'"
+            )
+        else:
+            session = cls(spec, workers, checkpoint=checkpoint, trace=trace, **options)
+    except BaseException:
+        for m in monitors:
+            m.close()
+        if temporary is not None:
+            remove_trace(temporary)
+        raise
+    session.monitors = monitors
+    session._temporary_trace = temporary
+    try:
+        for m in monitors:
+            m.attach(session)
+    except BaseException:
+        session.close()
+        raise
+    return session

@@ -102,6 +102,9 @@ class InlineSession(Session):
                 if workers[w].has_work():
                     options.append((2, w, 0))
             if not options:
+                for worker in workers:  # as a Ray worker does before it waits
+                    if worker.log is not None:
+                        worker.log.flush()
                 return
             self.events += 1
             if self.events % 64 == 0:
@@ -145,7 +148,10 @@ class InlineSession(Session):
         for epoch, part in worker.take_parts():
             assert self.coordinator is not None
             store = self.coordinator.store
+            t0 = clock() if log is not None else 0
             info = store.write_part(epoch, w, self.workers, serialization.encode(part))
+            if log is not None:
+                log.add(("c", t0, clock(), epoch, "write"))
             self._part_written(epoch, info)
 
     def _wait(self) -> None:

@@ -1,0 +1,188 @@
+"""Monitors: what watches a run from the driver's process (metrics, a progress bar, a
+live page), never from a worker's step path.
+
+A monitor is made from a run option before anything starts (so a port in use or a
+missing package fails with the fix, as any bad configuration does), is handed the
+session once its workers run (:meth:`Monitor.attach`), reads what the session shows
+(:class:`RunView`) and the event log on threads of its own, and is closed with the
+session. The options and the monitors they make:
+
+- ``metrics_port=PORT``: a Prometheus endpoint (:mod:`timely.metrics`);
+- ``progress=True``: a progress bar on stderr (:mod:`timely.progressbar`; ``run``
+  shows one by default when stderr is a terminal and the run lasts over a second);
+- options that layers above ``timely`` add through the ``timely.monitors`` entry point
+  group (the analysis's ``ui=True``, a live web page): the entry point's name is the
+  option, its object a factory like :data:`MONITORS`'.
+
+Metrics and the page read the event log, so they turn it on: without ``trace=``, the
+session logs to a temporary directory removed at its end.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from timely.runtime import Session
+
+MONITORS_GROUP = "timely.monitors"
+
+
+class Monitor(Protocol):
+    """Watches one session from the driver's process."""
+
+    needs_trace: bool
+    """Whether it reads the event log (the session then keeps one)."""
+
+    def attach(self, session: Session) -> None:
+        """The session's workers run: start watching ``session.view``."""
+
+    def close(self) -> None:
+        """The session ended (or failed to start): stop, free ports and threads."""
+
+
+MonitorFactory = Callable[[Any], "Monitor | None"]
+"""A run option's value -> its monitor (None: the option asks for none), raising
+:class:`~timely.errors.ConfigError` for a bad value."""
+
+MONITORS: dict[str, str] = {
+    "metrics_port": "timely.metrics:from_option",
+    "progress": "timely.progressbar:from_option",
+}
+"""timely's own monitor options, by the factory that makes each (``module:name``)."""
+
+
+def _factories() -> dict[str, str]:
+    from importlib.metadata import entry_points
+
+    found = dict(MONITORS)
+    for ep in entry_points(group=MONITORS_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def _load(path: str) -> MonitorFactory:
+    module, _, name = path.partition(":")
+    factory: MonitorFactory = getattr(importlib.import_module(module), name)
+    return factory
+
+
+def monitor_options(options: dict[str, Any]) -> list[Monitor]:
+    """Take every monitor option out of ``options`` and make its monitor (closing the
+    ones made so far if a later one fails)."""
+    made: list[Monitor] = []
+    try:
+        for option, path in _factories().items():
+            if option not in options:
+                continue
+            value = options.pop(option)
+            monitor = _load(path)(value)
+            if monitor is not None:
+                made.append(monitor)
+    except BaseException:
+        for m in made:
+            m.close()
+        raise
+    return made
+
+
+def temporary_trace() -> str:
+    """A temporary event-log directory, for a monitor that reads the log in a run that
+    gave none (the session removes it at the end: see :func:`remove_trace`)."""
+    return tempfile.mkdtemp(prefix="timely-trace-")
+
+
+def remove_trace(directory: str) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass
+class OutputState:
+    """One output as the driver sees it: the latest epoch delivered and when."""
+
+    epoch: int = -1
+    records: int = 0
+    moved_at: float = field(default_factory=time.time)
+
+
+class RunView:
+    """What monitors may read of a running session: its graph and size, each output's
+    latest delivered epoch, how far the driver's inputs have gone, checkpoints and
+    restarts. The driver's thread writes it; monitors read it on their own threads
+    (each field is replaced whole, and :meth:`snapshot` copies under a lock)."""
+
+    def __init__(self, name: str, graph: dict[str, Any], workers: int, trace: str | None) -> None:
+        self.name = name
+        self.graph = graph
+        self.workers = workers
+        self.trace = trace
+        """The event log's directory (None: no log)."""
+        self.started_at = time.time()
+        self.ended = False
+        self.finished = False
+        """The run reached its end (every input closed, all work done) without failing."""
+        self._lock = threading.Lock()
+        self._outputs: dict[str, OutputState] = {}
+        self._input_epoch = -1
+        self._inputs_closed = False
+        self._restarts = 0
+        self._committed: list[int] = []
+        self.total_epochs: int | None = None
+        """How many epochs the run has, once known (every driver input closed, no source)."""
+
+    # -- written by the session ---------------------------------------------------------------
+    def delivered(self, key: str, epoch: int, records: int) -> None:
+        with self._lock:
+            out = self._outputs.setdefault(key, OutputState())
+            out.epoch = max(out.epoch, epoch)
+            out.records += records
+            out.moved_at = time.time()
+
+    def advanced(self, epoch: int) -> None:
+        with self._lock:
+            self._input_epoch = max(self._input_epoch, epoch)
+
+    def inputs_closed(self, has_sources: bool) -> None:
+        """Every driver input is closed: without sources, the epochs are all known."""
+        with self._lock:
+            if not has_sources:
+                self.total_epochs = self._input_epoch + 1 if self._input_epoch >= 0 else 1
+
+    def restarted(self, restarts: int) -> None:
+        with self._lock:
+            self._restarts = restarts
+
+    def committed(self, epochs: list[int]) -> None:
+        with self._lock:
+            self._committed = list(epochs)
+
+    # -- read by monitors ----------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent copy: ``outputs`` (key -> :class:`OutputState`), ``input_epoch``
+        (the furthest a driver input advanced, -1: none), ``restarts``, ``committed``
+        (checkpoint epochs), ``total_epochs``, ``ended``, ``elapsed`` (seconds)."""
+        with self._lock:
+            return {
+                "outputs": {
+                    k: OutputState(v.epoch, v.records, v.moved_at) for k, v in self._outputs.items()
+                },
+                "input_epoch": self._input_epoch,
+                "restarts": self._restarts,
+                "committed": list(self._committed),
+                "total_epochs": self.total_epochs,
+                "ended": self.ended,
+                "elapsed": time.time() - self.started_at,
+            }
+
+    def epochs_done(self) -> int:
+        """Epochs complete at the outputs, as far as the driver has seen: one past the
+        latest epoch any output delivered (0: none yet)."""
+        with self._lock:
+            return max((o.epoch + 1 for o in self._outputs.values()), default=0)
