@@ -7,7 +7,9 @@ nothing). The driver, a pseudo-worker in the trace (:data:`analysis.trace.INPUT`
 left out of the workers' table: its share is the activity kind ``"input"``. Tables by
 activity kind, operator, worker and channel go to stdout, or with
 ``--json`` one object: ``activities``, ``operators``, ``workers`` and ``channels``, each
-a list sorted by CP, highest first, every entry with its ``name``, ``cp`` and ``time_s``.
+a list sorted by CP, highest first, every entry with its ``name``, ``cp`` and ``time_s``,
+and ``series``, each window's own CP by operator and by worker (:class:`Series`), which
+plots over time need.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from analysis.summaries import Breakdown
+from analysis.summaries import Breakdown, Summary
 from analysis.trace import INPUT, load
 from analysis.windows import SECOND, analyse
 
@@ -34,14 +36,47 @@ DIMENSIONS = (
 
 
 @dataclass(frozen=True)
+class Series:
+    """Each window's own CP, for plots over time (the tables weigh windows together).
+
+    Window ``k`` spans ``[starts[k], ends[k])`` seconds since the trace's first instant;
+    ``paths[k]`` is false where no path spans it (every CP is 0 there, which means
+    "unknown", not "idle"). ``operators`` and ``workers`` map a name (as in the tables)
+    to its CP in every window, 0 where it had no activity.
+    """
+
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    paths: list[bool] = field(default_factory=list)
+    operators: dict[str, list[float]] = field(default_factory=dict)
+    workers: dict[str, list[float]] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "start_s": self.starts,
+            "end_s": self.ends,
+            "paths": self.paths,
+            "operators": self.operators,
+            "workers": self.workers,
+        }
+
+
+@dataclass(frozen=True)
 class Profile:
-    """A run's profile: per dimension, ``(name, cp, seconds)`` by CP, highest first."""
+    """A run's profile: per dimension, ``(name, cp, seconds)`` by CP, highest first; the
+    per-window ``series``; and the dataflow's ``graph`` as the trace's header has it
+    (:meth:`timely.plan.Plan.describe`), ``None`` for a trace written before headers
+    carried it."""
 
     run: str
     windows: int
     windows_without_paths: int
     seconds: float
     tables: dict[str, list[tuple[str, float, float]]]
+    series: Series = field(default_factory=Series)
+    graph: dict[str, Any] | None = None
+    window: float = 1.0
+    """Seconds per window."""
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -52,6 +87,7 @@ class Profile:
         }
         for name, rows in self.tables.items():
             out[name] = [{"name": n, "cp": cp, "time_s": t} for n, cp, t in rows]
+        out["series"] = self.series.as_json()
         return out
 
 
@@ -66,12 +102,40 @@ def profile(directory: str, window: float = 1.0) -> Profile:
         for name, field in DIMENSIONS
     }
     span = sum(s.end - s.start for s in summaries)
+    graph = header.get("graph")
     return Profile(
         run=str(header.get("run", "")),
         windows=len(summaries),
         windows_without_paths=len(summaries) - len(counted),
         seconds=span / SECOND,
         tables=tables,
+        series=series(summaries),
+        graph=graph if isinstance(graph, dict) else None,
+        window=window,
+    )
+
+
+def series(summaries: list[Summary]) -> Series:
+    """Every window's CP by operator and by worker (the driver left out, as in the
+    tables), named as the tables name them."""
+    origin = summaries[0].start if summaries else 0
+    operators: dict[str, list[float]] = {}
+    workers: dict[str, list[float]] = {}
+    for k, s in enumerate(summaries):
+        for dimension, part, out in (
+            ("operators", s.by_operator, operators),
+            ("workers", s.by_worker, workers),
+        ):
+            for key, cp in part.cp:
+                if dimension == "workers" and key == INPUT:
+                    continue
+                out.setdefault(_name(key, dimension), [0.0] * len(summaries))[k] += cp
+    return Series(
+        starts=[(s.start - origin) / SECOND for s in summaries],
+        ends=[(s.end - origin) / SECOND for s in summaries],
+        paths=[s.paths > 0 for s in summaries],
+        operators=operators,
+        workers=workers,
     )
 
 
