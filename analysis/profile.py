@@ -9,7 +9,8 @@ activity kind, operator, worker and channel go to stdout, or with
 ``--json`` one object: ``activities``, ``operators``, ``workers`` and ``channels``, each
 a list sorted by CP, highest first, every entry with its ``name``, ``cp`` and ``time_s``,
 and ``series``, each window's own CP by operator and by worker (:class:`Series`), which
-plots over time need.
+the HTML report plots. The report (:mod:`analysis.report`) goes to ``TRACE_DIR/profile.html``
+unless ``--html PATH`` or ``--no-html`` says otherwise; stdout stays the tables or the JSON.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from analysis.summaries import Breakdown, Summary
@@ -175,16 +177,33 @@ def render(p: Profile, top: int = 10) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    """The ``profile`` subcommand."""
+    """The ``profile`` subcommand: the report is written first, so that a path it cannot
+    be written to fails the command before anything is printed."""
     try:
         result = profile(args.trace_dir, args.window)
     except FileNotFoundError as e:
         print(f"timely: error: {e}", file=sys.stderr)
         return 2
+    written = None
+    if not args.no_html:
+        from analysis.report import write_report  # matplotlib: only when a report is due
+
+        path = Path(args.html) if args.html else Path(args.trace_dir) / "profile.html"
+        try:
+            written = write_report(result, path, source=args.trace_dir)
+        except OSError as e:
+            print(
+                f"timely: error: cannot write the report to {str(path)!r}: "
+                f"{e.strerror or e} (choose another with --html PATH, or --no-html)",
+                file=sys.stderr,
+            )
+            return 2
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
     else:
         print(render(result, args.top))
+    if written is not None:
+        print(f"timely: report written to {written}", file=sys.stderr)
     return 0
 
 
@@ -202,4 +221,9 @@ def register(commands: Any) -> None:
     sub.add_argument("--window", type=float, default=1.0, help="seconds per window (1)")
     sub.add_argument("--top", type=int, default=10, help="rows per table (10)")
     sub.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    html = sub.add_mutually_exclusive_group()
+    html.add_argument(
+        "--html", metavar="PATH", help="where to write the HTML report (TRACE_DIR/profile.html)"
+    )
+    html.add_argument("--no-html", action="store_true", help="write no HTML report")
     sub.set_defaults(handler=command)
