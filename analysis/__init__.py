@@ -5,7 +5,9 @@ From a normalised trace (what each worker did: ``Interval``; what went between w
 activity's critical participation (``critical``) and what they add up to by kind,
 operator, worker and channel (``summaries``); ``windows`` cuts a trace into windows.
 It reads the event log's contents and imports nothing of the runtime; nothing in
-``timely`` or ``progress`` imports it.
+``timely`` or ``progress`` imports it. A trace directory becomes tables (``profile``) and
+one HTML page (``report``, drawing with ``plots`` and ``graphview``); those are not
+imported here, so ``import analysis`` needs no matplotlib.
 """
 
 from analysis.critical import Critical, PathCounts, critical_participation, path_counts

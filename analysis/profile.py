@@ -7,7 +7,10 @@ nothing). The driver, a pseudo-worker in the trace (:data:`analysis.trace.INPUT`
 left out of the workers' table: its share is the activity kind ``"input"``. Tables by
 activity kind, operator, worker and channel go to stdout, or with
 ``--json`` one object: ``activities``, ``operators``, ``workers`` and ``channels``, each
-a list sorted by CP, highest first, every entry with its ``name``, ``cp`` and ``time_s``.
+a list sorted by CP, highest first, every entry with its ``name``, ``cp`` and ``time_s``,
+and ``series``, each window's own CP by operator and by worker (:class:`Series`), which
+the HTML report plots. The report (:mod:`analysis.report`) goes to ``TRACE_DIR/profile.html``
+unless ``--html PATH`` or ``--no-html`` says otherwise; stdout stays the tables or the JSON.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
-from analysis.summaries import Breakdown
+from analysis.summaries import Breakdown, Summary
 from analysis.trace import INPUT, load
 from analysis.windows import SECOND, analyse
 
@@ -34,14 +38,47 @@ DIMENSIONS = (
 
 
 @dataclass(frozen=True)
+class Series:
+    """Each window's own CP, for plots over time (the tables weigh windows together).
+
+    Window ``k`` spans ``[starts[k], ends[k])`` seconds since the trace's first instant;
+    ``paths[k]`` is false where no path spans it (every CP is 0 there, which means
+    "unknown", not "idle"). ``operators`` and ``workers`` map a name (as in the tables)
+    to its CP in every window, 0 where it had no activity.
+    """
+
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    paths: list[bool] = field(default_factory=list)
+    operators: dict[str, list[float]] = field(default_factory=dict)
+    workers: dict[str, list[float]] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "start_s": self.starts,
+            "end_s": self.ends,
+            "paths": self.paths,
+            "operators": self.operators,
+            "workers": self.workers,
+        }
+
+
+@dataclass(frozen=True)
 class Profile:
-    """A run's profile: per dimension, ``(name, cp, seconds)`` by CP, highest first."""
+    """A run's profile: per dimension, ``(name, cp, seconds)`` by CP, highest first; the
+    per-window ``series``; and the dataflow's ``graph`` as the trace's header has it
+    (:meth:`timely.plan.Plan.describe`), ``None`` for a trace written before headers
+    carried it."""
 
     run: str
     windows: int
     windows_without_paths: int
     seconds: float
     tables: dict[str, list[tuple[str, float, float]]]
+    series: Series = field(default_factory=Series)
+    graph: dict[str, Any] | None = None
+    window: float = 1.0
+    """Seconds per window."""
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -52,6 +89,7 @@ class Profile:
         }
         for name, rows in self.tables.items():
             out[name] = [{"name": n, "cp": cp, "time_s": t} for n, cp, t in rows]
+        out["series"] = self.series.as_json()
         return out
 
 
@@ -66,12 +104,40 @@ def profile(directory: str, window: float = 1.0) -> Profile:
         for name, field in DIMENSIONS
     }
     span = sum(s.end - s.start for s in summaries)
+    graph = header.get("graph")
     return Profile(
         run=str(header.get("run", "")),
         windows=len(summaries),
         windows_without_paths=len(summaries) - len(counted),
         seconds=span / SECOND,
         tables=tables,
+        series=series(summaries),
+        graph=graph if isinstance(graph, dict) else None,
+        window=window,
+    )
+
+
+def series(summaries: list[Summary]) -> Series:
+    """Every window's CP by operator and by worker (the driver left out, as in the
+    tables), named as the tables name them."""
+    origin = summaries[0].start if summaries else 0
+    operators: dict[str, list[float]] = {}
+    workers: dict[str, list[float]] = {}
+    for k, s in enumerate(summaries):
+        for dimension, part, out in (
+            ("operators", s.by_operator, operators),
+            ("workers", s.by_worker, workers),
+        ):
+            for key, cp in part.cp:
+                if dimension == "workers" and key == INPUT:
+                    continue
+                out.setdefault(_name(key, dimension), [0.0] * len(summaries))[k] += cp
+    return Series(
+        starts=[(s.start - origin) / SECOND for s in summaries],
+        ends=[(s.end - origin) / SECOND for s in summaries],
+        paths=[s.paths > 0 for s in summaries],
+        operators=operators,
+        workers=workers,
     )
 
 
@@ -111,16 +177,33 @@ def render(p: Profile, top: int = 10) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    """The ``profile`` subcommand."""
+    """The ``profile`` subcommand: the report is written first, so that a path it cannot
+    be written to fails the command before anything is printed."""
     try:
         result = profile(args.trace_dir, args.window)
     except FileNotFoundError as e:
         print(f"timely: error: {e}", file=sys.stderr)
         return 2
+    written = None
+    if not args.no_html:
+        from analysis.report import write_report  # matplotlib: only when a report is due
+
+        path = Path(args.html) if args.html else Path(args.trace_dir) / "profile.html"
+        try:
+            written = write_report(result, path, source=args.trace_dir)
+        except OSError as e:
+            print(
+                f"timely: error: cannot write the report to {str(path)!r}: "
+                f"{e.strerror or e} (choose another with --html PATH, or --no-html)",
+                file=sys.stderr,
+            )
+            return 2
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
     else:
         print(render(result, args.top))
+    if written is not None:
+        print(f"timely: report written to {written}", file=sys.stderr)
     return 0
 
 
@@ -138,4 +221,9 @@ def register(commands: Any) -> None:
     sub.add_argument("--window", type=float, default=1.0, help="seconds per window (1)")
     sub.add_argument("--top", type=int, default=10, help="rows per table (10)")
     sub.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    html = sub.add_mutually_exclusive_group()
+    html.add_argument(
+        "--html", metavar="PATH", help="where to write the HTML report (TRACE_DIR/profile.html)"
+    )
+    html.add_argument("--no-html", action="store_true", help="write no HTML report")
     sub.set_defaults(handler=command)
