@@ -6,7 +6,7 @@ zero-argument function that returns one (``flow`` when ``:name`` is left out);
 ``module`` is a dotted module name importable from the current directory, or a path to
 a ``.py`` file. Every flag has an environment variable, so a deployment can set them
 once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``,
-``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``.
+``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``, ``TIMELY_UI``.
 """
 
 from __future__ import annotations
@@ -131,6 +131,14 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
             default=default,
             help=f"{text} [env {var}; default: {shown}]",
         )
+    ui_default = env.get("TIMELY_UI", "") not in ("", "0", "false", "no")
+    run.add_argument(
+        "--ui",
+        action="store_true",
+        default=ui_default,
+        help="serve a live page of the run on 127.0.0.1 (its address goes to stderr) "
+        "[env TIMELY_UI=1; default: off]",
+    )
     _add_plugin_commands(commands)
     return top
 
@@ -240,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
         options["trace"] = args.trace
     if args.metrics_port is not None:
         options["metrics_port"] = args.metrics_port
+    if args.ui:
+        options["ui"] = True
     if args.backend == "ray":
         options["address"] = args.address
         # Ray workers on other machines (or started elsewhere) cannot import the user's

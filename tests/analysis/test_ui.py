@@ -1,0 +1,134 @@
+"""The live page (``ui=True``): served on localhost while a run goes on, it draws the
+graph and shows rates, frontiers and the critical path; a real browser renders it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import operators  # noqa: F401  (select_many, count_by)
+from timely import ConfigError, Dataflow
+from timely.runtime import Session
+
+LINE = "the quick brown fox jumps over the lazy dog"
+
+
+def wordcount(name: str) -> tuple[Dataflow, Any]:
+    flow = Dataflow(name)
+    words = flow.new_input("words")
+    words.stream.select_many(str.split).count_by(lambda w: w).collect("counts")
+    return flow, words
+
+
+def get(url: str) -> tuple[str, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.headers["Content-Type"], r.read()
+
+
+class Feeder(threading.Thread):
+    """Keeps the run busy (one epoch after another) until stopped; the only thread that
+    touches the session while it runs."""
+
+    def __init__(self, session: Session, words: Any) -> None:
+        super().__init__(daemon=True)
+        self.session, self.words = session, words
+        self.stop = threading.Event()
+        self.epochs = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.words.send([LINE] * 500)
+            self.epochs += 1
+            self.words.advance_to(self.epochs)
+            self.session.poll(0.01)
+
+
+def test_the_page_serves_the_graph_and_the_state() -> None:
+    flow, words = wordcount("served")
+    session = flow.activate(workers=2, backend="inline", ui=True)
+    url = session.ui_url
+    assert url is not None and url.startswith("http://127.0.0.1:")
+    for epoch in range(3):
+        words.send([LINE] * 10)
+        words.advance_to(epoch + 1)
+    kind, page = get(url)
+    assert kind.startswith("text/html")
+    assert b"src=" not in page and b"<link" not in page  # nothing fetched from elsewhere
+    kind, svg = get(url + "graph.svg")
+    assert kind == "image/svg+xml"
+    assert b'id="v-1"' in svg and b"select_many" in svg
+    session.poll()
+    state = json.loads(get(url + "state.json")[1])
+    assert state["run"] == "served" and state["state"] == "running"
+    assert [o["name"] for o in state["operators"]] == [
+        "words",
+        "select_many",
+        "count_by.combine",
+        "count_by",
+        "collect:counts",
+    ]
+    assert state["outputs"][0]["name"] == "counts" and state["outputs"][0]["epoch"] == 2
+    with pytest.raises(urllib.error.HTTPError):
+        get(url + "nope")
+    words.close()
+    session.join()
+    with pytest.raises(urllib.error.URLError):
+        get(url)  # gone with the session
+
+
+def test_bad_ui_options_fail_before_anything_starts() -> None:
+    flow, _ = wordcount("bad")
+    with pytest.raises(ConfigError, match="ui must be True, False or a TCP port"):
+        flow.activate(workers=1, backend="inline", ui="yes")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(ConfigError, match="choose another port with ui=PORT"):
+            flow.activate(workers=1, backend="inline", ui=busy.getsockname()[1])
+    assert flow._session is None
+
+
+def test_a_browser_renders_a_running_dataflow(browser: Any, tmp_path: Path) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    flow, words = wordcount("live")
+    session = flow.activate(workers=2, backend="ray", ui=True)
+    feeder = Feeder(session, words)
+    feeder.start()
+    try:
+        assert session.ui_url is not None
+        browser.get(session.ui_url)
+
+        def rates(driver: Any) -> list[float]:
+            cells = driver.find_elements(By.CSS_SELECTOR, "#operators td.rate")
+            return [float(c.text.replace(",", "")) for c in cells]
+
+        wait = WebDriverWait(browser, 60, ignored_exceptions=[StaleElementReferenceException])
+        wait.until(lambda d: any(r > 0 for r in rates(d)))
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#outputs td.frontier"))
+        operators = {
+            row.get_attribute("data-operator")
+            for row in browser.find_elements(By.CSS_SELECTOR, "#operators tr[data-operator]")
+        }
+        assert {"words", "select_many", "count_by"} <= operators
+        graph = browser.find_element(By.ID, "graph").text
+        assert "select_many" in graph and "count_by" in graph
+        assert "running" in browser.find_element(By.ID, "status").text
+        shot = tmp_path / "live-page.png"
+        assert browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+    finally:
+        feeder.stop.set()
+        feeder.join()
+        words.close()
+        session.join()
+    assert feeder.epochs > 0
