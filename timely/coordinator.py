@@ -143,6 +143,12 @@ class CheckpointCoordinator:
         self.store.collect_garbage(self.config.keep)
 
     # -- interval mode ------------------------------------------------------------------------
+    def request_soon(self) -> None:
+        """Ask for a checkpoint as soon as one can be (interval mode: now, not after the
+        interval; with ``checkpoint_every`` the next due epoch is as soon as it gets)."""
+        if self.config.interval is not None and self._requested is None:
+            self._next_request = time.monotonic()
+
     def maybe_request(self, request: Callable[[int], tuple[bool, int]]) -> None:
         """With ``checkpoint_interval``: once it has passed since the last agreed request,
         ask every worker (through ``request(epoch) -> (all agreed, highest floor)``) for a

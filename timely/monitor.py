@@ -155,6 +155,10 @@ class RunView:
             if not has_sources:
                 self.total_epochs = self._input_epoch + 1 if self._input_epoch >= 0 else 1
 
+    def rescaled(self, workers: int) -> None:
+        with self._lock:
+            self.workers = workers
+
     def restarted(self, restarts: int) -> None:
         with self._lock:
             self._restarts = restarts

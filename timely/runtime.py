@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +27,13 @@ class Results(dict[str, list[tuple[int, Any]]]):
     def records(self, name: str) -> list[Any]:
         """Just the records collected under ``name``, in epoch order."""
         return [r for _, r in self[name]]
+
+
+class _RescaleNow(Exception):
+    """The checkpoint a rescale waited for is committed: stop and restore at ``workers``."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
 
 
 class Session(ABC):
@@ -62,6 +71,17 @@ class Session(ABC):
             else None
         )
         self.restarts = 0
+        self.attempt = 0
+        """Launches of the workers so far after the first (restarts and rescales): the
+        event log's attempt number."""
+        self.rescales: list[dict[str, Any]] = []
+        """Every rescale done: ``from``, ``to`` (workers), ``epoch`` (the checkpoint it
+        restored from), ``waited_s`` (from the request to that commit), ``seconds``
+        (stopping and restoring)."""
+        self._rescale_lock = threading.Lock()
+        self._rescale_to: int | None = None
+        self._rescale_after = 0
+        self._rescale_asked = 0.0
         self._delivered: dict[str, int] = {}
         self.view = RunView(spec.name, spec.plan.describe(), workers, trace)
         """What monitors read of this session (:mod:`timely.monitor`)."""
@@ -143,9 +163,72 @@ class Session(ABC):
         return None if self.coordinator is None else self.coordinator.every
 
     def _maybe_request_checkpoint(self) -> None:
-        """Let the coordinator ask for a checkpoint if ``checkpoint_interval`` says so."""
-        if self.coordinator is not None:
-            self.coordinator.maybe_request(self._request_checkpoint)
+        """Let the coordinator ask for a checkpoint if ``checkpoint_interval`` says so;
+        once the checkpoint a rescale waits for is committed, stop for it (the backends
+        call this from the driver's loop)."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return
+        coordinator.maybe_request(self._request_checkpoint)
+        target = self._rescale_to
+        if target is not None and len(coordinator.committed) > self._rescale_after:
+            raise _RescaleNow(target)
+
+    # -- rescaling ----------------------------------------------------------------------------
+    def rescale(self, workers: int) -> None:
+        """Run on ``workers`` workers from the next checkpoint on: once a checkpoint taken
+        after this call is committed, the workers stop and ``workers`` new ones restore
+        from it (state re-partitioned by key), the driver's inputs after it are replayed,
+        and the run goes on; outputs stay exactly once. Returns at once; safe to call
+        from another thread (a controller's). Needs ``checkpoint=``."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"rescale: workers must be a positive integer, got {workers!r}")
+        coordinator = self.coordinator
+        if coordinator is None:
+            raise ConfigError(
+                "rescale needs checkpoints (it restores from one): run with checkpoint=DIR"
+            )
+        with self._rescale_lock:
+            if workers == self.workers and self._rescale_to is None:
+                return
+            self._rescale_after = len(coordinator.committed)
+            self._rescale_asked = time.monotonic()
+            self._rescale_to = workers
+        coordinator.request_soon()
+
+    def _set_workers(self, workers: int) -> None:
+        """Run with ``workers`` workers from the next launch on (backends that size
+        something by the worker count extend this)."""
+        self.workers = workers
+        assert self.coordinator is not None
+        self.coordinator.workers = workers
+        self.view.rescaled(workers)
+
+    def _rescale_now(self, workers: int) -> None:
+        coordinator = self.coordinator
+        assert coordinator is not None
+        with self._rescale_lock:
+            if self._rescale_to != workers:
+                return  # asked again meanwhile: that request waits for its own checkpoint
+            self._rescale_to = None
+            waited = time.monotonic() - self._rescale_asked
+        if workers == self.workers:
+            return
+        started, old = time.monotonic(), self.workers
+        self._set_workers(workers)
+        self.attempt += 1
+        self._relaunch(coordinator.load_restore())
+        for vertex, cmd in coordinator.replay():
+            self._send_command(vertex, cmd)
+        self.rescales.append(
+            {
+                "from": old,
+                "to": workers,
+                "epoch": coordinator.restored_epoch,
+                "waited_s": waited,
+                "seconds": time.monotonic() - started,
+            }
+        )
 
     def _initial_restore(self) -> Restore | None:
         """The checkpoint to start from when resuming (None: start from scratch)."""
@@ -156,14 +239,20 @@ class Session(ABC):
         return self.coordinator.initial_restore()
 
     def _guarded(self, fn: Callable[..., Any], *args: Any, retry: bool = True) -> Any:
-        """Call ``fn``; on a worker failure recover (if configured) and call it again."""
+        """Call ``fn``; on a worker failure recover (if configured) and call it again, and
+        likewise after a rescale."""
         while True:
             try:
                 return fn(*args)
+            except _RescaleNow as r:
+                try:
+                    self._rescale_now(r.workers)
+                except (WorkerDied, UserFunctionError) as e:
+                    self._recover(e)
             except (WorkerDied, UserFunctionError) as e:
                 self._recover(e)
-                if not retry:
-                    return None
+            if not retry:
+                return None
 
     def _recover(self, error: Exception) -> None:
         """Start new workers from the last checkpoint and replay the logged inputs after it;
@@ -181,6 +270,7 @@ class Session(ABC):
                     f"{config.max_restarts}); last failure: {error}"
                 ) from error
             self.restarts += 1
+            self.attempt += 1
             self.view.restarted(self.restarts)
             try:
                 self._relaunch(coordinator.load_restore())
@@ -194,7 +284,7 @@ class Session(ABC):
         """Worker ``worker``'s event log for this attempt (a restore starts a new one)."""
         if self.trace is None:
             return None
-        return EventLog.for_plan(self.trace, self.plan, worker, self.workers, self.restarts)
+        return EventLog.for_plan(self.trace, self.plan, worker, self.workers, self.attempt)
 
     def _part_written(self, epoch: int, info: dict[str, Any]) -> None:
         """A worker wrote its part of the checkpoint at ``epoch`` (checkpoint parts travel

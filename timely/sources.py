@@ -33,3 +33,11 @@ class Source(ABC):
     @abstractmethod
     def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
         """The batch at ``offset`` (``None`` = the start): ``(epoch, records, next_offset)``."""
+
+    def next_awake(self, partition: int, offset: Any) -> float | None:
+        """When the batch at ``offset`` may be read (``time.time()`` seconds; None: now).
+
+        A source that paces itself (a rate, a schedule) says so here instead of sleeping
+        in ``read``: until then the worker does other work, or waits without spinning.
+        Asked after every read, with the offset it returned."""
+        return None

@@ -138,6 +138,8 @@ class SourceVertex(Vertex):
         self.restored_from: dict[int, list[Any]] | None = None
         self.keep_history = False
         self._turn = 0
+        self.awake: dict[int, float] = {}
+        """Partitions not to be read before a time (``Source.next_awake``)."""
 
     def start(self, cap: Capability) -> None:
         self.cap = cap
@@ -156,6 +158,8 @@ class SourceVertex(Vertex):
                     self.offsets[p] = offset
                     self.epochs[p] = max(epoch, cap.time[0])
         self.history = {p: [] for p in self.offsets}
+        for p, offset in self.offsets.items():
+            self._schedule(p, offset)
         if not self.offsets:
             cap.drop()
             self.cap = None
@@ -165,6 +169,25 @@ class SourceVertex(Vertex):
     @property
     def active(self) -> bool:
         return self.cap is not None
+
+    def due(self) -> bool:
+        """Whether a partition may be read now (active, and not paced to later)."""
+        if self.cap is None:
+            return False
+        if not self.awake:
+            return True
+        return len(self.awake) < len(self.offsets) or min(self.awake.values()) <= time.time()
+
+    def next_awake(self) -> float | None:
+        """The earliest time a paced partition may be read (None: no partition waits)."""
+        return min(self.awake.values()) if self.awake else None
+
+    def _schedule(self, partition: int, offset: Any) -> None:
+        at = self.source.next_awake(partition, offset)
+        if at is None:
+            self.awake.pop(partition, None)
+        else:
+            self.awake[partition] = at
 
     def pull(self) -> None:
         """Read batches from the partitions in turn, up to the source's
@@ -176,16 +199,25 @@ class SourceVertex(Vertex):
         for _ in range(max(1, source.batches_per_step)):
             if self.cap is None:
                 return
-            records += self._read_one()
+            n = self._read_one()
+            if n < 0:
+                return  # every partition waits for its time
+            records += n
             if records >= limit or time.perf_counter() >= deadline:
                 return
 
     def _read_one(self) -> int:
-        """Read one batch from the next partition in turn; returns how many records."""
+        """Read one batch from the next partition in turn that is due; returns how many
+        records (-1: none is due)."""
         cap = self.cap
         assert cap is not None
         n = 0
         parts = sorted(self.offsets)
+        if self.awake:  # paced: only the partitions due now
+            now = time.time()
+            parts = [q for q in parts if self.awake.get(q, 0.0) <= now]
+            if not parts:
+                return -1
         p = parts[self._turn % len(parts)]
         self._turn += 1
         before = self.offsets[p]
@@ -193,6 +225,7 @@ class SourceVertex(Vertex):
         if got is None:
             del self.offsets[p]
             del self.epochs[p]
+            self.awake.pop(p, None)
             self.done.add(p)
         else:
             epoch, records, nxt = got
@@ -203,6 +236,7 @@ class SourceVertex(Vertex):
                 )
             self.epochs[p] = epoch
             self.offsets[p] = nxt
+            self._schedule(p, nxt)
             if self.keep_history:
                 self.history[p].append((epoch, before))
             if records:

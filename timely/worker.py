@@ -154,8 +154,18 @@ class Worker:
             or self._commands
             or self.received_since_step
             or (self._notify_pending and (self._notify_check or self._frontier_moved))
-            or (sources and any(self.vertices[v].active for v in self._sources))  # type: ignore[attr-defined]
+            or (sources and any(self.vertices[v].due() for v in self._sources))  # type: ignore[attr-defined]
         )
+
+    def next_awake(self) -> float | None:
+        """When a source paced to later may be read (``time.time()``; None: none waits),
+        so that a host with nothing else to do waits until then, not longer."""
+        times = [
+            t
+            for v in self._sources
+            if (t := self.vertices[v].next_awake()) is not None  # type: ignore[attr-defined]
+        ]
+        return min(times) if times else None
 
     def step(self) -> list[tuple[int, WorkerMessage]]:
         """Run one step; return the messages for other workers ``(peer, message)``."""
@@ -181,7 +191,7 @@ class Worker:
         for v in self._sources:
             vertex = self.vertices[v]
             assert isinstance(vertex, SourceVertex)
-            if vertex.active:
+            if vertex.due():
                 self._activate(v, -1, None, vertex.pull)
         self._drain_inbox()
         if self._notify_pending and self._notify_check:

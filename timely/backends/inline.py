@@ -9,6 +9,7 @@ to check that results and progress invariants hold under every order.
 from __future__ import annotations
 
 import random
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -105,7 +106,12 @@ class InlineSession(Session):
                 for worker in workers:  # as a Ray worker does before it waits
                     if worker.log is not None:
                         worker.log.flush()
-                return
+                awake = [t for w in workers if (t := w.next_awake()) is not None]
+                if not awake:
+                    return
+                # a paced source's next batch: this thread is every worker, so it waits
+                time.sleep(max(0.0, min(awake) - time.time()))
+                continue
             self.events += 1
             if self.events % 64 == 0:
                 self._maybe_request_checkpoint()

@@ -294,7 +294,9 @@ class WorkerActor:
                     if comm.waiting():
                         continue
                     self.waiting = True
-                    await self._wait(_WAKE)
+                    awake = worker.next_awake()  # a paced source's next batch
+                    timeout = _WAKE if awake is None else min(_WAKE, awake - time.time())
+                    await self._wait(max(0.0, timeout))
                     self.waiting = False
             finally:
                 self.waiting = False
@@ -507,8 +509,10 @@ class RaySession(Session):
         self._forget_workers()
 
         self.started_ray = _connect(address)
+        self._cpus_option = num_cpus_per_worker
         self.cpus = num_cpus_per_worker or _share_cpus(workers)
-        if address is None and not os.environ.get("RAY_ADDRESS"):
+        self._cluster = address is not None or bool(os.environ.get("RAY_ADDRESS"))
+        if not self._cluster:
             _check_fits(self.cpus, workers)
         self.accumulate = accumulate
         try:
@@ -573,7 +577,7 @@ class RaySession(Session):
                 None if self.coordinator is None else self.coordinator.store,
                 every,
                 None if restore is None else (restore[0], restore[1][i]),
-                None if self.trace is None else (self.trace, self.restarts),
+                None if self.trace is None else (self.trace, self.attempt),
             )
             for i, a in enumerate(self.actors)
         ]
@@ -633,6 +637,13 @@ class RaySession(Session):
             folder = os.path.dirname(address.path)
             if os.path.basename(folder).startswith("timely-"):
                 shutil.rmtree(folder, ignore_errors=True)
+
+    def _set_workers(self, workers: int) -> None:
+        cpus = self._cpus_option or _share_cpus(workers)
+        if not self._cluster:
+            _check_fits(cpus, workers)
+        super()._set_workers(workers)
+        self.cpus = cpus
 
     def _relaunch(self, restore: Restore | None) -> None:
         """Kill every actor (the failed one may be gone already) and start new ones."""
