@@ -206,7 +206,9 @@ def is_internal(error: BaseException, fn: Callable[..., Any] | None) -> bool:
     - ``fn`` is a builtin (``int``, ``len``, ``operator.itemgetter``): it leaves no frame;
     - timely raised it on purpose (a ``raise`` statement, not an ``assert``): it checks
       what user code gave it, such as an exchange key without a stable hash;
-    - a key the user's function made is not hashable (``TypeError: unhashable type``).
+    - a key the user's function made is not hashable (``TypeError: unhashable type``);
+    - ``fn`` does not take the arguments timely calls it with (``TypeError: f() takes 1
+      positional argument but 2 were given``): the mistake is in its signature.
     """
     tb = error.__traceback__
     if tb is None:
@@ -222,7 +224,14 @@ def is_internal(error: BaseException, fn: Callable[..., Any] | None) -> bool:
     code, at = tb.tb_frame.f_code.co_code, tb.tb_lasti
     if 0 <= at < len(code) and code[at] == _RAISE and not isinstance(error, AssertionError):
         return False
-    return not (isinstance(error, TypeError) and str(error).startswith("unhashable type"))
+    if isinstance(error, TypeError):
+        text = str(error)
+        if text.startswith("unhashable type"):
+            return False
+        name = getattr(fn, "__qualname__", None)
+        if name and text.startswith(f"{name}()"):
+            return False  # called with arguments its signature does not take
+    return True
 
 
 def innermost_location(tb: TracebackType | None, fallback: str) -> str:

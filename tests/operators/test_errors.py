@@ -90,3 +90,15 @@ def test_count_by_key_error_names_the_record() -> None:
         flow.run(workers=2, backend="inline")
     assert info.value.record_repr == "''" and info.value.time == (0,)
     assert info.value.where.startswith(__file__ + ":")
+
+
+def test_a_function_with_the_wrong_signature_is_the_users_mistake() -> None:
+    """Called with arguments it does not take, a user function fails as the user's
+    (at its own line), not as a bug in timely."""
+    err = _run(
+        lambda s: s.running_reduce(lambda r: r % 2, lambda r: r),  # boom-arity
+        [1, 2, 3],
+    )
+    assert err.step.startswith("running_reduce")
+    assert err.where == f"{__file__}:{_line_of('boom-arity')}"
+    assert "takes 1 positional argument but 2 were given" in str(err)
