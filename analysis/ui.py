@@ -12,7 +12,8 @@ serves three things on 127.0.0.1 (``ui=True``: any free port, ``ui=PORT``: that 
 - ``/state.json``: each operator's records in and out per second (over the last
   ``RATE_WINDOW`` seconds) and in all, each output's frontier, each worker's steps and
   share of time waiting, the latest window's critical participation (an
-  :class:`~analysis.online.OnlineProfiler` on the event log), checkpoints and restarts.
+  :class:`~analysis.online.OnlineProfiler` on the event log), checkpoints, restarts,
+  rescales and a controller's latest scaling decision.
 
 Rates come from :class:`~timely.tracestats.TraceStats`, sampled by a thread of its own
 every ``SAMPLE`` seconds; nothing here runs on a worker.
@@ -212,7 +213,7 @@ class _State:
             }
         return {
             "run": session.view.name,
-            "workers": session.workers,
+            "workers": view["workers"],
             "elapsed_s": view["elapsed"],
             "state": "finished"
             if view["ended"] and session.view.finished
@@ -224,6 +225,12 @@ class _State:
             "worker_stats": workers,
             "critical": critical,
             "windows": windows,
+            "scaling": {
+                "workers": view["workers"],
+                "rescales": view["rescales"][-5:],
+                "decision": view["decisions"][-1] if view["decisions"] else None,
+                "decisions": len(view["decisions"]),
+            },
         }
 
 

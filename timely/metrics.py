@@ -16,7 +16,12 @@ worker, ``timely_worker_steps_total``, ``…_messages_sent_total``,
 epoch delivered) and ``timely_output_frontier_lag_seconds`` (since it last moved; 0
 once the run ended); ``timely_checkpoint_snapshot_seconds`` and
 ``timely_checkpoint_write_seconds`` (summaries), ``timely_checkpoints_committed_total``,
-``timely_restarts_total``, ``timely_workers``.
+``timely_restarts_total``, ``timely_rescales_total``, ``timely_workers``; from a
+controller's decisions (``RunView.decided``), ``timely_scaling_decisions_total``,
+``timely_scaling_workers_wanted`` and per operator ``timely_operator_parallelism_wanted``
+and its ``…_true_processing_rate``, ``…_true_output_rate``,
+``…_observed_processing_rate`` and ``…_observed_output_rate`` over the latest policy
+interval.
 """
 
 from __future__ import annotations
@@ -172,4 +177,49 @@ class _Collector:
         yield CounterMetricFamily(
             "timely_restarts", "Restarts of the workers after a failure.", value=view["restarts"]
         )
-        yield GaugeMetricFamily("timely_workers", "Workers in the run.", value=session.workers)
+        yield CounterMetricFamily(
+            "timely_rescales", "Rescales of the run.", value=len(view["rescales"])
+        )
+        yield from _decision_families(view["decisions"])
+        yield GaugeMetricFamily("timely_workers", "Workers in the run now.", value=view["workers"])
+
+
+def _decision_families(decisions: list[dict[str, Any]]) -> Iterator[Metric]:
+    """A controller's latest decision (see ``RunView.decided``): the workers it wants,
+    each operator's parallelism wanted and measured rates."""
+    yield CounterMetricFamily(
+        "timely_scaling_decisions", "Scaling decisions made.", value=len(decisions)
+    )
+    if not decisions:
+        return
+    last = decisions[-1]
+    yield GaugeMetricFamily(
+        "timely_scaling_workers_wanted",
+        "Workers the latest scaling decision wants.",
+        value=last.get("workers", 0),
+    )
+    wanted = GaugeMetricFamily(
+        "timely_operator_parallelism_wanted",
+        "Each operator's optimal parallelism in the latest decision (DS2's pi).",
+        labels=["operator"],
+    )
+    for name, pi in sorted(last.get("per_operator", {}).items()):
+        wanted.add_metric([name], pi)
+    yield wanted
+    fields = {
+        "true_processing": "timely_operator_true_processing_rate",
+        "true_output": "timely_operator_true_output_rate",
+        "observed_processing": "timely_operator_observed_processing_rate",
+        "observed_output": "timely_operator_observed_output_rate",
+    }
+    rates = last.get("rates", {})
+    for field, metric in fields.items():
+        family = GaugeMetricFamily(
+            metric,
+            f"Records/s, the latest policy interval ({field.replace('_', ' ')}).",
+            labels=["operator"],
+        )
+        for name, values in sorted(rates.items()):
+            if field in values:
+                family.add_metric([name], values[field])
+        yield family

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from timely.runtime import Session
 
 MONITORS_GROUP = "timely.monitors"
+KEEP_DECISIONS = 100
+"""Controllers' decisions a view keeps (the latest)."""
 
 
 class Monitor(Protocol):
@@ -136,6 +138,8 @@ class RunView:
         self._committed: list[int] = []
         self.total_epochs: int | None = None
         """How many epochs the run has, once known (every driver input closed, no source)."""
+        self._rescales: list[dict[str, Any]] = []
+        self._decisions: list[dict[str, Any]] = []
 
     # -- written by the session ---------------------------------------------------------------
     def delivered(self, key: str, epoch: int, records: int) -> None:
@@ -159,6 +163,23 @@ class RunView:
         with self._lock:
             self.workers = workers
 
+    def rescale_done(self, record: dict[str, Any]) -> None:
+        """A rescale finished (``Session.rescales``' record)."""
+        with self._lock:
+            self._rescales.append(dict(record))
+
+    def decided(self, decision: dict[str, Any]) -> None:
+        """A controller's decision, for metrics and the page to show. The shape they
+        read: ``workers`` (the count wanted), ``current`` (the count running),
+        ``per_operator`` (operator name -> parallelism wanted), ``rates`` (operator name ->
+        ``{"true_processing", "true_output", "observed_processing", "observed_output",
+        "useful_s"}``, records/s and seconds), ``reason`` (text), ``acted`` (whether it
+        asked for a rescale); anything more is kept as given. The last ``KEEP_DECISIONS``
+        are kept."""
+        with self._lock:
+            self._decisions.append(dict(decision, at=time.time()))
+            del self._decisions[:-KEEP_DECISIONS]
+
     def restarted(self, restarts: int) -> None:
         with self._lock:
             self._restarts = restarts
@@ -171,7 +192,8 @@ class RunView:
     def snapshot(self) -> dict[str, Any]:
         """A consistent copy: ``outputs`` (key -> :class:`OutputState`), ``input_epoch``
         (the furthest a driver input advanced, -1: none), ``restarts``, ``committed``
-        (checkpoint epochs), ``total_epochs``, ``ended``, ``elapsed`` (seconds)."""
+        (checkpoint epochs), ``total_epochs``, ``workers`` (now), ``rescales`` and
+        ``decisions`` (see :meth:`decided`), ``ended``, ``elapsed`` (seconds)."""
         with self._lock:
             return {
                 "outputs": {
@@ -181,6 +203,9 @@ class RunView:
                 "restarts": self._restarts,
                 "committed": list(self._committed),
                 "total_epochs": self.total_epochs,
+                "workers": self.workers,
+                "rescales": [dict(r) for r in self._rescales],
+                "decisions": [dict(d) for d in self._decisions],
                 "ended": self.ended,
                 "elapsed": time.time() - self.started_at,
             }

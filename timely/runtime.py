@@ -220,15 +220,15 @@ class Session(ABC):
         self._relaunch(coordinator.load_restore())
         for vertex, cmd in coordinator.replay():
             self._send_command(vertex, cmd)
-        self.rescales.append(
-            {
-                "from": old,
-                "to": workers,
-                "epoch": coordinator.restored_epoch,
-                "waited_s": waited,
-                "seconds": time.monotonic() - started,
-            }
-        )
+        record = {
+            "from": old,
+            "to": workers,
+            "epoch": coordinator.restored_epoch,
+            "waited_s": waited,
+            "seconds": time.monotonic() - started,
+        }
+        self.rescales.append(record)
+        self.view.rescale_done(record)
 
     def _initial_restore(self) -> Restore | None:
         """The checkpoint to start from when resuming (None: start from scratch)."""
