@@ -149,3 +149,30 @@ def test_a_backend_without_an_event_log_refuses_metrics() -> None:
     flow.new_input("x").stream.collect("out")
     with pytest.raises(ConfigError, match="keeps no event log, which metrics"):
         flow.run(workers=1, backend="plain-no-metrics", metrics_port=0)
+
+
+def test_a_controllers_decision_and_a_rescale_are_exposed(tmp_path: Path) -> None:
+    lines, session = feed("inline", checkpoint=str(tmp_path), checkpoint_every=1)
+    session.view.decided(
+        {
+            "workers": 3,
+            "current": 2,
+            "per_operator": {"count_by": 3, "words": 1},
+            "rates": {"count_by": {"true_processing": 1500.0, "observed_processing": 900.0}},
+            "reason": "test",
+            "acted": True,
+        }
+    )
+    session.rescale(3)
+    lines.send(WORDS)
+    lines.advance_to(EPOCHS + 1)
+    samples = scrape_until(session, lambda s: s["timely_rescales_total"][()] == 1)
+    assert samples["timely_workers"][()] == 3
+    assert samples["timely_scaling_decisions_total"][()] == 1
+    assert samples["timely_scaling_workers_wanted"][()] == 3
+    wanted = samples["timely_operator_parallelism_wanted"]
+    assert wanted == {(("operator", "count_by"),): 3, (("operator", "words"),): 1}
+    rate = samples["timely_operator_true_processing_rate"]
+    assert rate == {(("operator", "count_by"),): 1500.0}
+    lines.close()
+    session.join()
