@@ -80,6 +80,9 @@ class InlineSession(Session):
         self._rr = (self._rr + 1) % self.workers
         self._pump()
 
+    def _poll(self, timeout: float) -> None:
+        self._pump()  # the driver's thread is every worker: run what can run
+
     def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
         agreed = [w.request_checkpoint(epoch) for w in self.worker_list]
         return all(agreed), max(w.checkpoint_floor() for w in self.worker_list)
@@ -108,6 +111,7 @@ class InlineSession(Session):
                         worker.log.flush()
                 awake = [t for w in workers if (t := w.next_awake()) is not None]
                 if not awake:
+                    self._maybe_request_checkpoint()  # a rescale waiting for a commit
                     return
                 # a paced source's next batch: this thread is every worker, so it waits
                 time.sleep(max(0.0, min(awake) - time.time()))
