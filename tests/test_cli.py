@@ -117,6 +117,8 @@ def test_help_names_every_flag_and_its_variable(tmp_path: Path) -> None:
         ("--backend", "TIMELY_BACKEND"),
         ("--address", "TIMELY_ADDRESS"),
         ("--checkpoint", "TIMELY_CHECKPOINT"),
+        ("--trace", "TIMELY_TRACE"),
+        ("--verbose", "TIMELY_VERBOSE"),
     ]:
         assert flag in proc.stdout and var in proc.stdout
 

@@ -5,7 +5,9 @@ choose where it runs. ``module:flow`` names a :class:`~timely.Dataflow` object o
 zero-argument function that returns one (``flow`` when ``:name`` is left out);
 ``module`` is a dotted module name importable from the current directory, or a path to
 a ``.py`` file. Every flag has an environment variable, so a deployment can set them
-once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``.
+once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``,
+``TIMELY_TRACE``, ``TIMELY_VERBOSE``. Quiet by default: ``--verbose`` lets Ray print its
+banner, notices and the workers' output as it would on its own (:mod:`timely.verbosity`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from timely.backends import backend_names
 from timely.dataflow import Dataflow
 from timely.errors import ConfigError, TimelyError
+from timely.verbosity import VERBOSE_ENV, parse_verbose
 
 ENV = {
     "workers": "TIMELY_WORKERS",
@@ -30,6 +33,7 @@ ENV = {
     "address": "TIMELY_ADDRESS",
     "checkpoint": "TIMELY_CHECKPOINT",
     "trace": "TIMELY_TRACE",
+    "verbose": VERBOSE_ENV,
 }
 DEFAULTS: dict[str, Any] = {
     "workers": 2,
@@ -37,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "address": None,
     "checkpoint": None,
     "trace": None,
+    "verbose": False,
 }
 
 
@@ -116,6 +121,20 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
             default=default,
             help=f"{text} [env {var}; default: {shown}]",
         )
+    var = ENV["verbose"]
+    verbose = DEFAULTS["verbose"]
+    if var in env:
+        try:
+            verbose = parse_verbose(env[var])
+        except ValueError as e:
+            raise CliError(f"environment variable {var}={env[var]!r}: {e}") from None
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        default=verbose,
+        help="let Ray print its own log lines (its banner and notices, the workers' output); "
+        f"quiet otherwise [env {var}; default: off]",
+    )
     _add_plugin_commands(commands)
     return top
 
@@ -223,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         options["checkpoint"] = args.checkpoint
     if args.trace is not None:
         options["trace"] = args.trace
+    options["verbose"] = args.verbose
     if args.backend == "ray":
         options["address"] = args.address
         # Ray workers on other machines (or started elsewhere) cannot import the user's
