@@ -59,11 +59,14 @@ def ray_local() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local SparkSession (the JVM takes seconds to start): ``local[2]``, few shuffle
-    partitions, no UI, an in-memory catalog in a temp warehouse."""
+    partitions, no UI, an in-memory catalog in a temp warehouse; quiet as the project's
+    own sessions are (``TIMELY_VERBOSE=1`` for Spark's log lines)."""
     from pyspark.sql import SparkSession  # the spark extra is part of the test set-up
 
+    from connectors.spark import spark_session
+
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("timely-tests")
         .config("spark.ui.enabled", "false")
@@ -73,8 +76,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
-        .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_session(builder)
     yield session
     session.stop()
