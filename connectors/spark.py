@@ -36,6 +36,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -44,6 +45,7 @@ from connectors._storage import resolve
 from connectors.arrow_records import SchemaError
 from connectors.committed import committed_epoch, committed_files, read_marker, write_marker
 from connectors.parquet import ParquetSink, ParquetSource
+from timely.verbosity import resolve_verbose
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,15 +67,47 @@ def _pyspark() -> Any:
     return pyspark.sql
 
 
+QUIET_LOG4J = Path(__file__).resolve().with_name("log4j2-quiet.properties")
+"""The driver's log4j configuration for quiet runs: errors only."""
+
+
+def spark_log_options(verbose: bool | None = None) -> dict[str, str]:
+    """SparkSession settings that keep Spark's log lines off the terminal, unless
+    ``verbose`` (default: ``TIMELY_VERBOSE``, see :mod:`timely.verbosity`).
+
+    Why a JVM option and not only ``setLogLevel``: Spark prints its start-up WARN lines
+    and its notes on the log4j profile before any session exists to call it on. The
+    option points the driver's log4j at :data:`QUIET_LOG4J` (errors only); it takes effect
+    when this process starts its JVM, i.e. on the first session. It replaces any
+    ``spark.driver.extraJavaOptions`` of the builder's: give yours after these. Verbose:
+    none, Spark's own defaults."""
+    if resolve_verbose(verbose):
+        return {}
+    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}"}
+
+
+def spark_session(builder: Any, verbose: bool | None = None) -> SparkSession:
+    """``builder.getOrCreate()`` quiet unless ``verbose`` (see :func:`spark_log_options`);
+    a quiet session's log level is also set to ERROR, for a JVM that was already up."""
+    verbose = resolve_verbose(verbose)
+    for key, value in spark_log_options(verbose).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    if not verbose:
+        session.sparkContext.setLogLevel("ERROR")
+    return session  # type: ignore[no-any-return]
+
+
 def active_spark(spark: SparkSession | None = None) -> SparkSession:
-    """``spark``, else the active SparkSession, else a new local one."""
+    """``spark``, else the active SparkSession, else a new local one (quiet unless
+    ``TIMELY_VERBOSE``: :func:`spark_session`)."""
     if spark is not None:
         return spark
     sql = _pyspark()
     active = sql.SparkSession.getActiveSession()
     if active is not None:
         return active  # type: ignore[no-any-return]
-    return sql.SparkSession.builder.getOrCreate()  # type: ignore[no-any-return]
+    return spark_session(sql.SparkSession.builder)
 
 
 def _as_dataframe(data: Any, spark: SparkSession | None, format: str) -> DataFrame:

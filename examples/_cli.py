@@ -9,8 +9,9 @@ from typing import Any
 
 def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
     """``--workers``, ``--backend`` (ray by default), ``--address`` (a Ray cluster),
-    ``--checkpoint`` (where checkpoints go: recovery from failures, resume) and
-    ``--trace`` (where every worker's event log goes: ``python -m timely profile``)."""
+    ``--checkpoint`` (where checkpoints go: recovery from failures, resume),
+    ``--trace`` (where every worker's event log goes: ``python -m timely profile``) and
+    ``--verbose`` (Ray's and Spark's own log lines, off by default: ``timely.verbosity``)."""
     ap.add_argument("--workers", type=int, default=workers)
     ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
     ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")
@@ -24,6 +25,11 @@ def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
         default=None,
         help="a directory for every worker's event log (profile it: python -m timely profile)",
     )
+    ap.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray's and Spark's own log lines (quiet by default; env TIMELY_VERBOSE=1)",
+    )
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -33,6 +39,8 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
         options["checkpoint"] = args.checkpoint
     if getattr(args, "trace", None):
         options["trace"] = args.trace
+    if getattr(args, "verbose", False):
+        options["verbose"] = True  # otherwise TIMELY_VERBOSE decides
     return options
 
 

@@ -47,7 +47,7 @@ from typing import Any
 import incremental_cc
 from _cli import add_run_flags, run_options
 
-from connectors.spark import SparkSink, active_spark, spark_source
+from connectors.spark import SparkSink, active_spark, spark_session, spark_source
 from timely import Dataflow, Probe, StatefulVertex, Stream, exchange
 
 EPOCHS = 20
@@ -61,23 +61,22 @@ def sizes(size: int) -> dict[str, int]:
     return {"events": size, "users": max(size // 10, 2), "edges": max(size // 20, 1)}
 
 
-def make_spark(data: str) -> Any:
-    """The active SparkSession, or a local one (2 cores, no UI, quiet)."""
+def make_spark(data: str, verbose: bool | None = None) -> Any:
+    """The active SparkSession, or a local one (2 cores, no UI, its log lines off the
+    terminal unless ``verbose``, default ``TIMELY_VERBOSE``: ``spark_session``)."""
     from pyspark.sql import SparkSession
 
     if SparkSession.getActiveSession() is not None:
         return active_spark()
-    spark = (
+    builder = (
         SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
         .appName("timely-pipeline")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.warehouse.dir", os.path.join(os.path.abspath(data), "warehouse"))
-        .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return spark_session(builder, verbose)
 
 
 def prepare_input(spark: Any, data: str, size: int) -> tuple[str, str]:
@@ -235,7 +234,7 @@ def run(
     if __name__ != "__main__":
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t0 = time.perf_counter()
-    spark = make_spark(data)
+    spark = make_spark(data, options.get("verbose"))
     events_path, follows_path = prepare_input(spark, data, size)
     events_df = spark.read.parquet(events_path)
     follows_df = spark.read.parquet(follows_path)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with the given extras (default: dev).
 # Re-runs pip only when pyproject.toml changed since the last install.
-# With the spark extra, also makes sure Java 17+ is there (scripts/check_java.sh).
+# With the spark extra, also makes sure Java 17+ is there (scripts/check_java.sh); with the
+# dev extra (the tests), headless Chromium and chromedriver (scripts/check_browser.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-dev}"
@@ -12,6 +13,9 @@ if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; th
 fi
 case ",$extras," in
   *,spark,*) bash scripts/check_java.sh ;;
+esac
+case ",$extras," in
+  *,dev,*) bash scripts/check_browser.sh ;;
 esac
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv

@@ -1,4 +1,5 @@
-"""Test-session set-up: hypothesis profiles, one local Ray and one local Spark for the session.
+"""Test-session set-up: hypothesis profiles, one local Ray, one local Spark and one headless
+browser for the session.
 
 ``dev`` (the default) is fast for the edit-test loop; ``ci`` goes deeper and is what
 ``.ci/run`` selects through ``HYPOTHESIS_PROFILE=ci``.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,11 +61,14 @@ def ray_local() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One local SparkSession (the JVM takes seconds to start): ``local[2]``, few shuffle
-    partitions, no UI, an in-memory catalog in a temp warehouse."""
+    partitions, no UI, an in-memory catalog in a temp warehouse; quiet as the project's
+    own sessions are (``TIMELY_VERBOSE=1`` for Spark's log lines)."""
     from pyspark.sql import SparkSession  # the spark extra is part of the test set-up
 
+    from connectors.spark import spark_session
+
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("timely-tests")
         .config("spark.ui.enabled", "false")
@@ -73,8 +78,51 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
-        .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_session(builder)
     yield session
     session.stop()
+
+
+BROWSER_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",  # the tests run as root, where Chromium's sandbox refuses to start
+    "--disable-gpu",
+    # The machines' network is closed: without these Chromium keeps dialling Google's
+    # services (updates, sync, field trials, QUIC probes) and logs every refusal.
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Chromium driven by Selenium, started once (a few hundred ms) with a fresh
+    profile in a temp dir; quit at the end of the session. Debian's ``chromium`` and
+    ``chromedriver`` (``scripts/check_browser.sh`` installs them; ``CHROMIUM`` and
+    ``CHROMEDRIVER`` name others): given both paths, Selenium never looks for a driver
+    of its own, which it would try to download."""
+    from selenium import webdriver  # the dev extra: part of the test set-up
+    from selenium.webdriver.chrome.service import Service
+
+    binary = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    driver_path = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+    for path in (binary, driver_path):
+        if not os.access(path, os.X_OK):
+            raise FileNotFoundError(
+                f"{path} is missing: run bash scripts/check_browser.sh (scripts/setup.sh does "
+                "with the dev extra), or set CHROMIUM and CHROMEDRIVER"
+            )
+    with tempfile.TemporaryDirectory(prefix="timely-chromium-") as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = binary
+        for flag in (*BROWSER_FLAGS, f"--user-data-dir={profile}"):
+            options.add_argument(flag)
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+        try:
+            yield driver
+        finally:
+            driver.quit()

@@ -119,6 +119,7 @@ def test_help_names_every_flag_and_its_variable(tmp_path: Path) -> None:
         ("--checkpoint", "TIMELY_CHECKPOINT"),
         ("--trace", "TIMELY_TRACE"),
         ("--metrics-port", "TIMELY_METRICS_PORT"),
+        ("--verbose", "TIMELY_VERBOSE"),
     ]:
         assert flag in proc.stdout and var in proc.stdout
 

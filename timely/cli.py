@@ -6,7 +6,9 @@ zero-argument function that returns one (``flow`` when ``:name`` is left out);
 ``module`` is a dotted module name importable from the current directory, or a path to
 a ``.py`` file. Every flag has an environment variable, so a deployment can set them
 once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``,
-``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``, ``TIMELY_UI``.
+``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``, ``TIMELY_UI``, ``TIMELY_VERBOSE``. Quiet by
+default: ``--verbose`` lets Ray print its banner, notices and the workers' output as it
+would on its own (:mod:`timely.verbosity`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from timely.backends import backend_names
 from timely.dataflow import Dataflow
 from timely.errors import ConfigError, TimelyError
+from timely.verbosity import VERBOSE_ENV, parse_verbose
 
 ENV = {
     "workers": "TIMELY_WORKERS",
@@ -32,6 +35,7 @@ ENV = {
     "checkpoint": "TIMELY_CHECKPOINT",
     "trace": "TIMELY_TRACE",
     "metrics_port": "TIMELY_METRICS_PORT",
+    "verbose": VERBOSE_ENV,
 }
 DEFAULTS: dict[str, Any] = {
     "workers": 2,
@@ -40,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint": None,
     "trace": None,
     "metrics_port": None,
+    "verbose": False,
 }
 
 
@@ -138,6 +143,20 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         default=ui_default,
         help="serve a live page of the run on 127.0.0.1 (its address goes to stderr) "
         "[env TIMELY_UI=1; default: off]",
+    )
+    var = ENV["verbose"]
+    verbose = DEFAULTS["verbose"]
+    if var in env:
+        try:
+            verbose = parse_verbose(env[var])
+        except ValueError as e:
+            raise CliError(f"environment variable {var}={env[var]!r}: {e}") from None
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        default=verbose,
+        help="let Ray print its own log lines (its banner and notices, the workers' output); "
+        f"quiet otherwise [env {var}; default: off]",
     )
     _add_plugin_commands(commands)
     return top
@@ -250,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         options["metrics_port"] = args.metrics_port
     if args.ui:
         options["ui"] = True
+    options["verbose"] = args.verbose
     if args.backend == "ray":
         options["address"] = args.address
         # Ray workers on other machines (or started elsewhere) cannot import the user's

@@ -17,6 +17,7 @@ from timely.eventlog import EventLog, trace_option
 from timely.messages import Advance, InputCommand, Send
 from timely.monitor import Monitor, RunView, monitor_options, remove_trace, temporary_trace
 from timely.spec import RunSpec
+from timely.verbosity import resolve_verbose
 
 __all__ = ["Restore", "Results", "Session", "merge_frontiers", "route_input", "start_session"]
 
@@ -380,7 +381,11 @@ def route_input(cmd: InputCommand, workers: int, turn: int) -> list[tuple[int, I
 def start_session(
     spec: RunSpec, workers: int, backend: str | None, address: str | None, **options: Any
 ) -> Session:
-    """Check the configuration, then start ``backend`` with ``workers`` workers."""
+    """Check the configuration, then start ``backend`` with ``workers`` workers.
+
+    ``verbose`` (default: ``TIMELY_VERBOSE``, see :mod:`timely.verbosity`) goes to the
+    backends that start a library with something to quiet (Ray); every backend accepts
+    it, so a run can switch backends without changing its options."""
     from timely.backends import check_options
 
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
@@ -388,12 +393,15 @@ def start_session(
     name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend
     checkpoint = CheckpointConfig.from_options(options)
     trace = trace_option(options)
+    verbose = resolve_verbose(options.pop("verbose", None))
     if address is not None:
         options["address"] = address
     monitors = monitor_options(options)  # servers bind here: a port in use fails now
     temporary = None
     try:
         cls = check_options(name, options)
+        if "verbose" in inspect.signature(cls).parameters:
+            options["verbose"] = verbose
         if trace is None and any(m.needs_trace for m in monitors):
             if "trace" not in inspect.signature(cls).parameters:
                 raise ConfigError(

@@ -76,10 +76,11 @@ from timely.messages import InputCommand, command_from_wire, command_to_wire
 from timely.plan import Plan
 from timely.runtime import Restore, Session, merge_frontiers, route_input
 from timely.spec import RunSpec
+from timely.verbosity import resolve_verbose
 from timely.worker import Worker
 
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Iterator
 
 Outputs = list[tuple[str, int, list[Any]]]
 Ping = tuple[int, bool, list[int], list[int], float]
@@ -456,6 +457,10 @@ class RaySession(Session):
     the peer not yet applied, and driver commands in flight per worker.
     ``idle_timeout``: after a clean end the actors are kept, reset, this many seconds
     for the next run of this driver (see :mod:`timely.backends.ray_pool`); 0 kills them.
+    ``verbose`` (default: ``TIMELY_VERBOSE``, else False) matters when this session
+    starts or joins Ray: False keeps Ray's banner, its token notice and the workers'
+    forwarded output off the driver's terminal (see ``_connect``); True leaves Ray's own
+    defaults. Errors reach the driver either way.
     """
 
     def __init__(
@@ -470,7 +475,9 @@ class RaySession(Session):
         idle_timeout: float = 30.0,
         checkpoint: CheckpointConfig | None = None,
         trace: str | None = None,
+        verbose: bool | None = None,
     ) -> None:
+        verbose = resolve_verbose(verbose)
         if not isinstance(max_inflight, int) or max_inflight < 1:
             raise ConfigError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
         if not heartbeat_timeout > 0:
@@ -508,7 +515,7 @@ class RaySession(Session):
         self._last_check = 0.0
         self._forget_workers()
 
-        self.started_ray = _connect(address)
+        self.started_ray = _connect(address, verbose)
         self._cpus_option = num_cpus_per_worker
         self.cpus = num_cpus_per_worker or _share_cpus(workers)
         self._cluster = address is not None or bool(os.environ.get("RAY_ADDRESS"))
@@ -912,22 +919,27 @@ class RaySession(Session):
             self._kill_actors()
 
 
-def _connect(address: str | None) -> bool:
+def _connect(address: str | None, verbose: bool = False) -> bool:
     """Make sure Ray is up: reuse it if initialised, join ``address`` (or RAY_ADDRESS), or
     start it locally. Returns whether this call started it (it is then left running for
-    later sessions in this process; Ray shuts it down at exit)."""
+    later sessions in this process; Ray shuts it down at exit).
+
+    ``verbose`` chooses what Ray may print here (see :func:`_init_logging`); it has no
+    effect on a Ray this process had already initialised."""
     if ray.is_initialized():
         return False
     if address is None and not os.environ.get("RAY_ADDRESS"):
-        ray.init(
-            address="local",
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            ignore_reinit_error=True,
-        )
+        with _quiet_token_notice(not verbose):
+            ray.init(
+                address="local",
+                include_dashboard=False,
+                ignore_reinit_error=True,
+                **_init_logging(verbose),
+            )
         return True
     try:
-        ray.init(address=address, logging_level=logging.WARNING, ignore_reinit_error=True)
+        with _quiet_token_notice(not verbose):
+            ray.init(address=address, ignore_reinit_error=True, **_init_logging(verbose))
     except (ConnectionError, ValueError, RuntimeError) as e:
         where = address or f"RAY_ADDRESS={os.environ.get('RAY_ADDRESS')}"
         raise ConfigError(
@@ -935,6 +947,54 @@ def _connect(address: str | None) -> bool:
             "('auto', 'host:port' or 'ray://host:port') and that the cluster is up"
         ) from e
     return False
+
+
+def _init_logging(verbose: bool) -> dict[str, Any]:
+    """``ray.init``'s logging options. Quiet: the driver's ``ray`` logger at WARNING, so
+    no "Started a local Ray instance." banner (INFO), and ``log_to_driver=False``, so
+    nothing the actors' processes write reaches this terminal as ``(WorkerActor pid=...)``
+    lines (asyncio's "Task was destroyed but it is pending!" when a run's actors are
+    killed, Ray's own worker warnings, and a vertex's ``print``; they stay in the
+    session's log files under Ray's temp dir). A worker's failure still comes back as
+    the error of its ``run`` call. Verbose: Ray's defaults (INFO, forwarded output).
+    ``RAY_LOG_TO_DRIVER``, when set, is the user's explicit choice and wins."""
+    options: dict[str, Any] = {"logging_level": logging.INFO if verbose else logging.WARNING}
+    if "RAY_LOG_TO_DRIVER" not in os.environ:
+        options["log_to_driver"] = verbose
+    return options
+
+
+_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenNotice(logging.Filter):
+    """Drops Ray's notice that token authentication is on (and how to opt out), which
+    every local ``ray.init`` logs at WARNING; authentication itself stays on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_TOKEN_NOTICE)
+
+
+@contextlib.contextmanager
+def _quiet_token_notice(quiet: bool) -> Iterator[None]:
+    """While ``ray.init`` runs, filter the token notice out of the Ray module's logger.
+
+    Not by its own switch: setting ``RAY_AUTH_MODE=token`` silences it too, but only if
+    set before Ray is imported; set later it needs a refresh of Ray's private config, and
+    without one the local GCS is started with token mode but no token and never comes up
+    (tried: "Timed out waiting for file .../gcs_server_port"). A filter changes nothing
+    but the log line, and if Ray renames the logger the notice merely shows again."""
+    if not quiet:
+        yield
+        return
+    logger = logging.getLogger(_TOKEN_LOGGER)
+    drop = _DropTokenNotice()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def _nodes() -> int:
