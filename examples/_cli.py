@@ -10,7 +10,8 @@ from typing import Any
 def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
     """``--workers``, ``--backend`` (ray by default), ``--address`` (a Ray cluster),
     ``--checkpoint`` (where checkpoints go: recovery from failures, resume),
-    ``--trace`` (where every worker's event log goes: ``python -m timely profile``) and
+    ``--trace`` (where every worker's event log goes: ``python -m timely profile``),
+    ``--ui`` (a live page), ``--metrics-port`` (Prometheus metrics) and
     ``--verbose`` (Ray's and Spark's own log lines, off by default: ``timely.verbosity``)."""
     ap.add_argument("--workers", type=int, default=workers)
     ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
@@ -26,6 +27,17 @@ def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
         help="a directory for every worker's event log (profile it: python -m timely profile)",
     )
     ap.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve a live page of the run on 127.0.0.1 (its address goes to stderr)",
+    )
+    ap.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on 127.0.0.1:PORT (0: any free port)",
+    )
+    ap.add_argument(
         "--verbose",
         action="store_true",
         help="show Ray's and Spark's own log lines (quiet by default; env TIMELY_VERBOSE=1)",
@@ -37,6 +49,10 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {} if args.backend == "inline" else {"address": args.address}
     if getattr(args, "checkpoint", None):
         options["checkpoint"] = args.checkpoint
+    if getattr(args, "ui", False):
+        options["ui"] = True
+    if getattr(args, "metrics_port", None) is not None:
+        options["metrics_port"] = args.metrics_port
     if getattr(args, "trace", None):
         options["trace"] = args.trace
     if getattr(args, "verbose", False):
