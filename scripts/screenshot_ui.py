@@ -17,7 +17,21 @@ import operators  # noqa: F401  (the LINQ operators)
 from connectors.rate import rate_source
 from timely import Dataflow
 
-WORDS = "the quick brown fox jumps over the lazy dog and runs far away".split()
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "and",
+    "runs",
+    "far",
+    "away",
+]
 
 
 def slow_upper(word: str) -> str:
