@@ -46,6 +46,7 @@ from typing import Any
 
 import incremental_cc
 from _cli import add_run_flags, run_options
+from tqdm import tqdm
 
 from connectors.spark import SparkSink, active_spark, spark_session, spark_source
 from timely import Dataflow, Probe, StatefulVertex, Stream, exchange
@@ -209,16 +210,11 @@ def build(
     return [ad_sink, comp_sink], [per_ad.probe(), comp_sizes.probe()]
 
 
-def progress(done: int, total: int, rows: int, elapsed: float) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    rate = rows / elapsed if elapsed > 0 else 0.0
-    bar = "#" * filled + "." * (width - filled)
-    print(
-        f"\r[{bar}] epoch {done}/{total}  {rate:,.0f} records/s",
-        end="",
-        file=sys.stderr,
-        flush=True,
+def progress_bar(total: int, quiet: bool) -> tqdm[Any]:
+    """Epochs done at every output, and the records read per second (tqdm: drawn on a
+    terminal, left out of a log file or when ``--quiet``)."""
+    return tqdm(
+        total=total, unit="epoch", desc="pipeline", file=sys.stderr, disable=True if quiet else None
     )
 
 
@@ -252,19 +248,17 @@ def run(
     flow = Dataflow("pipeline")
     (ad_sink, comp_sink), probes = build(flow, events, follows, out)
     total = EPOCHS
+    bar = progress_bar(total, quiet)
     with flow.activate(workers=workers, backend=backend, **options) as session:
         started = time.perf_counter()  # Ray (if this process starts it) and the workers up
         # the inline backend runs inside join(); on Ray the workers run while we watch
         while backend == "ray" and (done := epochs_done(probes, total)) < total:
-            if not quiet:
-                rows = sum(per_epoch.get(e, 0) for e in range(done))
-                progress(done, total, rows, time.perf_counter() - started)
+            show(bar, done, per_epoch, time.perf_counter() - started)
             session.poll(0.5)
         session.join()
         restarts = session.restarts
-    if not quiet:
-        progress(total, total, sum(per_epoch.values()), time.perf_counter() - started)
-        print(file=sys.stderr)
+    show(bar, total, per_epoch, time.perf_counter() - started)
+    bar.close()
     t2 = time.perf_counter()
 
     from pyspark.sql import functions as F
@@ -304,6 +298,12 @@ def run(
         "largest_component": largest,
         "restarts": restarts,
     }
+
+
+def show(bar: tqdm[Any], done: int, per_epoch: dict[int, int], elapsed: float) -> None:
+    rows = sum(per_epoch.get(e, 0) for e in range(done))
+    bar.set_postfix_str(f"{rows / elapsed if elapsed > 0 else 0.0:,.0f} records/s", refresh=False)
+    bar.update(done - bar.n)
 
 
 def epochs_done(probes: list[Probe], total: int) -> int:
