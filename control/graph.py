@@ -43,6 +43,7 @@ class Graph:
     """Indices into ``edges`` of the back edges (ignored by the order)."""
     order: tuple[int, ...] = field(init=False)
     """Every vertex, each after all its upstreams along the forward edges."""
+    _producers: dict[tuple[int, bool], list[int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.names) != len(self.kinds):
@@ -54,6 +55,14 @@ class Graph:
         back = self._back_edges()
         object.__setattr__(self, "back", back)
         object.__setattr__(self, "order", self._topological(back))
+        producers: dict[tuple[int, bool], set[int]] = {}
+        for e in self.edges:  # asked once per message of a live log: worked out here
+            producers.setdefault((e.dst, False), set()).add(e.src)
+            if e.channel != "pipeline":
+                producers.setdefault((e.dst, True), set()).add(e.src)
+        object.__setattr__(
+            self, "_producers", {key: sorted(found) for key, found in producers.items()}
+        )
 
     @classmethod
     def from_describe(cls, described: Mapping[str, Any]) -> Graph:
@@ -101,9 +110,7 @@ class Graph:
     def producers(self, v: int, wire: bool = False) -> list[int]:
         """The distinct vertices whose records reach ``v``; ``wire``: only those whose
         records may cross to another worker (a pipeline stays on its worker)."""
-        return sorted(
-            {e.src for e in self.edges if e.dst == v and not (wire and e.channel == "pipeline")}
-        )
+        return list(self._producers.get((v, wire), ()))
 
     def pinned(self, v: int) -> bool:
         """Whether every record ``v`` gets is gathered onto one worker (the runtime's
