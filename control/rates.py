@@ -33,11 +33,17 @@ Attribution, from the events of :mod:`timely.eventlog`:
   its time and its records alike (an instant event counts if it lies inside). So the
   measurements of adjacent intervals add up to their union's.
 
+Caveat: the log cannot tell a source's read that waits for data (inside ``PULL``, up to
+its ``seconds_per_step``) from one that works, so such waiting counts as the source's
+useful time and makes its true rate look lower than it is.
+
 Every worker runs every operator, so an operator's parallelism is the run's worker
-count. An operator's aggregate true rate is DS2's o[λ], the sum of its instances' rates;
-it is taken as parallelism × the pooled rate (records over useful time summed over the
-instances), which weights each instance by how long it worked, so that an instance that
-barely ran does not swing the estimate with a handful of records.
+count: for an interval, the largest of the logs (worker and attempt: a restore or a
+rescale starts new logs) with events in it. An operator's aggregate true rate is DS2's
+o[λ], the sum of its instances' rates; it is taken as parallelism × the pooled rate
+(records over useful time summed over the instances), which weights each instance by how
+long it worked, so that an instance that barely ran does not swing the estimate with a
+handful of records.
 """
 
 from __future__ import annotations
