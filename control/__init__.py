@@ -1,0 +1,36 @@
+"""Analysis and control: DS2's scaling decisions from the event log.
+
+``control.rates`` measures (useful time, true and observed rates), ``control.ds2``
+decides (per-operator optimal parallelism, the run's worker count), over the dataflow's
+graph as ``control.graph`` reads it. Pure parts only: acting on a decision (checkpoint,
+stop, restore at W*) is the runtime's. Imports ``timely``; nothing in the runtime
+imports it.
+"""
+
+from control.ds2 import Decision, Estimate, Policy, decide, estimate, optimal_parallelism
+from control.graph import Edge, Graph
+from control.rates import (
+    InstanceRates,
+    Measurement,
+    OperatorRates,
+    RateMeter,
+    Rates,
+    measure_trace,
+)
+
+__all__ = [
+    "Decision",
+    "Edge",
+    "Estimate",
+    "Graph",
+    "InstanceRates",
+    "Measurement",
+    "OperatorRates",
+    "Policy",
+    "RateMeter",
+    "Rates",
+    "decide",
+    "estimate",
+    "measure_trace",
+    "optimal_parallelism",
+]
