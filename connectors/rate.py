@@ -82,6 +82,10 @@ class RateSource(Source):
         self._start: dict[int, float] = {}
         """Per partition, when tick 0 was (or would have been) due on this worker."""
 
+    @property
+    def offered_rate(self) -> float:
+        return self.rate
+
     def partitions(self) -> int:
         return self.parts
 

@@ -2,11 +2,13 @@
 
 ``control.rates`` measures (useful time, true and observed rates), ``control.ds2``
 decides (per-operator optimal parallelism, the run's worker count), over the dataflow's
-graph as ``control.graph`` reads it. Pure parts only: acting on a decision (checkpoint,
-stop, restore at W*) is the runtime's. Imports ``timely``; nothing in the runtime
+graph as ``control.graph`` reads it; ``control.autoscale`` closes the loop on a running
+session (``autoscale=``), acting through ``Session.rescale`` (checkpoint, stop, restore
+at W*). Imports ``timely``; nothing in the runtime
 imports it.
 """
 
+from control.autoscale import Autoscale, AutoscaleMonitor
 from control.ds2 import Decision, Estimate, Policy, decide, estimate, optimal_parallelism
 from control.graph import Edge, Graph
 from control.rates import (
@@ -19,6 +21,8 @@ from control.rates import (
 )
 
 __all__ = [
+    "Autoscale",
+    "AutoscaleMonitor",
     "Decision",
     "Edge",
     "Estimate",

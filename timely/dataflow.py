@@ -447,6 +447,7 @@ class Dataflow:
             where=function_location(type(src).read),
             kind="source",
         )
+        self._vertices[v].source = src
         return Stream(self, v, 0, self.root)
 
     def loop(

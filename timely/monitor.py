@@ -38,7 +38,10 @@ KEEP_DECISIONS = 100
 
 
 class Monitor(Protocol):
-    """Watches one session from the driver's process."""
+    """Watches one session from the driver's process. It may also have
+    ``check(workers, backend, checkpoint)``, called before anything starts, to refuse a
+    run it cannot serve with a :class:`~timely.errors.ConfigError` (a controller that
+    rescales needs checkpoints)."""
 
     needs_trace: bool
     """Whether it reads the event log (the session then keeps one)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
 from timely.channels import Channel
+from timely.sources import Source
 from timely.vertex import Vertex
 
 
@@ -24,6 +25,8 @@ class VertexSpec:
     where: str = "?"
     kind: str = "vertex"
     """``vertex`` (user), ``input``, ``source``, or a system kind (ingress, egress, …)."""
+    source: Source | None = None
+    """The connector a ``source`` vertex reads (for controllers: its offered rate)."""
 
     @property
     def inputs(self) -> int:

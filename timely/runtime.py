@@ -197,6 +197,10 @@ class Session(ABC):
             self._rescale_to = workers
         coordinator.request_soon()
 
+    def rescale_pending(self) -> int | None:
+        """The worker count a requested rescale waits to go to (None: none waits)."""
+        return self._rescale_to
+
     def _set_workers(self, workers: int) -> None:
         """Run with ``workers`` workers from the next launch on (backends that size
         something by the worker count extend this)."""
@@ -334,8 +338,9 @@ class Session(ABC):
                 self._close_monitors()
 
     def _close_monitors(self) -> None:
-        monitors, self.monitors = self.monitors, []
-        for m in monitors:
+        """Close every monitor (once: ``close`` runs this once); they stay in
+        ``monitors`` for what they kept (an autoscaler's decisions)."""
+        for m in self.monitors:
             m.close()
         if self._temporary_trace is not None:
             remove_trace(self._temporary_trace)
@@ -399,6 +404,10 @@ def start_session(
     monitors = monitor_options(options)  # servers bind here: a port in use fails now
     temporary = None
     try:
+        for m in monitors:
+            check = getattr(m, "check", None)
+            if check is not None:  # what a monitor needs of the run, before it starts
+                check(workers, name, checkpoint)
         cls = check_options(name, options)
         if "verbose" in inspect.signature(cls).parameters:
             options["verbose"] = verbose

@@ -34,6 +34,12 @@ class Source(ABC):
     def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
         """The batch at ``offset`` (``None`` = the start): ``(epoch, records, next_offset)``."""
 
+    @property
+    def offered_rate(self) -> float | None:
+        """Records per second this source offers, if it knows (a rate-controlled source
+        does): an autoscaler's target when the user gives none."""
+        return None
+
     def next_awake(self, partition: int, offset: Any) -> float | None:
         """When the batch at ``offset`` may be read (``time.time()`` seconds; None: now).
 
