@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from control.ds2 import Decision, Policy
 from control.graph import Graph
-from control.rates import Measurement, RateMeter
+from control.rates import InstanceRates, Measurement, OperatorRates, RateMeter
 from timely.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -213,25 +213,34 @@ class AutoscaleMonitor:
 
 def _record(decision: Decision, measurement: Measurement) -> dict[str, Any]:
     """A decision as the view keeps it (``RunView.decided``)."""
-    rates: dict[str, dict[str, float]] = {}
-    for op in measurement.operators.values():
-        entry = {
-            "observed_processing": op.observed_processing_rate,
-            "observed_output": op.observed_output_rate,
-            "useful_s": op.useful_s,
-        }
-        if op.true_processing_rate is not None:
-            entry["true_processing"] = op.true_processing_rate
-        if op.true_output_rate is not None:
-            entry["true_output"] = op.true_output_rate
-        rates[op.name] = entry
+    rates = {op.name: _rates(op) for op in measurement.operators.values()}
+    names = {v: op.name for v, op in measurement.operators.items()}
+    instances: dict[str, dict[str, dict[str, float]]] = {}
+    for (v, worker), inst in measurement.instances.items():
+        name = names.get(v, measurement.graph.names[v])
+        instances.setdefault(name, {})[str(worker)] = _rates(inst)
     return {
         "workers": decision.workers,
         "current": decision.current,
         "proposed": decision.proposed,
         "per_operator": decision.by_name(),
         "rates": rates,
+        "instances": instances,
         "reason": decision.reason,
         "acted": decision.rescale,
         "interval_s": measurement.interval_s,
     }
+
+
+def _rates(r: OperatorRates | InstanceRates) -> dict[str, float]:
+    """An operator's (or one instance's) figures over the interval, for the view."""
+    entry = {
+        "observed_processing": r.observed_processing_rate,
+        "observed_output": r.observed_output_rate,
+        "useful_s": r.useful_s,
+    }
+    if r.true_processing_rate is not None:
+        entry["true_processing"] = r.true_processing_rate
+    if r.true_output_rate is not None:
+        entry["true_output"] = r.true_output_rate
+    return entry

@@ -21,7 +21,8 @@ controller's decisions (``RunView.decided``), ``timely_scaling_decisions_total``
 ``timely_scaling_workers_wanted`` and per operator ``timely_operator_parallelism_wanted``
 and its ``…_true_processing_rate``, ``…_true_output_rate``,
 ``…_observed_processing_rate`` and ``…_observed_output_rate`` over the latest policy
-interval.
+interval, and per operator and worker ``timely_instance_true_processing_rate`` and
+``timely_instance_useful_seconds``.
 """
 
 from __future__ import annotations
@@ -212,6 +213,22 @@ def _decision_families(decisions: list[dict[str, Any]]) -> Iterator[Metric]:
         "observed_processing": "timely_operator_observed_processing_rate",
         "observed_output": "timely_operator_observed_output_rate",
     }
+    per_instance = {
+        "true_processing": "timely_instance_true_processing_rate",
+        "useful_s": "timely_instance_useful_seconds",
+    }
+    instances = last.get("instances", {})
+    for field, metric in per_instance.items():
+        family = GaugeMetricFamily(
+            metric,
+            f"One operator on one worker, the latest policy interval ({field}).",
+            labels=["operator", "worker"],
+        )
+        for name, workers in sorted(instances.items()):
+            for worker, values in sorted(workers.items()):
+                if field in values:
+                    family.add_metric([name, worker], values[field])
+        yield family
     rates = last.get("rates", {})
     for field, metric in fields.items():
         family = GaugeMetricFamily(

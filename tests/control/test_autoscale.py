@@ -120,3 +120,4 @@ def test_decisions_reach_the_view(tmp_path: Path) -> None:
     last = decisions[-1]
     assert last["workers"] == 1 and "work" in last["per_operator"]
     assert last["rates"]["work"]["observed_processing"] > 0
+    assert last["instances"]["work"]["0"]["observed_processing"] > 0  # per worker too
