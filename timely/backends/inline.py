@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 class InlineSession(Session):
     """All workers in one process."""
 
+    concurrent = False
+
     def __init__(
         self,
         spec: RunSpec,
@@ -79,8 +81,10 @@ class InlineSession(Session):
         self._rr = (self._rr + 1) % self.workers
         self._pump()
 
-    def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
-        agreed = [w.request_checkpoint(epoch) for w in self.worker_list]
+    def _request_checkpoint(
+        self, epoch: int, every: int | None = None, fraction: float | None = None
+    ) -> tuple[bool, int]:
+        agreed = [w.request_checkpoint(epoch, every, fraction) for w in self.worker_list]
         return all(agreed), max(w.checkpoint_floor() for w in self.worker_list)
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
@@ -148,10 +152,13 @@ class InlineSession(Session):
         for epoch, part in worker.take_parts():
             assert self.coordinator is not None
             store = self.coordinator.store
-            t0 = clock() if log is not None else 0
+            t0 = clock()
             info = store.write_part(epoch, w, self.workers, serialization.encode(part))
+            t1 = clock()
             if log is not None:
-                log.add(("c", t0, clock(), epoch, "write"))
+                log.add(("c", t0, t1, epoch, "write"))
+            info["work"] = (worker.checkpoint_work(epoch) + t1 - t0) / 1e9
+            info["at"] = t1 / 1e9
             self._part_written(epoch, info)
 
     def _wait(self) -> None:
