@@ -16,7 +16,10 @@ worker, ``timely_worker_steps_total``, ``…_messages_sent_total``,
 epoch delivered) and ``timely_output_frontier_lag_seconds`` (since it last moved; 0
 once the run ended); ``timely_checkpoint_snapshot_seconds`` and
 ``timely_checkpoint_write_seconds`` (summaries), ``timely_checkpoints_committed_total``,
-``timely_restarts_total``, ``timely_workers``.
+``timely_restarts_total``, ``timely_workers``; with ``checkpoint_every="auto"``, once a
+window has been measured, ``timely_checkpoint_interval_epochs`` (the interval chosen)
+and ``timely_checkpoint_coordination_ratio`` (the share of the last window's time spent
+coordinating, :mod:`timely.cadence`).
 """
 
 from __future__ import annotations
@@ -173,3 +176,14 @@ class _Collector:
             "timely_restarts", "Restarts of the workers after a failure.", value=view["restarts"]
         )
         yield GaugeMetricFamily("timely_workers", "Workers in the run.", value=session.workers)
+        if view["checkpoint_interval"] is not None:
+            yield GaugeMetricFamily(
+                "timely_checkpoint_interval_epochs",
+                "Epochs between checkpoints, as checkpoint_every='auto' chose last.",
+                value=view["checkpoint_interval"],
+            )
+            yield GaugeMetricFamily(
+                "timely_checkpoint_coordination_ratio",
+                "Share of the last measured window's time spent checkpointing and coordinating.",
+                value=view["coordination_fraction"],
+            )
