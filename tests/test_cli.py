@@ -63,7 +63,13 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     env = {"CLI_IN": str(tmp_path / "in.txt"), "CLI_OUT": str(tmp_path / "out")}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    for var in ("TIMELY_WORKERS", "TIMELY_BACKEND", "TIMELY_ADDRESS", "TIMELY_CHECKPOINT"):
+    for var in (
+        "TIMELY_WORKERS",
+        "TIMELY_BACKEND",
+        "TIMELY_ADDRESS",
+        "TIMELY_CHECKPOINT",
+        "TIMELY_CHECKPOINT_EVERY",
+    ):
         monkeypatch.delenv(var, raising=False)
     return {"dir": tmp_path, "name": name, "out": tmp_path / "out"}
 
@@ -117,6 +123,7 @@ def test_help_names_every_flag_and_its_variable(tmp_path: Path) -> None:
         ("--backend", "TIMELY_BACKEND"),
         ("--address", "TIMELY_ADDRESS"),
         ("--checkpoint", "TIMELY_CHECKPOINT"),
+        ("--checkpoint-every", "TIMELY_CHECKPOINT_EVERY"),
         ("--trace", "TIMELY_TRACE"),
         ("--metrics-port", "TIMELY_METRICS_PORT"),
         ("--verbose", "TIMELY_VERBOSE"),
@@ -208,6 +215,34 @@ def test_metrics_port_is_forwarded_to_run_only_when_given(
     assert ("metrics_port" in options) == (want is not None)
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "want"),
+    [
+        (["--checkpoint", "c", "--checkpoint-every", "auto"], {}, "auto"),
+        (["--checkpoint", "c"], {"TIMELY_CHECKPOINT_EVERY": "4"}, 4),
+        (["--checkpoint", "c"], {}, None),
+    ],
+)
+def test_checkpoint_every_is_forwarded_to_run_only_when_given(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+    want: int | str | None,
+) -> None:
+    name = f"cli_probe_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(CHECKPOINT_PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CLI_OPTIONS", str(tmp_path / "options.json"))
+    monkeypatch.delenv("TIMELY_CHECKPOINT_EVERY", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(["run", name, "--backend", "inline", *argv]) == 0
+    options = json.loads((tmp_path / "options.json").read_text())
+    assert options.get("checkpoint_every") == want
+    assert ("checkpoint_every" in options) == (want is not None)
+
+
 BROKEN = {
     "not_a_flow": "flow = 42\ndef make(): return 'x'\ndef needs(n): pass\n",
     "raises": "raise RuntimeError('boom at import')\n",
@@ -252,6 +287,12 @@ def test_a_bad_module_path_names_what_is_wrong(
         (["--metrics-port", "http"], {}, "expected a TCP port"),
         ([], {"TIMELY_METRICS_PORT": "70000"}, "TIMELY_METRICS_PORT='70000'"),
         ([], {"TIMELY_BACKEND": "spark"}, "TIMELY_BACKEND='spark': unknown backend"),
+        (["--checkpoint-every", "often"], {}, "a positive number of epochs or 'auto'"),
+        (
+            ["--backend", "inline", "--checkpoint-every", "auto"],
+            {},
+            "--checkpoint-every/TIMELY_CHECKPOINT_EVERY needs --checkpoint DIR",
+        ),
         (
             ["--backend", "inline", "--address", "auto"],
             {},

@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from timely.aimd import DEFAULT_BOUNDS, check_bounds
 from timely.errors import ConfigError, TimelyError
 from timely.state import repartition
 
@@ -49,6 +50,9 @@ class CheckpointConfig:
     """How and where to checkpoint; ``flow.run(checkpoint=...)`` and friends build it.
 
     ``every``: checkpoint after every epoch ``e`` with ``e % every == every - 1``.
+    ``fraction``: with ``checkpoint_every="auto"``, the bounds ``(lo, hi)`` on the share of
+    time spent coordinating that the driver keeps the interval within
+    (:mod:`timely.aimd`); ``every`` is then the first interval. None: a fixed interval.
     ``interval``: instead, checkpoint about every ``interval`` seconds: the driver picks
     an epoch no worker has passed yet and asks every worker for it.
     ``keep``: committed checkpoints kept (older ones are deleted).
@@ -60,6 +64,7 @@ class CheckpointConfig:
 
     uri: str
     every: int = 1
+    fraction: tuple[float, float] | None = None
     interval: float | None = None
     keep: int = 3
     max_restarts: int = 3
@@ -72,6 +77,7 @@ class CheckpointConfig:
         uri = options.pop("checkpoint", None)
         names = (
             "checkpoint_every",
+            "checkpoint_fraction",
             "checkpoint_interval",
             "keep_checkpoints",
             "max_restarts",
@@ -95,17 +101,23 @@ class CheckpointConfig:
                 )
             if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
                 raise ConfigError(f"checkpoint_interval must be seconds > 0, got {interval!r}")
+        every = given.get("checkpoint_every", 1)
+        if every != "auto" and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+            raise ConfigError(
+                f'checkpoint_every must be a positive integer or "auto", got {every!r}'
+            )
+        fraction = _fraction(every, given)
         config = CheckpointConfig(
             uri=str(uri),
             interval=None if interval is None else float(interval),
-            every=given.get("checkpoint_every", 1),
+            every=1 if every == "auto" else every,
+            fraction=fraction,
             keep=given.get("keep_checkpoints", 3),
             max_restarts=given.get("max_restarts", 3),
             on_error=given.get("on_error", "fail"),
             resume=given.get("resume", True),
         )
         for name, value, low in (
-            ("checkpoint_every", config.every, 1),
             ("keep_checkpoints", config.keep, 1),
             ("max_restarts", config.max_restarts, 0),
         ):
@@ -114,6 +126,32 @@ class CheckpointConfig:
         if config.on_error not in ("fail", "restore"):
             raise ConfigError(f"on_error must be 'fail' or 'restore', got {config.on_error!r}")
         return config
+
+
+def _fraction(every: Any, given: dict[str, Any]) -> tuple[float, float] | None:
+    """The checked ``checkpoint_fraction`` for ``checkpoint_every=every`` (None: not auto)."""
+    if every != "auto":
+        if "checkpoint_fraction" in given:
+            raise ConfigError(
+                'checkpoint_fraction bounds the adaptive interval: give checkpoint_every="auto" '
+                "with it, or leave it out"
+            )
+        return None
+    value = given.get("checkpoint_fraction", DEFAULT_BOUNDS)
+    if not (
+        isinstance(value, tuple | list)
+        and len(value) == 2
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+    ):
+        raise ConfigError(
+            "checkpoint_fraction must be (lo, hi), the share of time spent checkpointing to "
+            f"keep within, e.g. {DEFAULT_BOUNDS}; got {value!r}"
+        )
+    lo, hi = float(value[0]), float(value[1])
+    problem = check_bounds(lo, hi)
+    if problem is not None:
+        raise ConfigError(f"checkpoint_fraction: {problem}")
+    return lo, hi
 
 
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:

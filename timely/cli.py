@@ -6,9 +6,9 @@ zero-argument function that returns one (``flow`` when ``:name`` is left out);
 ``module`` is a dotted module name importable from the current directory, or a path to
 a ``.py`` file. Every flag has an environment variable, so a deployment can set them
 once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``,
-``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``, ``TIMELY_UI``, ``TIMELY_VERBOSE``. Quiet by
-default: ``--verbose`` lets Ray print its banner, notices and the workers' output as it
-would on its own (:mod:`timely.verbosity`).
+``TIMELY_CHECKPOINT_EVERY``, ``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``, ``TIMELY_UI``,
+``TIMELY_VERBOSE``. Quiet by default: ``--verbose`` lets Ray print its banner, notices
+and the workers' output as it would on its own (:mod:`timely.verbosity`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ ENV = {
     "backend": "TIMELY_BACKEND",
     "address": "TIMELY_ADDRESS",
     "checkpoint": "TIMELY_CHECKPOINT",
+    "checkpoint_every": "TIMELY_CHECKPOINT_EVERY",
     "trace": "TIMELY_TRACE",
     "metrics_port": "TIMELY_METRICS_PORT",
     "verbose": VERBOSE_ENV,
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "backend": "ray",
     "address": None,
     "checkpoint": None,
+    "checkpoint_every": None,
     "trace": None,
     "metrics_port": None,
     "verbose": False,
@@ -60,6 +62,17 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _every(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of epochs or 'auto', got {text!r}"
+        ) from None
 
 
 def _port(text: str) -> int:
@@ -85,6 +98,7 @@ _PARSE: dict[str, Callable[[str], Any]] = {
     "backend": _backend,
     "address": str,
     "checkpoint": str,
+    "checkpoint_every": _every,
     "trace": str,
     "metrics_port": _port,
 }
@@ -117,6 +131,11 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
         "backend": ("NAME", f"where workers run: {' or '.join(backend_names())}"),
         "address": ("ADDR", "the Ray cluster to join ('auto' or host:port); local Ray if unset"),
         "checkpoint": ("DIR", "checkpoint to and restore from DIR (a path or URI)"),
+        "checkpoint_every": (
+            "N|auto",
+            "checkpoint every N epochs, or 'auto': an interval that keeps 5-10%% of the time "
+            "spent checkpointing (needs --checkpoint)",
+        ),
         "trace": ("DIR", "write every worker's event log to DIR (off when unset)"),
         "metrics_port": ("PORT", "serve Prometheus metrics on 127.0.0.1:PORT (0: any free)"),
     }
@@ -263,6 +282,13 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.checkpoint is not None:
         options["checkpoint"] = args.checkpoint
+    if args.checkpoint_every is not None:
+        if args.checkpoint is None:
+            raise CliError(
+                f"--checkpoint-every/{ENV['checkpoint_every']} needs --checkpoint DIR "
+                f"(or {ENV['checkpoint']}): where the checkpoints go"
+            )
+        options["checkpoint_every"] = args.checkpoint_every
     if args.trace is not None:
         options["trace"] = args.trace
     if args.metrics_port is not None:

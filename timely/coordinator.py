@@ -2,18 +2,20 @@
 
 It decides nothing about when a vertex is snapshotted (each worker does, see
 :mod:`timely.snapshots`); it commits a checkpoint once every worker's part is durable,
-asks the workers for a checkpoint when ``checkpoint_interval`` says so, keeps the
-driver's input commands that a restore would have to replay, finds the checkpoint to
-restore from, and tells the sinks what is committed and what to drop. The session calls
-it and stays a thin loop around the backend.
+asks the workers for a checkpoint when ``checkpoint_interval`` says so (or, with
+``checkpoint_every="auto"``, when the cadence's controller picks another interval: see
+:mod:`timely.cadence`), keeps the driver's input commands that a restore would have to
+replay, finds the checkpoint to restore from, and tells the sinks what is committed and
+what to drop. The session calls it and stays a thin loop around the backend.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
+from timely.aimd import AIMD
+from timely.cadence import AutoCadence, Request
 from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, split_parts
 from timely.messages import Advance, InputCommand, Send
 from timely.sinks import Sink
@@ -35,7 +37,10 @@ class CheckpointCoordinator:
         fingerprint: str,
         workers: int,
         sinks: list[Sink],
+        parallel: int | None = None,
     ) -> None:
+        """``parallel``: how many workers run at once (``workers`` by default; the inline
+        backend runs one at a time), for ``checkpoint_every="auto"``'s measurements."""
         self.config = config
         self.store = CheckpointStore(config.uri)
         self.name = name
@@ -49,6 +54,8 @@ class CheckpointCoordinator:
         self.commit_times: list[float] = []
         """When each of ``committed`` was committed (``time.monotonic()``)."""
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
+        self._part_at: dict[int, float] = {}
+        """Per epoch, when its latest part so far was durable."""
         self._input_log: list[tuple[int, InputCommand, int]] = []
         self._input_epoch: dict[int, int] = {}
         self._requested: int | None = None
@@ -59,10 +66,21 @@ class CheckpointCoordinator:
         self._lookahead = 1
         """How far past the floor the next checkpoint request asks."""
         self._next_request = time.monotonic() + (config.interval or 0.0)
+        self.cadence = (
+            None
+            if config.fraction is None
+            else AutoCadence(
+                AIMD(config.every, *config.fraction), workers if parallel is None else parallel
+            )
+        )
+        """The adaptive interval (``checkpoint_every="auto"``), or None."""
 
     @property
     def every(self) -> int | None:
-        """The workers' ``checkpoint_every`` (None: checkpoints on request)."""
+        """The workers' ``checkpoint_every`` (None: checkpoints on request); with
+        ``"auto"``, the controller's interval, which new workers start with."""
+        if self.cadence is not None:
+            return self.cadence.interval
         return self.config.every if self.config.interval is None else None
 
     # -- the driver's inputs ------------------------------------------------------------------
@@ -103,7 +121,10 @@ class CheckpointCoordinator:
             sink.abort_after(epoch)
         self.restored_epoch = epoch
         self._parts.clear()
+        self._part_at.clear()
         self._requested = None
+        if self.cadence is not None:
+            self.cadence.restarted(epoch)
         if self.config.interval is not None:
             self._next_request = time.monotonic() + self.config.interval
         if found is None:
@@ -112,13 +133,26 @@ class CheckpointCoordinator:
 
     # -- commits ------------------------------------------------------------------------------
     def part_written(self, epoch: int, info: dict[str, Any]) -> None:
-        """A worker wrote its part of the checkpoint at ``epoch``; commit once all have."""
-        if epoch <= self.restored_epoch or (self.committed and epoch <= self.committed[-1]):
+        """A worker wrote its part of the checkpoint at ``epoch``; commit once all have.
+
+        ``info`` is what the manifest records of the part, and what the backend adds for
+        ``checkpoint_every="auto"`` (taken out here): ``"work"``, the seconds of checkpoint
+        work the part took, and ``"at"``, when it was durable (seconds since the epoch)."""
+        info = dict(info)
+        work = float(info.pop("work", 0.0))
+        at = float(info.pop("at", 0.0)) or time.time()
+        stale = epoch <= self.restored_epoch or bool(self.committed and epoch <= self.committed[-1])
+        if self.cadence is not None:
+            self.cadence.part(epoch, work, committable=not stale)
+        if stale:
             return
+        self._part_at[epoch] = max(self._part_at.get(epoch, 0.0), at)
         parts = self._parts.setdefault(epoch, {})
         parts[info["worker"]] = info
         if len(parts) < self.workers:
             return
+        at = self._part_at[epoch]  # the last part's: when the checkpoint was complete
+        started = time.perf_counter()
         try:
             self.store.commit(
                 epoch, self.workers, self.fingerprint, self.name, list(parts.values())
@@ -129,6 +163,7 @@ class CheckpointCoordinator:
         self.commit_times.append(time.monotonic())
         for done in [e for e in self._parts if e <= epoch]:
             del self._parts[done]
+            self._part_at.pop(done, None)
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
         # newest damaged falls back to an older one and must replay from there.
         kept = self.committed[-self.config.keep :]
@@ -141,6 +176,9 @@ class CheckpointCoordinator:
         for sink in self.sinks:
             sink.commit(epoch)
         self.store.collect_garbage(self.config.keep)
+        if self.cadence is not None:
+            self.cadence.driver(time.perf_counter() - started)
+            self.cadence.committed(epoch, at)
 
     # -- interval mode ------------------------------------------------------------------------
     def request_soon(self) -> None:
@@ -149,10 +187,14 @@ class CheckpointCoordinator:
         if self.config.interval is not None and self._requested is None:
             self._next_request = time.monotonic()
 
-    def maybe_request(self, request: Callable[[int], tuple[bool, int]]) -> None:
+    def maybe_request(self, request: Request) -> None:
         """With ``checkpoint_interval``: once it has passed since the last agreed request,
         ask every worker (through ``request(epoch) -> (all agreed, highest floor)``) for a
-        checkpoint after an epoch none has passed."""
+        checkpoint after an epoch none has passed. With ``checkpoint_every="auto"``: ask
+        for the interval the controller chose, if the workers have not all agreed to it."""
+        if self.cadence is not None:
+            self.cadence.reschedule(request)
+            return
         interval = self.config.interval
         if interval is None:
             return

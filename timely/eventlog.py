@@ -19,6 +19,9 @@ across nodes as good as their clock sync):
 - ``("w", t0, t1)``: waiting, nothing to do;
 - ``("c", t0, t1, epoch, phase[, vertex])``: checkpoint work: a vertex's
   ``"snapshot"`` (taken and encoded), a part's ``"write"``.
+- ``("k", t, t, epoch, every, fraction)``: the checkpoint cadence changed
+  (``checkpoint_every="auto"``): checkpoints after ``epoch`` and every ``every`` epochs
+  after it, chosen because the driver measured ``fraction`` of the time coordinating.
 
 A trace directory holds one file per worker and attempt (``worker-<i>-<attempt>.trace``,
 a restore starts a new attempt): a stream of msgpack objects, first a header (worker,

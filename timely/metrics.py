@@ -22,7 +22,10 @@ controller's decisions (``RunView.decided``), ``timely_scaling_decisions_total``
 and its ``…_true_processing_rate``, ``…_true_output_rate``,
 ``…_observed_processing_rate`` and ``…_observed_output_rate`` over the latest policy
 interval, and per operator and worker ``timely_instance_true_processing_rate`` and
-``timely_instance_useful_seconds``.
+``timely_instance_useful_seconds``; with ``checkpoint_every="auto"``, once a window
+has been measured, ``timely_checkpoint_interval_epochs`` (the interval chosen) and
+``timely_checkpoint_coordination_ratio`` (the share of the last window's time spent
+coordinating, :mod:`timely.cadence`).
 """
 
 from __future__ import annotations
@@ -183,6 +186,17 @@ class _Collector:
         )
         yield from _decision_families(view["decisions"])
         yield GaugeMetricFamily("timely_workers", "Workers in the run now.", value=view["workers"])
+        if view["checkpoint_interval"] is not None:
+            yield GaugeMetricFamily(
+                "timely_checkpoint_interval_epochs",
+                "Epochs between checkpoints, as checkpoint_every='auto' chose last.",
+                value=view["checkpoint_interval"],
+            )
+            yield GaugeMetricFamily(
+                "timely_checkpoint_coordination_ratio",
+                "Share of the last measured window's time spent checkpointing and coordinating.",
+                value=view["coordination_fraction"],
+            )
 
 
 def _decision_families(decisions: list[dict[str, Any]]) -> Iterator[Metric]:

@@ -139,6 +139,7 @@ class RunView:
         self._inputs_closed = False
         self._restarts = 0
         self._committed: list[int] = []
+        self._cadence: tuple[int, float] | None = None
         self.total_epochs: int | None = None
         """How many epochs the run has, once known (every driver input closed, no source)."""
         self._rescales: list[dict[str, Any]] = []
@@ -191,12 +192,20 @@ class RunView:
         with self._lock:
             self._committed = list(epochs)
 
+    def cadence(self, interval: int, fraction: float) -> None:
+        """``checkpoint_every="auto"`` measured a cycle: the interval chosen after it, and
+        the share of its time spent coordinating."""
+        with self._lock:
+            self._cadence = (interval, fraction)
+
     # -- read by monitors ----------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """A consistent copy: ``outputs`` (key -> :class:`OutputState`), ``input_epoch``
         (the furthest a driver input advanced, -1: none), ``restarts``, ``committed``
-        (checkpoint epochs), ``total_epochs``, ``workers`` (now), ``rescales`` and
-        ``decisions`` (see :meth:`decided`), ``ended``, ``elapsed`` (seconds)."""
+        (checkpoint epochs), ``checkpoint_interval`` and ``coordination_fraction`` (with
+        ``checkpoint_every="auto"``, the latest cycle's; None before one or without it),
+        ``total_epochs``, ``workers`` (now), ``rescales`` and ``decisions`` (see
+        :meth:`decided`), ``ended``, ``elapsed`` (seconds)."""
         with self._lock:
             return {
                 "outputs": {
@@ -205,6 +214,8 @@ class RunView:
                 "input_epoch": self._input_epoch,
                 "restarts": self._restarts,
                 "committed": list(self._committed),
+                "checkpoint_interval": None if self._cadence is None else self._cadence[0],
+                "coordination_fraction": None if self._cadence is None else self._cadence[1],
                 "total_epochs": self.total_epochs,
                 "workers": self.workers,
                 "rescales": [dict(r) for r in self._rescales],

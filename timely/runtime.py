@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from timely.cadence import Measurement
 from timely.checkpoint import CheckpointConfig
 from timely.coordinator import CheckpointCoordinator, Restore
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
@@ -48,6 +49,11 @@ class Session(ABC):
     log and restores.
     """
 
+    concurrent = True
+    """Whether the workers run at the same time (the inline backend steps them one after
+    another in one thread): the coordination fraction of ``checkpoint_every="auto"``
+    divides their checkpoint work by how many run at once."""
+
     def __init__(
         self,
         spec: RunSpec,
@@ -66,7 +72,12 @@ class Session(ABC):
         self.checkpoint = checkpoint
         self.coordinator = (
             CheckpointCoordinator(
-                checkpoint, spec.name, spec.plan.fingerprint(), workers, spec.sinks
+                checkpoint,
+                spec.name,
+                spec.plan.fingerprint(),
+                workers,
+                spec.sinks,
+                parallel=workers if self.concurrent else 1,
             )
             if checkpoint is not None
             else None
@@ -109,6 +120,15 @@ class Session(ABC):
         """When each of ``committed`` was committed (``time.monotonic()``)."""
         return [] if self.coordinator is None else self.coordinator.commit_times
 
+    @property
+    def cadence(self) -> list[Measurement]:
+        """With ``checkpoint_every="auto"``, every window the interval's controller was
+        fed, in order (:class:`~timely.cadence.Measurement`: the interval it ran under,
+        the coordination fraction, the interval chosen after it); otherwise empty."""
+        if self.coordinator is None or self.coordinator.cadence is None:
+            return []
+        return self.coordinator.cadence.measurements
+
     # -- backends implement ---------------------------------------------------------------
     @abstractmethod
     def _send_command(self, vertex: int, cmd: InputCommand) -> None:
@@ -129,10 +149,14 @@ class Session(ABC):
         """Replace every worker by a new one started from ``restore`` (None: from scratch)."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart workers")
 
-    def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
-        """Ask every worker for a checkpoint after ``epoch``: whether all agreed, and the
-        highest :meth:`~timely.worker.Worker.checkpoint_floor` among them (to ask for a
-        later epoch if not)."""
+    def _request_checkpoint(
+        self, epoch: int, every: int | None = None, fraction: float | None = None
+    ) -> tuple[bool, int]:
+        """Ask every worker for a checkpoint after ``epoch`` (and every ``every`` epochs
+        after it; ``fraction`` is what made the driver choose ``every``, for the workers'
+        event logs): whether all agreed, and the highest
+        :meth:`~timely.worker.Worker.checkpoint_floor` among them (to ask for a later
+        epoch if not)."""
         raise NotImplementedError(f"{type(self).__name__} cannot checkpoint on request")
 
     def _stop(self) -> None:  # noqa: B027 - optional hook; most backends have nothing to free
@@ -294,9 +318,19 @@ class Session(ABC):
     def _part_written(self, epoch: int, info: dict[str, Any]) -> None:
         """A worker wrote its part of the checkpoint at ``epoch`` (checkpoint parts travel
         apart from the outputs: the backend reports them here)."""
-        assert self.coordinator is not None
-        self.coordinator.part_written(epoch, info)
-        self.view.committed(self.coordinator.committed)
+        coordinator = self.coordinator
+        assert coordinator is not None
+        cadence = coordinator.cadence
+        measured = 0 if cadence is None else len(cadence.measurements)
+        coordinator.part_written(epoch, info)
+        self.view.committed(coordinator.committed)
+        if cadence is not None and len(cadence.measurements) > measured:
+            last = cadence.measurements[-1]
+            self.view.cadence(last.next_interval, last.fraction)
+            if cadence.pending() is not None:
+                # Ask now: the sooner the workers hear, the likelier the epoch one
+                # interval after this commit is still ahead of them all.
+                self._maybe_request_checkpoint()
 
     def _deliver(self, key: str, epoch: int, records: list[Any]) -> None:
         if epoch <= self._delivered.get(key, -1):

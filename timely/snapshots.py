@@ -34,13 +34,20 @@ _encode = serialization.encode
 class Snapshots:
     """One worker's checkpoint schedule: ``every`` epochs, or the epochs the driver asks
     for (``every=None``); ``start`` is the first epoch of the run (after a restore, the
-    one after the checkpoint)."""
+    one after the checkpoint).
+
+    The schedule is a list of segments ``(first, every)``: the epochs ``first + i *
+    every`` (``i >= 0``; ``first`` alone when ``every`` is None) up to the next segment's
+    ``first``. ``checkpoint_every=k`` is one segment ``(k - 1, k)``. The driver changes it
+    from an epoch on (:meth:`request`): one epoch (``checkpoint_interval``) or a new
+    cadence (``checkpoint_every="auto"``)."""
 
     def __init__(self, worker: Worker, every: int | None, start: int) -> None:
         self.w = worker
-        self.every = every
-        self.target: int | None = None
-        """The epoch the driver asked for a checkpoint after (on-request mode)."""
+        self.segments: list[tuple[int, int | None]] = [] if every is None else [(every - 1, every)]
+        """The schedule, in order of ``first`` (empty: no checkpoint until asked)."""
+        self.work: dict[int, int] = {}
+        """Per checkpoint epoch, nanoseconds spent snapshotting and encoding for it."""
         self.max_notified = -1
         """The latest epoch any vertex here has been notified at."""
         self.vertices = list(range(len(worker.plan.vertices)))
@@ -95,15 +102,22 @@ class Snapshots:
         """The checkpoint epochs in ``(after, upto]`` (``upto=None``: the first one only).
 
         With ``checkpoint_every=k`` they are the epochs ``e`` with ``(e + 1) % k == 0``;
-        on request, the epoch the driver asked for."""
-        every = self.every
-        if every is not None:
-            first = ((after + 1) // every + 1) * every - 1
-            return range(first, (first if upto is None else upto) + 1, every)
-        target = self.target
-        if target is not None and after < target and (upto is None or target <= upto):
-            return [target]
-        return []
+        on request, the epoch the driver asked for (and, with a cadence, every ``every``
+        epochs after it)."""
+        segments = self.segments
+        if len(segments) == 1:  # the common case, asked of every vertex at every step
+            return _grid(*segments[0], after, upto)
+        out: list[int] = []
+        for i, (first, every) in enumerate(segments):
+            last = segments[i + 1][0] - 1 if i + 1 < len(segments) else None
+            if last is not None and last <= after:
+                continue
+            bound = last if upto is None else upto if last is None else min(upto, last)
+            epochs = _grid(first, every, after, bound)
+            if upto is None and epochs:
+                return [epochs[0]]
+            out.extend(epochs)
+        return out
 
     def next_boundary(self, v: int) -> int | None:
         """The next checkpoint epoch ``v`` must be snapshotted after before a notification
@@ -138,12 +152,32 @@ class Snapshots:
         as the slowest worker's frontier passes it."""
         return max(self.max_notified, max(self.snapped.values(), default=-1))
 
-    def request(self, epoch: int) -> bool:
-        """The driver asks for a checkpoint after ``epoch`` (on-request mode). Refused when
-        ``epoch`` is not after :meth:`floor`: the driver then asks for a later one."""
+    def request(self, epoch: int, every: int | None = None) -> bool:
+        """The driver asks for a checkpoint after ``epoch``; refused when ``epoch`` is not
+        after :meth:`floor` (the driver then asks for a later one).
+
+        Without ``every`` (``checkpoint_interval``) that epoch is the whole schedule: an
+        earlier one asked for was either committed or given up. With ``every``
+        (``checkpoint_every="auto"``) the schedule from ``epoch`` on becomes every
+        ``every`` epochs, and the one before ``epoch`` stays: its epochs this worker has
+        not passed yet are still checkpointed, as the other workers' are.
+
+        Any epoch after the floor will do, because no vertex here has yet been notified
+        at it or snapshotted after it; workers that agree to the same request have the
+        same checkpoint epochs from ``epoch`` on, and only epochs for which every worker
+        wrote a part are committed."""
         if epoch <= self.floor():
             return False
-        self.target = epoch
+        if every is None:
+            self.segments = [(epoch, None)]
+        else:
+            kept = [s for s in self.segments if s[0] < epoch]
+            kept.append((epoch, every))
+            # Segments that end before every vertex's last snapshot matter no more.
+            low = min(self.snapped.values(), default=epoch)
+            while len(kept) > 1 and kept[1][0] <= low + 1:
+                del kept[0]
+            self.segments = kept
         self.w.recheck_notifications()
         return True
 
@@ -155,15 +189,17 @@ class Snapshots:
         the next epoch, possibly later in this same step."""
         ctx = self.w.contexts[v]
         ctx.now = None
-        log = self.w.log
-        t0 = clock() if log is not None else 0
+        t0 = clock()
         try:
             snap = self.w.vertices[v].snapshot_at(epoch)
             data = None if snap is None else _encode(snap)
         except Exception as e:
             ctx.user_error(e, (epoch,), None, type(self.w.vertices[v]).snapshot_at)
+        t1 = clock()
+        self.work[epoch] = self.work.get(epoch, 0) + t1 - t0
+        log = self.w.log
         if log is not None:
-            log.add(("c", t0, clock(), epoch, "snapshot", v))
+            log.add(("c", t0, t1, epoch, "snapshot", v))
         part = self.parts.setdefault(epoch, {})
         part[v] = data  # None for a stateless vertex: left out of the written part
         self.snapped[v] = epoch
@@ -198,6 +234,13 @@ class Snapshots:
             for older in [e for e in self.parts if e < epoch]:
                 del self.parts[older]  # superseded (a target the driver gave up on)
 
+    def take_work(self, epoch: int) -> int:
+        """Nanoseconds spent snapshotting and encoding for the checkpoint at ``epoch``, and
+        for earlier ones whose parts were never completed (superseded): the checkpoint
+        work a host reports with the part (for ``checkpoint_every="auto"``)."""
+        done = [e for e in self.work if e <= epoch]
+        return sum(self.work.pop(e) for e in done)
+
     def take_parts(self) -> list[Part]:
         """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order.
 
@@ -205,3 +248,17 @@ class Snapshots:
         nothing to the live state and may be written at leisure."""
         out, self.done = self.done, []
         return out
+
+
+def _grid(first: int, every: int | None, after: int, upto: int | None) -> range | list[int]:
+    """The epochs ``first + i * every`` (``i >= 0``; ``first`` alone when ``every`` is
+    None) in ``(after, upto]`` (``upto=None``: the first one only)."""
+    if after < first:
+        start = first
+    elif every is None:
+        return []
+    else:
+        start = first + ((after - first) // every + 1) * every
+    if every is None:
+        return [start] if upto is None or start <= upto else []
+    return range(start, (start if upto is None else upto) + 1, every)

@@ -368,10 +368,26 @@ class Worker:
         """See :meth:`timely.snapshots.Snapshots.floor` (-1 when not checkpointing)."""
         return -1 if self.snapshots is None else self.snapshots.floor()
 
-    def request_checkpoint(self, epoch: int) -> bool:
-        """The driver asks for a checkpoint after ``epoch`` (on-request mode); see
-        :meth:`timely.snapshots.Snapshots.request`."""
-        return self.snapshots is not None and self.snapshots.request(epoch)
+    def request_checkpoint(
+        self, epoch: int, every: int | None = None, fraction: float | None = None
+    ) -> bool:
+        """The driver asks for a checkpoint after ``epoch`` and, with ``every``, every
+        ``every`` epochs after it; see :meth:`timely.snapshots.Snapshots.request`.
+        ``fraction``: the coordination fraction the driver measured that made it choose
+        ``every`` (``checkpoint_every="auto"``), for the event log."""
+        if self.snapshots is None:
+            return False
+        agreed = self.snapshots.request(epoch, every)
+        log = self.log
+        if agreed and every is not None and log is not None:
+            now = clock()
+            log.add(("k", now, now, epoch, every, fraction))
+        return agreed
+
+    def checkpoint_work(self, epoch: int) -> int:
+        """Nanoseconds spent snapshotting for the checkpoint at ``epoch`` (see
+        :meth:`timely.snapshots.Snapshots.take_work`)."""
+        return 0 if self.snapshots is None else self.snapshots.take_work(epoch)
 
     def take_parts(self) -> list[Part]:
         """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order;

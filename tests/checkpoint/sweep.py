@@ -59,7 +59,7 @@ def sweep(
     epochs: list[list[int]],
     source: bool,
     workers: int = 2,
-    every: int = 1,
+    every: int | str = 1,
     seed: int = 0,
     stride: int = 1,
 ) -> tuple[int, list[int]]:

@@ -21,7 +21,7 @@ epochs_st = st.lists(st.lists(st.integers(0, 40), max_size=6), min_size=1, max_s
     epochs=epochs_st,
     workers=st.integers(1, 3),
     crashes=st.lists(st.integers(1, 400), max_size=3, unique=True),
-    every=st.sampled_from([1, 2, 3, None]),
+    every=st.sampled_from([1, 2, 3, None, "auto"]),
     seed=st.integers(0, 1000),
     use_source=st.booleans(),
 )
@@ -31,7 +31,7 @@ def test_crashes_change_nothing(
     epochs: list[list[int]],
     workers: int,
     crashes: list[int],
-    every: int | None,
+    every: int | str | None,
     seed: int,
     use_source: bool,
 ) -> None:

@@ -110,6 +110,33 @@ def test_restarts_and_checkpoints_are_counted(tmp_path: Path) -> None:
     assert any(trace.iterdir())  # a trace the user asked for stays
 
 
+def test_the_adaptive_interval_and_its_fraction_are_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import timely.cadence
+
+    monkeypatch.setattr(timely.cadence, "MIN_WINDOW", 0.0)  # a window every few epochs
+    flow = Dataflow("adaptive")
+    lines = flow.new_input("words")
+    lines.stream.count_by(lambda w: w).collect("counts")
+    session = flow.activate(
+        workers=2,
+        backend="inline",
+        metrics_port=0,
+        checkpoint=str(tmp_path),
+        checkpoint_every="auto",
+    )
+    for epoch in range(20):
+        lines.send(WORDS)
+        lines.advance_to(epoch + 1)
+    samples = scrape_until(session, lambda s: "timely_checkpoint_interval_epochs" in s)
+    last = session.cadence[-1]
+    assert samples["timely_checkpoint_interval_epochs"][()] == last.next_interval
+    assert samples["timely_checkpoint_coordination_ratio"][()] == pytest.approx(last.fraction)
+    lines.close()
+    session.join()
+
+
 def test_without_trace_the_log_is_temporary() -> None:
     lines, session = feed("inline")
     directory = session.trace

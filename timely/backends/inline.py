@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 class InlineSession(Session):
     """All workers in one process."""
 
+    concurrent = False
+
     def __init__(
         self,
         spec: RunSpec,
@@ -83,8 +85,10 @@ class InlineSession(Session):
     def _poll(self, timeout: float) -> None:
         self._pump()  # the driver's thread is every worker: run what can run
 
-    def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
-        agreed = [w.request_checkpoint(epoch) for w in self.worker_list]
+    def _request_checkpoint(
+        self, epoch: int, every: int | None = None, fraction: float | None = None
+    ) -> tuple[bool, int]:
+        agreed = [w.request_checkpoint(epoch, every, fraction) for w in self.worker_list]
         return all(agreed), max(w.checkpoint_floor() for w in self.worker_list)
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
@@ -158,10 +162,13 @@ class InlineSession(Session):
         for epoch, part in worker.take_parts():
             assert self.coordinator is not None
             store = self.coordinator.store
-            t0 = clock() if log is not None else 0
+            t0 = clock()
             info = store.write_part(epoch, w, self.workers, serialization.encode(part))
+            t1 = clock()
             if log is not None:
-                log.add(("c", t0, clock(), epoch, "write"))
+                log.add(("c", t0, t1, epoch, "write"))
+            info["work"] = (worker.checkpoint_work(epoch) + t1 - t0) / 1e9
+            info["at"] = t1 / 1e9
             self._part_written(epoch, info)
 
     def _wait(self) -> None:

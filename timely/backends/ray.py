@@ -327,7 +327,9 @@ class WorkerActor:
         self.steps += 1
         emitted = worker.take_emitted()
         for epoch, part in worker.take_parts():
-            self._write_part(epoch, serialization.encode(part))
+            t0 = clock()
+            data = serialization.encode(part)
+            self._write_part(epoch, data, worker.checkpoint_work(epoch) + clock() - t0)
         log = self.log
         if log is None:
             return [(p, serialization.encode_message(m)) for p, m in messages], emitted
@@ -339,19 +341,26 @@ class WorkerActor:
             out.append((p, payload))
         return out, emitted
 
-    def _write_part(self, epoch: int, data: bytes) -> None:
+    def _write_part(self, epoch: int, data: bytes, work: int) -> None:
         """Write a checkpoint part on the writer thread (off the step loop); report it to
-        the driver once it is durable (after the outputs of its epoch: they went first)."""
+        the driver once it is durable (after the outputs of its epoch: they went first),
+        with the checkpoint work it took (``work`` ns of snapshots and encoding, and the
+        write's CPU time) and when it was durable (this node's clock)."""
         store, writer = self.store, self.writer
         assert store is not None and writer is not None
 
         log = self.log
 
         def write() -> None:
-            t0 = clock()
+            t0, cpu = clock(), time.thread_time_ns()
             info = store.write_part(epoch, self.index, self.npeers, data)
+            t1 = clock()
             if log is not None:
-                log.add(("c", t0, clock(), epoch, "write"))
+                log.add(("c", t0, t1, epoch, "write"))
+            # Off the step loop, a write costs the worker the CPU it takes, not the time it
+            # waits on the store (or on the loop for the GIL).
+            info["work"] = (work + time.thread_time_ns() - cpu) / 1e9
+            info["at"] = t1 / 1e9
             self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
         self.pending_writes.append(writer.submit(write))
@@ -397,9 +406,13 @@ class WorkerActor:
         self.comm.discard()
 
     # -- queries -------------------------------------------------------------------------------
-    async def request_checkpoint(self, epoch: int) -> tuple[bool, int]:
-        """The driver asks for a checkpoint after ``epoch`` (between steps)."""
-        return self.worker.request_checkpoint(epoch), self.worker.checkpoint_floor()
+    async def request_checkpoint(
+        self, epoch: int, every: int | None = None, fraction: float | None = None
+    ) -> tuple[bool, int]:
+        """The driver asks for a checkpoint after ``epoch`` (and every ``every`` epochs
+        after it), between steps; see :meth:`timely.worker.Worker.request_checkpoint`."""
+        agreed = self.worker.request_checkpoint(epoch, every, fraction)
+        return agreed, self.worker.checkpoint_floor()
 
     async def frontier(self, vertex: int) -> tuple[tuple[int, ...], ...]:
         """This worker's view of the frontier at ``vertex``'s first input (between steps)."""
@@ -721,8 +734,10 @@ class RaySession(Session):
             self._check()  # a worker's own failure says more than a closed connection
             raise WorkerDied(f"worker {w} died: {e.reason}") from None
 
-    def _request_checkpoint(self, epoch: int) -> tuple[bool, int]:
-        refs = [a.request_checkpoint.remote(epoch) for a in self.actors]
+    def _request_checkpoint(
+        self, epoch: int, every: int | None = None, fraction: float | None = None
+    ) -> tuple[bool, int]:
+        refs = [a.request_checkpoint.remote(epoch, every, fraction) for a in self.actors]
         answers = self._wait_for(refs, list(range(self.workers)))
         return all(ok for ok, _ in answers), max(seen for _, seen in answers)
 
