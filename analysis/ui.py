@@ -220,6 +220,8 @@ class _State:
             else ("ended" if view["ended"] else "running"),
             "restarts": view["restarts"],
             "checkpoints": view["committed"],
+            "checkpoint_interval": view.get("checkpoint_interval"),
+            "coordination_fraction": view.get("coordination_fraction"),
             "operators": operators,
             "outputs": outputs,
             "worker_stats": workers,

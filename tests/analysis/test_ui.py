@@ -67,6 +67,7 @@ def test_the_page_serves_the_graph_and_the_state() -> None:
     session.poll()
     state = json.loads(get(url + "state.json")[1])
     assert state["run"] == "served" and state["state"] == "running"
+    assert state["checkpoint_interval"] is None  # no checkpoint_every="auto" here
     assert [o["name"] for o in state["operators"]] == [
         "words",
         "select_many",
