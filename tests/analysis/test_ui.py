@@ -113,7 +113,10 @@ def test_a_browser_renders_a_running_dataflow(browser: Any, tmp_path: Path) -> N
             cells = driver.find_elements(By.CSS_SELECTOR, "#operators td.rate")
             return [float(c.text.replace(",", "")) for c in cells]
 
-        wait = WebDriverWait(browser, 60, ignored_exceptions=[StaleElementReferenceException])
+        # a cell may be replaced (stale) or caught mid-update while the page refreshes
+        wait = WebDriverWait(
+            browser, 60, ignored_exceptions=[StaleElementReferenceException, ValueError]
+        )
         wait.until(lambda d: any(r > 0 for r in rates(d)))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#outputs td.frontier"))
         operators = {
@@ -123,7 +126,7 @@ def test_a_browser_renders_a_running_dataflow(browser: Any, tmp_path: Path) -> N
         assert {"words", "select_many", "count_by"} <= operators
         graph = browser.find_element(By.ID, "graph").text
         assert "select_many" in graph and "count_by" in graph
-        assert "running" in browser.find_element(By.ID, "status").text
+        wait.until(lambda d: "running" in d.find_element(By.ID, "status").text)
         shot = tmp_path / "live-page.png"
         assert browser.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000
