@@ -198,7 +198,9 @@ class AutoscaleMonitor:
                 policy.rescaled(session.workers)  # done (or refused) since the last
             decision = policy.observe(measurement)
             self.decisions.append((decision, measurement))
-            session.view.decided(_record(decision, measurement))
+            record = _record(decision, measurement)
+            session.view.decided(record)
+            session.log_event("decision", record)
             if decision.rescale:
                 session.rescale(decision.workers)
                 self._next = None  # the next interval starts on the new workers' logs

@@ -19,6 +19,10 @@ across nodes as good as their clock sync):
 - ``("w", t0, t1)``: waiting, nothing to do;
 - ``("c", t0, t1, epoch, phase[, vertex])``: checkpoint work: a vertex's
   ``"snapshot"`` (taken and encoded), a part's ``"write"``.
+
+The driver keeps a log of its own beside the workers' (``driver.trace``,
+:func:`read_driver_log`): ``("decision", t, t, record)`` for a controller's decision
+(:meth:`~timely.runtime.Session.log_event`) and ``("rescale", t0, t1, record)``.
 - ``("k", t, t, epoch, every, fraction)``: the checkpoint cadence changed
   (``checkpoint_every="auto"``): checkpoints after ``epoch`` and every ``every`` epochs
   after it, chosen because the driver measured ``fraction`` of the time coordinating.
@@ -183,6 +187,27 @@ def read_trace(directory: str | os.PathLike[str]) -> list[tuple[dict[str, Any], 
         if isinstance(tail.header, dict):
             out.append((tail.header, tail.events))
     return out
+
+
+DRIVER_LOG = "driver.trace"
+"""The driver's own log in a trace directory: what it decided and did for the run (a
+controller's decisions, rescales), as ``(kind, t0, t1, record)`` events."""
+
+
+def open_driver_log(directory: str, run: str) -> EventLog:
+    """The driver's log in ``directory`` (appended to by every attempt of the run)."""
+    header = {"format": 1, "driver": True, "run": run, "clock": "time_ns", "pid": os.getpid()}
+    return EventLog(Path(directory) / DRIVER_LOG, header)
+
+
+def read_driver_log(directory: str | os.PathLike[str]) -> list[tuple[Any, ...]]:
+    """The driver's events in ``directory`` (none if it logged nothing)."""
+    path = Path(directory) / DRIVER_LOG
+    if not path.exists():
+        return []
+    tail = LogTail(path)
+    tail.read()
+    return tail.events
 
 
 class LogTail:

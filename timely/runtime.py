@@ -14,7 +14,7 @@ from timely.cadence import Measurement
 from timely.checkpoint import CheckpointConfig
 from timely.coordinator import CheckpointCoordinator, Restore
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
-from timely.eventlog import EventLog, trace_option
+from timely.eventlog import EventLog, clock, open_driver_log, trace_option
 from timely.messages import Advance, InputCommand, Send
 from timely.monitor import Monitor, RunView, monitor_options, remove_trace, temporary_trace
 from timely.spec import RunSpec
@@ -99,6 +99,8 @@ class Session(ABC):
         """What monitors read of this session (:mod:`timely.monitor`)."""
         self.monitors: list[Monitor] = []
         self._temporary_trace: str | None = None
+        self._driver_log: EventLog | None = None
+        self._driver_log_lock = threading.Lock()
         self.metrics_url: str | None = None
         """Where the Prometheus endpoint serves (``metrics_port=``), or None."""
         self.ui_url: str | None = None
@@ -225,6 +227,19 @@ class Session(ABC):
         """The worker count a requested rescale waits to go to (None: none waits)."""
         return self._rescale_to
 
+    def log_event(self, kind: str, record: dict[str, Any], started: int | None = None) -> None:
+        """Put a driver-side event (a controller's ``"decision"``, say) in the event log's
+        ``driver.trace``, from any thread; nothing without ``trace=``. ``started``: when
+        it began (``time.time_ns()``), else now."""
+        if self.trace is None:
+            return
+        now = clock()
+        with self._driver_log_lock:
+            if self._driver_log is None:
+                self._driver_log = open_driver_log(self.trace, self.spec.name)
+            self._driver_log.add((kind, now if started is None else started, now, record))
+            self._driver_log.flush()
+
     def _set_workers(self, workers: int) -> None:
         """Run with ``workers`` workers from the next launch on (backends that size
         something by the worker count extend this)."""
@@ -243,7 +258,7 @@ class Session(ABC):
             waited = time.monotonic() - self._rescale_asked
         if workers == self.workers:
             return
-        started, old = time.monotonic(), self.workers
+        started, old, began = time.monotonic(), self.workers, clock()
         self._set_workers(workers)
         self.attempt += 1
         self._relaunch(coordinator.load_restore())
@@ -258,6 +273,7 @@ class Session(ABC):
         }
         self.rescales.append(record)
         self.view.rescale_done(record)
+        self.log_event("rescale", record, began)
 
     def _initial_restore(self) -> Restore | None:
         """The checkpoint to start from when resuming (None: start from scratch)."""
@@ -376,6 +392,9 @@ class Session(ABC):
         ``monitors`` for what they kept (an autoscaler's decisions)."""
         for m in self.monitors:
             m.close()
+        with self._driver_log_lock:
+            if self._driver_log is not None:
+                self._driver_log.close()
         if self._temporary_trace is not None:
             remove_trace(self._temporary_trace)
             self._temporary_trace = None

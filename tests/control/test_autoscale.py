@@ -16,6 +16,7 @@ import operators  # noqa: F401  (count_by)
 from connectors.rate import RateSource, rate_source
 from control import Autoscale
 from timely import ConfigError, Dataflow
+from timely.eventlog import read_driver_log
 
 COST = 0.0004
 """Seconds of busy work per record in the ``work`` step."""
@@ -65,7 +66,8 @@ def test_ds2_converges_on_ray(tmp_path: Path, rate: float, start: int) -> None:
     session = flow.activate(
         workers=start,
         backend="ray",
-        checkpoint=str(tmp_path),
+        trace=str(tmp_path / "trace"),
+        checkpoint=str(tmp_path / "ckpt"),
         checkpoint_interval=0.2,
         autoscale=settings,
         idle_timeout=0,
@@ -78,6 +80,12 @@ def test_ds2_converges_on_ray(tmp_path: Path, rate: float, start: int) -> None:
     assert len(acted) <= 2
     assert session.workers == analytic, [d.reason for d, _ in monitor.decisions]
     assert [(r["from"], r["to"]) for r in session.rescales] == [(start, analytic)]
+    # every decision and the rescale are in the driver's event log too
+    logged = read_driver_log(session.trace or "")
+    assert [e[3]["workers"] for e in logged if e[0] == "decision"] == [
+        d.workers for d, _ in monitor.decisions
+    ]
+    assert [(e[3]["from"], e[3]["to"]) for e in logged if e[0] == "rescale"] == [(start, analytic)]
 
 
 def test_autoscale_needs_checkpoints_and_fitting_bounds(tmp_path: Path) -> None:
