@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from control.ds2 import Decision, Policy
 from control.graph import Graph
 from control.rates import InstanceRates, Measurement, OperatorRates, RateMeter
+from control.threshold import ThresholdPolicy
 from timely.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Autoscale:
     before it is made; ``threshold``: how far (a fraction) the sources may fall short of
     their targets before a scale-up; ``min_workers``/``max_workers``: bounds on W*
     (``max_workers`` defaults to this machine's CPUs); ``targets``: records/s per
-    source or input name.
+    source or input name; ``policy``: DS2 (the default) or the threshold heuristic.
     """
 
     min_workers: int = 1
@@ -55,8 +56,16 @@ class Autoscale:
     warm_up: int = 1
     activation: int = 1
     threshold: float = 0.1
+    policy: str = "ds2"
+    """``"ds2"``, or ``"threshold"``: the heuristic DS2 is measured against
+    (:mod:`control.threshold`: one worker more above 80% utilisation, one fewer below
+    30%)."""
 
     def __post_init__(self) -> None:
+        if self.policy not in ("ds2", "threshold"):
+            raise ConfigError(
+                f'autoscale: policy must be "ds2" or "threshold", got {self.policy!r}'
+            )
         ints = {"min_workers": self.min_workers, "warm_up": self.warm_up}
         ints["activation"] = self.activation
         for name, value in ints.items():
@@ -115,7 +124,7 @@ class AutoscaleMonitor:
         """Every decision with the measurement it came from, in order."""
         self.errors: list[BaseException] = []
         self._session: Session | None = None
-        self._policy: Policy | None = None
+        self._policy: Policy | ThresholdPolicy | None = None
         self._meter: RateMeter | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="timely-ds2", daemon=True)
@@ -153,17 +162,27 @@ class AutoscaleMonitor:
             if offered and spec.name not in targets:
                 targets[spec.name] = float(offered)
         s = self.settings
-        self._policy = Policy(
-            graph,
-            session.workers,
-            targets,
-            interval_s=s.interval,
-            warm_up=s.warm_up,
-            activation=s.activation,
-            threshold=s.threshold,
-            min_workers=s.min_workers,
-            max_workers=self._max_workers(),
-        )
+        if s.policy == "threshold":
+            self._policy = ThresholdPolicy(
+                graph,
+                session.workers,
+                interval_s=s.interval,
+                warm_up=s.warm_up,
+                min_workers=s.min_workers,
+                max_workers=self._max_workers(),
+            )
+        else:
+            self._policy = Policy(
+                graph,
+                session.workers,
+                targets,
+                interval_s=s.interval,
+                warm_up=s.warm_up,
+                activation=s.activation,
+                threshold=s.threshold,
+                min_workers=s.min_workers,
+                max_workers=self._max_workers(),
+            )
         self._meter = RateMeter(graph)
         self._session = session
         self._thread.start()
