@@ -89,7 +89,7 @@ class Session(ABC):
         self.rescales: list[dict[str, Any]] = []
         """Every rescale done: ``from``, ``to`` (workers), ``epoch`` (the checkpoint it
         restored from), ``waited_s`` (from the request to that commit), ``seconds``
-        (stopping and restoring)."""
+        (stopping and restoring), ``at`` (``time.time()`` when done)."""
         self._rescale_lock = threading.Lock()
         self._rescale_to: int | None = None
         self._rescale_after = 0
@@ -270,6 +270,7 @@ class Session(ABC):
             "epoch": coordinator.restored_epoch,
             "waited_s": waited,
             "seconds": time.monotonic() - started,
+            "at": time.time(),
         }
         self.rescales.append(record)
         self.view.rescale_done(record)

@@ -1,0 +1,184 @@
+"""DS2 next to a threshold autoscaler on the same workload (Ray), and the right size fixed.
+
+A rate-controlled source offers ``RATE`` records/s for ``SECONDS`` into a step that
+*waits* ``COST`` per record (slept once per batch: it stands for an operator calling an
+external service, so it scales with workers although this machine has 2 cores), then a
+keyed count. The analytic size is W* = ceil(RATE × COST). Each run starts at 1 worker:
+
+- ``ds2``: ``autoscale=Autoscale(policy="ds2")``: true rates from the event log, one
+  decision to W*;
+- ``threshold``: ``Autoscale(policy="threshold")``: one worker more whenever the busiest
+  worker is over 80% busy;
+- ``fixed``: W* workers from the start, no autoscaler: what the right size achieves
+  (the limit a policy can reach).
+
+Reported per run: every decision that rescaled (seconds since the start, from → to),
+the time of the last one (converged), the final size against W*, the run's length,
+and the output rate over time (records counted per second of arrival at the driver),
+plotted to ``results/autoscale.svg``. The three runs' outputs must be equal.
+
+    python -m benchmarks.bench_autoscale [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import operators  # noqa: F401  (count_by)
+from benchmarks.tables import RESULTS, markdown, write_results
+from connectors.rate import rate_source
+from control import Autoscale
+from timely import Dataflow, Vertex
+
+RATE = 4000
+COST = 0.001
+"""Seconds waited per record in the ``call`` step."""
+MAX_WORKERS = 6
+
+
+class Call(Vertex):
+    """Waits ``COST`` per record (once per batch), then passes the batch on."""
+
+    def on_recv(self, input: int, records: list[Any], time_: tuple[int, ...]) -> None:
+        time.sleep(len(records) * COST)
+        self.send_by(0, records, time_)
+
+
+def flow_of(seconds: float, arrivals: list[tuple[float, int, int]]) -> Dataflow:
+    flow = Dataflow("autoscaled")
+    source = rate_source(RATE, seconds=seconds, epoch_seconds=0.5, partitions=12)
+    counts = (
+        flow.source(source, name="events")
+        .unary(Call, name="call")
+        .count_by(lambda x: x % 11, name="count")
+    )
+    counts.subscribe(
+        lambda epoch, recs: arrivals.append((time.time(), epoch, sum(c for _, c in recs)))
+    )
+    return flow
+
+
+def run(kind: str, seconds: float) -> dict[str, Any]:
+    arrivals: list[tuple[float, int, int]] = []
+    flow = flow_of(seconds, arrivals)
+    analytic = math.ceil(RATE * COST)
+    options: dict[str, Any] = {"idle_timeout": 0}
+    start_workers = analytic if kind == "fixed" else 1
+    with tempfile.TemporaryDirectory() as ckpt:
+        if kind != "fixed":
+            options |= {
+                "checkpoint": ckpt,
+                "checkpoint_interval": 0.5,
+                "autoscale": Autoscale(
+                    policy=kind, interval=2.0, warm_up=1, max_workers=MAX_WORKERS
+                ),
+            }
+        started = time.time()
+        session = flow.activate(workers=start_workers, backend="ray", **options)
+        session.join()
+        ended = time.time()
+    rescales = [
+        {"at_s": r["at"] - started, "from": r["from"], "to": r["to"], "took_s": r["seconds"]}
+        for r in session.rescales
+    ]
+    decisions = session.view.snapshot()["decisions"]
+    per_second: dict[int, int] = {}
+    for t, _, n in arrivals:
+        per_second[int(t - started)] = per_second.get(int(t - started), 0) + n
+    return {
+        "kind": kind,
+        "analytic": analytic,
+        "final_workers": session.workers,
+        "decisions": len(decisions),
+        "why": [d["reason"] for d in decisions if d["acted"]],
+        "rescales": rescales,
+        "converged_s": rescales[-1]["at_s"] if rescales else 0.0,
+        "run_s": ended - started,
+        "records": sum(n for _, _, n in arrivals),
+        "outputs": sorted((e, n) for _, e, n in arrivals),
+        "rate": [per_second.get(s, 0) for s in range(int(ended - started) + 1)],
+    }
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 3.6))
+    ax = fig.add_subplot()
+    colours = {"ds2": "#1f77b4", "threshold": "#d62728", "fixed": "#7f7f7f"}
+    for r in runs:
+        label = {"ds2": "DS2", "threshold": "threshold 80%/30%", "fixed": "fixed at W*"}
+        rate = r["rate"]  # epochs are 0.5 s: smooth over 3 s
+        smooth = [sum(rate[max(0, i - 2) : i + 1]) / min(3, i + 1) for i in range(len(rate))]
+        ax.plot(
+            range(len(smooth)),
+            smooth,
+            color=colours[r["kind"]],
+            label=label[r["kind"]],
+        )
+        for rs in r["rescales"]:
+            ax.axvline(rs["at_s"], color=colours[r["kind"]], linestyle=":", linewidth=1)
+    ax.axhline(RATE, color="black", linewidth=0.8, linestyle="--", label="offered")
+    ax.set_xlabel("seconds since the start (dotted: a rescale done)")
+    ax.set_ylabel("records/s out (3 s mean)")
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="12 s of input instead of 30")
+    args = parser.parse_args(argv)
+    seconds = 12.0 if args.quick else 30.0
+    runs = [run(kind, seconds) for kind in ("ds2", "threshold", "fixed")]
+    reference = runs[-1]["outputs"]
+    for r in runs:
+        assert r["outputs"] == reference, f"{r['kind']}: outputs differ from the fixed run"
+    rows = []
+    fixed_s = runs[-1]["run_s"]
+    for r in runs:
+        steps = (
+            " → ".join([str(r["rescales"][0]["from"])] + [str(x["to"]) for x in r["rescales"]])
+            if r["rescales"]
+            else str(r["final_workers"])
+        )
+        rows.append(
+            [
+                r["kind"],
+                steps,
+                len(r["rescales"]),
+                f"{r['converged_s']:.1f}",
+                f"{r['final_workers']} (W* {r['analytic']})",
+                f"{r['run_s']:.1f}",
+                f"{r['run_s'] / fixed_s:.2f}",
+            ]
+        )
+    headers = [
+        "policy",
+        "sizes",
+        "rescales",
+        "converged at s",
+        "final workers",
+        "run s",
+        "run / fixed",
+    ]
+    print(markdown(headers, rows))
+    RESULTS.mkdir(exist_ok=True)
+    svg = RESULTS / ("autoscale.quick.svg" if args.quick else "autoscale.svg")
+    plot(runs, svg)
+    for r in runs:
+        del r["outputs"]
+    path = write_results(
+        "autoscale", args.quick, {"rate": RATE, "cost_s": COST, "seconds": seconds, "runs": runs}
+    )
+    print(f"figures: {path}; plot: {svg}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Drizzle's trade-off on Ray: checkpoint interval against overhead and recovery time.
+
+A running sum per key over ``KEYS`` keys (state that every checkpoint encodes) on 2 Ray
+workers, fed ``EPOCHS`` epochs by the driver: the first half of ``BIG`` records each,
+the second half ten times smaller (so a checkpoint costs ten times more per epoch).
+For no checkpoints, ``checkpoint_every`` 1, 4 and 16, and ``"auto"`` (AIMD on the
+interval, :mod:`timely.aimd`):
+
+- **overhead**: the run's time over the run without checkpoints (median of interleaved
+  repetitions);
+- **recovery**: one worker actor killed when the driver receives epoch ``KILL_AT``;
+  the time from the kill to the next epoch the driver had not received before, and how
+  many epochs were redone (the kill's epoch minus the checkpoint restored);
+- for ``auto``, the interval it chose over the run.
+
+Outputs equal the failure-free run's (asserted). Plot: ``results/cadence.svg``.
+
+    python -m benchmarks.bench_cadence [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import operator
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import operators  # noqa: F401  (running_reduce)
+from benchmarks.tables import RESULTS, markdown, write_results
+from timely import Dataflow
+
+KEYS = 20_000
+BIG = 60_000
+EPOCHS = 160
+KILL_AT = 120
+CONFIGS: list[Any] = [None, 1, 4, 16, "auto"]
+
+
+def records(epoch: int) -> list[int]:
+    size = BIG if epoch < EPOCHS // 2 else BIG // 10
+    return [(epoch * 7919 + i * 31) % KEYS for i in range(size)]
+
+
+def one_run(every: Any, kill: bool) -> dict[str, Any]:
+    import ray
+
+    arrivals: list[tuple[float, int, int]] = []
+    state: dict[str, Any] = {"killed_at": None, "last_before": None}
+    flow = Dataflow("cadence")
+    inp = flow.new_input("keys")
+    sums = inp.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1)
+    out: dict[int, list[Any]] = {}
+    holder: dict[str, Any] = {}
+
+    def seen(epoch: int, recs: list[Any]) -> None:
+        session = holder["session"]
+        arrivals.append((time.perf_counter(), epoch, session.restarts))
+        out[epoch] = sorted(recs)
+        if kill and epoch == KILL_AT and state["killed_at"] is None:
+            state["last_before"] = max(e for _, e, _ in arrivals)
+            state["killed_at"] = time.perf_counter()
+            ray.kill(holder["session"].actors[1], no_restart=True)
+
+    sums.subscribe(seen)
+    options: dict[str, Any] = {"idle_timeout": 0 if kill else 30}
+    with tempfile.TemporaryDirectory() as ckpt:
+        if every is not None:
+            options |= {"checkpoint": ckpt, "checkpoint_every": every}
+        t0 = time.perf_counter()
+        session = flow.activate(workers=2, backend="ray", **options)
+        holder["session"] = session
+        started = time.perf_counter()
+        for epoch in range(EPOCHS):
+            inp.advance_to(epoch)
+            inp.send(records(epoch))
+        inp.close()
+        session.join()
+        ended = time.perf_counter()
+    result: dict[str, Any] = {"run_s": ended - started, "start_s": started - t0, "out": out}
+    if every == "auto":
+        result["intervals"] = [(m.last, m.interval, m.fraction) for m in session.cadence]
+    if kill:
+        # the first epoch new to the driver from the restarted workers (outputs the old
+        # ones had already sent may still arrive after the kill)
+        before = max(e for _, e, r in arrivals if r == 0)
+        after = [t for t, e, r in arrivals if r > 0 and e > before]
+        result["recovery_s"] = min(after) - state["killed_at"] if after else float("nan")
+        result["redone"] = max(0, before - session.restored_epoch)
+        result["restarts"] = session.restarts
+    return result
+
+
+def plot(rows: list[dict[str, Any]], auto: list[tuple[int, int, float]], path: Any) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.4))
+    names = [r["config"] for r in rows if r["config"] != "none"]
+    over = [r["overhead"] for r in rows if r["config"] != "none"]
+    rec = [r["recovery_s"] for r in rows if r["config"] != "none"]
+    a = fig.add_subplot(1, 3, 1)
+    a.bar(names, over, color="#1f77b4")
+    a.set_title("run time / no checkpoints", fontsize="small")
+    b = fig.add_subplot(1, 3, 2)
+    b.bar(names, rec, color="#d62728")
+    b.set_title("kill → next new output (s)", fontsize="small")
+    c = fig.add_subplot(1, 3, 3)
+    if auto:
+        c.step([e for e, _, _ in auto], [k for _, k, _ in auto], where="post")
+    c.axvline(EPOCHS // 2, color="grey", linestyle=":")
+    c.set_title("auto: interval (epochs) by epoch", fontsize="small")
+    c.set_xlabel("epoch (dotted: epochs 10× smaller)", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    global EPOCHS, KILL_AT
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="1 repetition, 30 epochs")
+    args = parser.parse_args(argv)
+    repeat = 1 if args.quick else 3
+    if args.quick:
+        EPOCHS, KILL_AT = 30, 22
+        globals()["BIG"] = 20_000
+    times: dict[str, list[float]] = {}
+    reference = None
+    auto_intervals: list[tuple[int, int, float]] = []
+    for _ in range(repeat):  # interleaved: this VM's speed swings
+        for every in CONFIGS:
+            r = one_run(every, kill=False)
+            times.setdefault(str(every), []).append(r["run_s"])
+            reference = reference or r["out"]
+            assert r["out"] == reference, f"{every}: outputs differ"
+            if every == "auto":
+                auto_intervals = r["intervals"]
+    base = statistics.median(times["None"])
+    rows = []
+    for every in CONFIGS:
+        k = run_k = one_run(every, kill=True) if every is not None else None
+        if run_k is not None:
+            assert run_k["out"] == reference, f"{every}: outputs after a kill differ"
+        rows.append(
+            {
+                "config": "none" if every is None else f"every {every}",
+                "run_s": statistics.median(times[str(every)]),
+                "overhead": statistics.median(times[str(every)]) / base,
+                "recovery_s": k["recovery_s"] if k else float("nan"),
+                "redone": k["redone"] if k else None,
+            }
+        )
+    print(
+        markdown(
+            ["checkpoints", "run s (median)", "run / none", "kill → new output s", "epochs redone"],
+            [
+                [
+                    r["config"],
+                    f"{r['run_s']:.2f}",
+                    f"{r['overhead']:.2f}",
+                    "–" if r["redone"] is None else f"{r['recovery_s']:.2f}",
+                    "–" if r["redone"] is None else r["redone"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    print("auto's intervals (last epoch of window, k, fraction):", auto_intervals)
+    RESULTS.mkdir(exist_ok=True)
+    svg = RESULTS / ("cadence.quick.svg" if args.quick else "cadence.svg")
+    plot(rows, auto_intervals, svg)
+    payload = {"epochs": EPOCHS, "keys": KEYS, "big": BIG, "rows": rows, "auto": auto_intervals}
+    print(f"figures: {write_results('cadence', args.quick, payload)}; plot: {svg}")
+
+
+if __name__ == "__main__":
+    main()
