@@ -452,6 +452,8 @@ class Outcome:
     first output to its last, outside the recoveries (kill to next new output)."""
     longest_stretch: float | None = None
     """The longest time the run went on between recoveries (what bounds the above)."""
+    mean_without_commit: float | None = None
+    """The mean gap between commits over the same stretches."""
 
     @property
     def kills(self) -> int:
@@ -593,13 +595,15 @@ def cadence(
         stretches.append((start, r.at))
         start = r.at + r.latency
     stretches.append((start, end))
-    worst = 0.0
+    worst, gaps = 0.0, 0
     for a, b in stretches:
         points = [a, *(t for t in commit_times if a < t < b), b]
         worst = max(worst, *(y - x for x, y in itertools.pairwise(points)))
+        gaps += len(points) - 1
     return {
         "longest_without_commit": worst,
         "longest_stretch": max(b - a for a, b in stretches),
+        "mean_without_commit": sum(b - a for a, b in stretches) / gaps,
     }
 
 

@@ -28,12 +28,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
 
 SEED = 1
 
-COMMIT_SLACK = 1.5
-"""With ``checkpoint_interval``, how much longer than the interval a running dataflow
-may go without a new commit: a request, the epoch it names and the parts' writes take
-0.1-0.5 s here, up to 0.9 s at a load average of 19 on 2 cores. Before the fix the
-requests missed a source that moves on faster than they travel: the longest gaps were
-2.3-3.3 s (6-7 commits in a 14-21 s run)."""
+COMMIT_SLACK = 0.8
+"""With ``checkpoint_interval``, how much longer than the interval the *mean* gap between
+commits of a running dataflow may be: a request, the epoch it names and the parts'
+writes take 0.1-0.5 s here (a mean of 0.42 s with a CPU hog beside the run). Before the fix the requests missed a source that moves on
+faster than they travel: the gaps were 2.3-3.3 s (6-7 commits in a 14-21 s run), a
+mean of over 2 s."""
+OUTLIER_SLACK = 2.5
+"""How much longer than the interval the *longest* gap may be: one round of a request
+can take 2.2 s when a second test process and 3 Ray workers share CI's 2 cores (seen:
+1.8, 2.0 and 2.4 s gaps in runs whose other gaps were 0.2-0.5 s)."""
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -59,9 +63,10 @@ def test_kills_change_no_output(name: str, tmp_path: Path) -> None:
     else:
         limit = case.interval + COMMIT_SLACK
         # the run went on long enough between kills for the check to mean something
-        assert got.longest_stretch is not None and got.longest_stretch > limit
-        assert got.longest_without_commit is not None
-        assert got.longest_without_commit <= limit
+        assert got.longest_stretch is not None and got.longest_stretch > 3 * limit
+        assert got.mean_without_commit is not None and got.longest_without_commit is not None
+        assert got.mean_without_commit <= limit, got
+        assert got.longest_without_commit <= case.interval + OUTLIER_SLACK, got
     if case.sink:
         assert expected.sink and got.sink == expected.sink
         assert all(r.observed for r in got.records[1:])  # the reads during the run saw output
