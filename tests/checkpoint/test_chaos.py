@@ -29,11 +29,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_local")]
 SEED = 1
 
 COMMIT_SLACK = 0.8
-"""With ``checkpoint_interval``, how much longer than the interval the *mean* gap between
-commits of a running dataflow may be: a request, the epoch it names and the parts'
-writes take 0.1-0.5 s here (a mean of 0.42 s with a CPU hog beside the run). Before the fix the requests missed a source that moves on
-faster than they travel: the gaps were 2.3-3.3 s (6-7 commits in a 14-21 s run), a
-mean of over 2 s."""
+"""With ``checkpoint_interval``, how much longer than the interval the *mean* gap
+between commits of a running dataflow may be: a request, the epoch it names and the
+parts' writes take 0.1-0.5 s here (a mean of 0.42 s with a CPU hog beside the run).
+Before the fix the requests missed a source that moves on faster than they travel: the
+gaps were 2.3-3.3 s (6-7 commits in a 14-21 s run), a mean of over 2 s."""
 OUTLIER_SLACK = 2.5
 """How much longer than the interval the *longest* gap may be: one round of a request
 can take 2.2 s when a second test process and 3 Ray workers share CI's 2 cores (seen:
