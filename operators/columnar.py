@@ -11,7 +11,7 @@ know about them:
 - :func:`count_columns` counts rows per key, like ``count_by``: each batch of chunks is
   counted on the worker that made it (Arrow's hash kernels, no Python per row), the
   partial counts cross the exchange as small Arrow tables, split by the key's owner
-  (the worker ``stable_hash(key) % workers``, as for ``exchange``), and each owner adds
+  (the worker of its bin in the routing table, as for ``exchange``), and each owner adds
   them up per time with one Arrow ``group_by``.
 
 Row keys come back to Python only to route partial counts between workers (one per
@@ -29,12 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.state import Snapshot, StatefulVertex, owner
+from operators.state import Snapshot, StatefulVertex
 from operators.stateless import _check
 from progress import Timestamp
 from timely import Stream, Vertex, stream_method
-from timely.channels import Channel
+from timely.channels import Exchange
 from timely.errors import function_location
+from timely.routing import bins_of
 
 Chunk = Any
 """A column chunk: a pyarrow Array/ChunkedArray/RecordBatch/Table or a numpy array."""
@@ -243,42 +244,49 @@ class CountChunks(Vertex):
         self.send_by(0, [partial], time)
 
 
-class PartialExchange(Channel):
-    """Splits partial-count tables by row, each row to the worker that owns its key.
+class PartialExchange(Exchange):
+    """Splits partial-count tables by row, each row to the worker that owns its key's bin.
 
-    The owner is ``owner(key, workers)``, the worker an ``exchange`` channel (and a
-    state repartition) picks, so a key's state stays where its records go.
+    The bin is the one an ``exchange`` channel (and a state repartition) picks, so a
+    key's state stays where its records go, and moves with its bin.
     """
 
-    kind = "exchange"
-
     def __init__(self) -> None:
-        self._owners: dict[Any, int] = {}
-        self._owners_for = 0
+        super().__init__(None)
 
-    def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
-        if workers == 1:
-            return {here: records}
-        cache = self._owners
-        if self._owners_for != workers:
+    def route_by(
+        self,
+        records: list[Any],
+        table: np.ndarray[Any, Any],
+        here: int,
+        load: np.ndarray[Any, Any] | None = None,
+    ) -> dict[int, list[Any]]:
+        nbins = len(table)
+        cache = self._bins
+        if self._bins_for != nbins:
             cache.clear()
-            self._owners_for = workers
+            self._bins_for = nbins
         out: dict[int, list[Any]] = {}
-        for table in records:
-            dest = np.empty(table.num_rows, dtype=np.intp)
-            for i, k in enumerate(_rows(table)):
-                w = cache.get(k)
-                if w is None:
-                    w = owner(k, workers)
-                    if len(cache) < _OWNER_CACHE:
-                        cache[k] = w
-                dest[i] = w
-            for w in range(workers):
+        for chunk in records:
+            rows = list(_rows(chunk))
+            key_bins = np.empty(len(rows), dtype=np.intp)
+            new = [k for k in rows if k not in cache]
+            if new:
+                if len(cache) + len(new) > _OWNER_CACHE:
+                    cache.clear()
+                    new = rows
+                cache.update(zip(new, bins_of(new, nbins)))
+            for i, k in enumerate(rows):
+                key_bins[i] = cache[k]
+            dest = table[key_bins]
+            if load is not None:
+                load += np.bincount(key_bins, minlength=nbins)
+            for w in np.unique(dest).tolist():
                 idx = np.flatnonzero(dest == w)
-                if idx.size == table.num_rows:
-                    out.setdefault(w, []).append(table)
-                elif idx.size:
-                    out.setdefault(w, []).append(table.take(idx))
+                if idx.size == chunk.num_rows:
+                    out.setdefault(w, []).append(chunk)
+                else:
+                    out.setdefault(w, []).append(chunk.take(idx))
         return out
 
 

@@ -210,6 +210,15 @@ class WindowReduce(StatefulVertex):
     def restored(self, epoch: int) -> None:
         _request_windows(self, self.partials.times(), epoch, self.size, self.slide)
 
+    def install_bins(self, tables: dict[str, Any], epoch: int) -> None:
+        """Bins moved here keep their partials, but the last window sent is per worker
+        (a worker is notified only at the ends its own keys had epochs in), so the two
+        workers' cannot be slid as one: the next window is recomputed from the partials
+        instead, which hold every epoch it covers."""
+        super().install_bins(tables, epoch)
+        for t in self.window.times():
+            self.window.pop(t)
+
     def _epochs(self, lo: int, hi: int) -> list[dict[Any, Any]]:
         """The partial tables of the epochs in ``(lo, hi]``, in epoch order."""
         return [t for e in range(lo + 1, hi + 1) if (t := self.partials.get((e,))) is not None]

@@ -1,14 +1,16 @@
 """Channels: how records travel from an output to an input across workers.
 
 ``pipeline`` keeps records on the worker that made them; ``exchange(key)`` sends each
-record to the worker ``stable_hash(key(record)) % workers``; ``broadcast`` sends every
-record to every worker. The hash must be the same in every process and every run
+record to the worker that owns the bin ``stable_hash(key(record)) % bins`` in the routing
+table (:mod:`timely.routing`); ``broadcast`` sends every record to every worker. The
+hash must be the same in every process and every run
 (Python's ``hash`` of ``str`` is salted per process), so that a key's records meet on
 one worker and a replay routes them the same way.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Callable
@@ -103,18 +105,37 @@ class Pipeline(Channel):
 
 @dataclass(repr=False)
 class Exchange(Channel):
-    """Records go to the worker that owns their key."""
+    """Records go to the worker that owns their key's bin (:mod:`timely.routing`)."""
 
     key: Callable[[Any], Any] | None
     """``None``: the record is its own key."""
     kind = "exchange"
-    _owners: dict[Any, int] = field(default_factory=dict, init=False, compare=False)
-    """Key -> worker, remembered across batches (keys repeat; hashing them is the cost)."""
-    _owners_for: int = field(default=0, init=False, compare=False)
+    _bins: dict[Any, int] = field(default_factory=dict, init=False, compare=False)
+    """Key -> bin, remembered across batches (keys repeat; hashing them is the cost).
+    A key's bin never changes in a run; where the bin lives is the routing table's."""
+    _bins_for: int = field(default=0, init=False, compare=False)
 
     def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
         if workers == 1:
             return {here: records}
+        return self.route_by(records, _default_array(workers), here)
+
+    def route_by(
+        self,
+        records: list[Any],
+        table: np.ndarray[Any, Any],
+        here: int,
+        load: np.ndarray[Any, Any] | None = None,
+    ) -> dict[int, list[Any]]:
+        """Split ``records`` by the worker ``table[bin(key)]`` (``table``: one worker per
+        bin); with ``load``, add each record to its bin's count there."""
+        bins = len(table)
+        if not records:
+            return {}
+        if bins == 1:
+            if load is not None:
+                load[0] += len(records)
+            return {int(table[0]): records}
         keys = records if self.key is None else list(map(self.key, records))
         dest: np.ndarray[Any, Any] | None = None
         if len(keys) >= 16 and type(keys[0]) is int:
@@ -124,16 +145,21 @@ class Exchange(Channel):
                 arr = None
             if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
                 # Vectorised: the same hash as stable_hash, for a whole batch of int keys.
-                dest = (_mix_array(arr) % np.uint64(workers)).astype(np.intp)
+                key_bins = (_mix_array(arr) % np.uint64(bins)).astype(np.intp)
+                dest = table[key_bins]
+                if load is not None:
+                    load += np.bincount(key_bins, minlength=bins)
         if dest is None:
             try:
-                owners = self._owners_of(keys, workers)
+                key_bins = self._bins_of(keys, bins)
             except TypeError:  # an unhashable key: stable_hash says why, or hashes a frozenset
-                owners = [stable_hash(k) % workers for k in keys]
-            if workers > _COMPRESS_UP_TO:
-                return _split(records, owners, workers)
-            dest = np.fromiter(owners, np.intp, len(keys))
-        elif workers > _COMPRESS_UP_TO:
+                key_bins = [stable_hash(k) % bins for k in keys]
+            bin_array = np.fromiter(key_bins, np.intp, len(keys))
+            dest = table[bin_array]
+            if load is not None:
+                load += np.bincount(bin_array, minlength=bins)
+        workers = int(dest.max()) + 1 if len(dest) else 0
+        if workers > _COMPRESS_UP_TO:
             return _split(records, dest.tolist(), workers)
         # Per worker, a mask made by numpy and one C-level pass of `compress`: no
         # Python-level step per record.
@@ -141,28 +167,35 @@ class Exchange(Channel):
         for w in range(workers):
             mask = dest == w
             if mask.any():
-                out[w] = list(compress(records, mask.tolist()))
+                out[w] = records if mask.all() else list(compress(records, mask.tolist()))
         return out
 
-    def _owners_of(self, keys: list[Any], workers: int) -> list[int]:
-        """Each key's worker, from the remembered owners; only keys never seen before
-        (or since the memory filled up and was cleared) are hashed. Raises TypeError for
-        an unhashable key."""
-        cache = self._owners
-        if self._owners_for != workers:
+    def _bins_of(self, keys: list[Any], bins: int) -> list[int]:
+        """Each key's bin, from the remembered bins; only keys never seen before (or
+        since the memory filled up and was cleared) are hashed. Raises TypeError for an
+        unhashable key."""
+        cache = self._bins
+        if self._bins_for != bins:
             cache.clear()
-            self._owners_for = workers
+            self._bins_for = bins
         try:
             return list(map(cache.__getitem__, keys))
         except KeyError:  # keys not seen before: hash each once
-            owners = list(map(cache.get, keys))
-            new = set(compress(keys, map(is_, owners, repeat(None))))
+            known = list(map(cache.get, keys))
+            new = set(compress(keys, map(is_, known, repeat(None))))
             if len(cache) + len(new) > _OWNER_CACHE:
                 cache.clear()
                 new = set(keys)
             for k in new:
-                cache[k] = stable_hash(k) % workers
+                cache[k] = stable_hash(k) % bins
             return list(map(cache.__getitem__, keys))
+
+
+@functools.lru_cache(maxsize=64)
+def _default_array(workers: int) -> np.ndarray[Any, Any]:
+    from timely.routing import DEFAULT_BINS, default_table
+
+    return np.asarray(default_table(DEFAULT_BINS, workers), dtype=np.intp)
 
 
 def _split(records: list[Any], owners: list[int], workers: int) -> dict[int, list[Any]]:

@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 
 from timely.aimd import DEFAULT_BOUNDS, check_bounds
 from timely.errors import ConfigError, TimelyError
+from timely.routing import DEFAULT_BINS
 from timely.state import repartition
 
 FORMAT = 1
@@ -337,15 +338,24 @@ def decode_part(data: bytes) -> dict[str, Any]:
     return part
 
 
-def split_parts(parts: list[dict[str, Any]], workers: int) -> list[dict[int, Any]]:
+def split_parts(
+    parts: list[dict[str, Any]], workers: int, bins: int = DEFAULT_BINS
+) -> list[dict[int, Any]]:
     """Each new worker's vertex snapshots, from the old workers' parts.
 
-    With the same number of workers, part ``w`` goes to worker ``w``. Otherwise keyed
-    state is re-partitioned by key (:func:`timely.state.repartition`) and source offsets
-    by partition (worker ``w`` reads the partitions ``p % workers == w``).
+    With the same number of workers and bins, part ``w`` goes to worker ``w``, with the
+    routing tables it had. Otherwise keyed state is re-partitioned by key over the
+    default table of ``workers`` (:func:`timely.state.repartition`; bins that had moved
+    start over from there) and source offsets by partition (worker ``w`` reads the
+    partitions ``p % workers == w``).
     """
     parts = sorted(parts, key=lambda p: p["worker"])
-    if len(parts) == workers:
+    if len(parts) == workers and all(
+        s.get("bins") == bins  # older parts, without bins, placed keys by hash % workers
+        for p in parts
+        for s in p["vertices"].values()
+        if isinstance(s, dict) and s.get("kind") == "keyed"
+    ):
         return [{int(v): s for v, s in p["vertices"].items()} for p in parts]
     out: list[dict[int, Any]] = [{} for _ in range(workers)]
     vertices = sorted({int(v) for p in parts for v in p["vertices"]})
@@ -354,7 +364,7 @@ def split_parts(parts: list[dict[str, Any]], workers: int) -> list[dict[int, Any
         kinds = {s["kind"] for s in snaps}
         if kinds == {"keyed"}:
             names = snaps[0]["tables"].keys()
-            split = {n: repartition([s["tables"][n] for s in snaps], workers) for n in names}
+            split = {n: repartition([s["tables"][n] for s in snaps], workers, bins) for n in names}
             for w in range(workers):
                 out[w][v] = {"kind": "keyed", "tables": {n: split[n][w] for n in names}}
         elif kinds == {"offsets"}:

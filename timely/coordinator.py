@@ -18,6 +18,7 @@ from timely.aimd import AIMD
 from timely.cadence import AutoCadence, Request
 from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, split_parts
 from timely.messages import Advance, InputCommand, Send
+from timely.routing import DEFAULT_BINS
 from timely.sinks import Sink
 
 Restore = tuple[int, list[dict[int, Any]]]
@@ -46,6 +47,9 @@ class CheckpointCoordinator:
         self.name = name
         self.fingerprint = fingerprint
         self.workers = workers
+        self.bins = DEFAULT_BINS
+        """The run's bin count (the session sets it from the plan): restores re-partition
+        keyed state over it when the worker count or the bin count changed."""
         self.sinks = sinks
         self.restored_epoch = -1
         """The epoch of the checkpoint the workers last started from (-1: none)."""
@@ -129,7 +133,7 @@ class CheckpointCoordinator:
             self._next_request = time.monotonic() + self.config.interval
         if found is None:
             return None
-        return epoch, split_parts(found[1], self.workers)
+        return epoch, split_parts(found[1], self.workers, self.bins)
 
     # -- commits ------------------------------------------------------------------------------
     def part_written(self, epoch: int, info: dict[str, Any]) -> None:

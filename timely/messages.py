@@ -19,12 +19,15 @@ DataBatch = tuple[int, int, Timestamp, list[Any]]
 
 @dataclass
 class WorkerMessage:
-    """Everything one worker sends one peer in one step: data batches and progress."""
+    """Everything one worker sends one peer in one step: data batches, progress and
+    migrating state."""
 
     sender: int
     seq: int
     data: list[DataBatch] = field(default_factory=list)
     progress: ProgressBatch | None = None
+    state: list[Any] = field(default_factory=list)
+    """Bins of keyed state moving to this peer (:data:`timely.migration.Shipment`)."""
 
 
 @dataclass(frozen=True)

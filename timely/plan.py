@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
-from timely.channels import Channel
+from timely.channels import Broadcast, Channel, Exchange
+from timely.routing import DEFAULT_BINS
 from timely.sources import Source
 from timely.vertex import Vertex
 
@@ -27,6 +28,9 @@ class VertexSpec:
     """``vertex`` (user), ``input``, ``source``, or a system kind (ingress, egress, …)."""
     source: Source | None = None
     """The connector a ``source`` vertex reads (for controllers: its offered rate)."""
+    control_port: int | None = None
+    """The input on which a keyed vertex receives the run's routing configurations
+    (reconfigurable runs; :meth:`Plan.with_control`), hidden from the vertex."""
 
     @property
     def inputs(self) -> int:
@@ -51,10 +55,22 @@ class EdgeSpec:
 class Plan:
     """A validated dataflow, ready to run on any number of workers."""
 
-    def __init__(self, name: str, vertices: list[VertexSpec], edges: list[EdgeSpec]) -> None:
+    def __init__(
+        self,
+        name: str,
+        vertices: list[VertexSpec],
+        edges: list[EdgeSpec],
+        bins: int = DEFAULT_BINS,
+        control: int | None = None,
+    ) -> None:
         self.name = name
         self.vertices = vertices
         self.edges = edges
+        self.bins = bins
+        """Keys hash to this many bins; routing tables map bins to workers."""
+        self.control = control
+        """The driver input that carries routing configurations (None: the routing
+        table never changes in this run)."""
         builder = GraphBuilder()
         for spec in vertices:
             builder.add_node(spec.name, spec.input_depths, spec.output_depths, spec.internal)
@@ -67,6 +83,32 @@ class Plan:
         for e in edges:
             self.out_edges[e.src][e.src_port].append(e)
         self.roots = [s.index for s in vertices if s.kind in ("input", "source")]
+
+    def with_control(self, bins: int = DEFAULT_BINS, reconfigurable: bool = False) -> Plan:
+        """This plan with ``bins`` bins and, if ``reconfigurable``, a control input
+        (``reconfigure``) broadcast to a hidden last input of every top-level vertex fed
+        by an ``exchange``: the stream of configurations that Megaphone's migration
+        follows (:mod:`timely.routing`). Progress then orders every configuration before
+        the data it applies to, on every worker."""
+        if not reconfigurable:
+            return Plan(self.name, self.vertices, self.edges, bins)
+        from timely.system import InputVertex
+
+        vertices = list(self.vertices)
+        edges = list(self.edges)
+        c = len(vertices)
+        vertices.append(
+            VertexSpec(c, "reconfigure", InputVertex, (), (0,), where="reconfigure", kind="input")
+        )
+        keyed = sorted({e.dst for e in self.edges if isinstance(e.channel, Exchange)})
+        for v in keyed:
+            spec = vertices[v]
+            if spec.internal is not None or any(spec.input_depths + spec.output_depths):
+                continue  # inside a loop: its bins stay where they are
+            port = spec.inputs
+            vertices[v] = replace(spec, input_depths=(*spec.input_depths, 0), control_port=port)
+            edges.append(EdgeSpec(c, 0, v, port, Broadcast()))
+        return Plan(self.name, vertices, edges, bins, control=c)
 
     def initial_capabilities(self, epoch: int = 0) -> list[Pointstamp]:
         """What each worker holds at the start: every root's outputs at ``epoch`` (0, or the

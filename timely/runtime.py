@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import threading
@@ -15,8 +16,17 @@ from timely.checkpoint import CheckpointConfig
 from timely.coordinator import CheckpointCoordinator, Restore
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
 from timely.eventlog import EventLog, clock, open_driver_log, trace_option
-from timely.messages import Advance, InputCommand, Send
+from timely.messages import Advance, Close, InputCommand, Send
 from timely.monitor import Monitor, RunView, monitor_options, remove_trace, temporary_trace
+from timely.routing import (
+    Assignment,
+    Table,
+    balance,
+    check_bins,
+    default_table,
+    resolve,
+    steps,
+)
 from timely.spec import RunSpec
 from timely.verbosity import resolve_verbose
 
@@ -82,6 +92,8 @@ class Session(ABC):
             if checkpoint is not None
             else None
         )
+        if self.coordinator is not None:
+            self.coordinator.bins = spec.plan.bins
         self.restarts = 0
         self.attempt = 0
         """Launches of the workers so far after the first (restarts and rescales): the
@@ -105,6 +117,13 @@ class Session(ABC):
         """Where the Prometheus endpoint serves (``metrics_port=``), or None."""
         self.ui_url: str | None = None
         """Where the live page is (``ui=True``), or None."""
+        self.routing_table: Table = default_table(spec.plan.bins, workers)
+        """The routing table of the latest configuration asked for (:meth:`reconfigure`)."""
+        self.migrations: list[dict[str, Any]] = []
+        """Every reconfiguration asked for: ``epochs`` (one per step), ``bins`` (how many
+        move), ``strategy``, ``at`` (``time.time()``)."""
+        self._control_epoch = 0
+        self._control_closed = spec.plan.control is None
 
     # -- what the coordinator knows, for the driver -------------------------------------------
     @property
@@ -167,11 +186,143 @@ class Session(ABC):
     # -- the driver's API -------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: InputCommand) -> None:
         """Hand a driver input command (send, advance, close) to the workers."""
+        if isinstance(cmd, Advance) and vertex != self.plan.control:
+            # Configurations stay one epoch ahead of the data: a batch is never held for one.
+            self._control_to(cmd.epoch + 1)
         if self.coordinator is not None and not self.coordinator.log_input(vertex, cmd):
             return  # resumed after this epoch: the checkpoint already reflects it
-        if isinstance(cmd, Advance):
+        if isinstance(cmd, Advance) and vertex != self.plan.control:
             self.view.advanced(cmd.epoch)
         self._guarded(self._send_command, vertex, cmd, retry=False)
+
+    # -- reconfiguration (Megaphone) ----------------------------------------------------------
+    def _control_to(self, epoch: int) -> None:
+        """Move the control input to ``epoch``: no configuration before it any more."""
+        control = self.plan.control
+        if control is None or self._control_closed or epoch <= self._control_epoch:
+            return
+        self._control_epoch = epoch
+        self.input_command(control, Advance(epoch))
+
+    def _close_control(self) -> None:
+        control = self.plan.control
+        if control is not None and not self._control_closed:
+            self._control_closed = True
+            self.input_command(control, Close())
+
+    def reconfigure(
+        self,
+        assignment: Assignment,
+        strategy: str = "fluid",
+        bins_per_step: int = 8,
+    ) -> list[int]:
+        """Move bins of keyed state between workers while the dataflow runs (Megaphone).
+
+        ``assignment``: the new routing table (one worker per bin), the bins that move
+        (``{bin: worker}``), or a function of the current table that returns either
+        (:func:`timely.routing.move`, :func:`timely.routing.drain`). The new table takes
+        effect at the next epoch the driver has not opened: data from then on goes to the
+        new owners, which receive each moving bin's state once no earlier record for it
+        can arrive. ``strategy="all-at-once"`` moves every bin under one configuration;
+        ``"fluid"`` moves ``bins_per_step`` bins per epoch, so that each epoch waits for
+        a few bins only. Returns the epochs the steps take effect at (empty: nothing
+        moves). Needs ``flow.activate(..., reconfigurable=True)``."""
+        if self.plan.control is None:
+            raise ConfigError(
+                "reconfigure needs a reconfigurable run: start it with "
+                "flow.activate(..., reconfigurable=True)"
+            )
+        if self._control_closed:
+            raise ConfigError("reconfigure: the run's inputs are closed; nothing moves any more")
+        if strategy not in ("fluid", "all-at-once"):
+            raise ConfigError(
+                f"reconfigure: strategy must be 'fluid' or 'all-at-once', got {strategy!r}"
+            )
+        if (
+            isinstance(bins_per_step, bool)
+            or not isinstance(bins_per_step, int)
+            or bins_per_step < 1
+        ):
+            raise ConfigError(
+                f"reconfigure: bins_per_step must be a positive int, got {bins_per_step!r}"
+            )
+        try:
+            new = resolve(assignment, self.routing_table, self.workers)
+        except ValueError as e:
+            raise ConfigError(f"reconfigure: {e}") from None
+        tables = steps(
+            self.routing_table, new, None if strategy == "all-at-once" else bins_per_step
+        )
+        return self._configure(tables, strategy)
+
+    def _bin_loads(self) -> list[list[int]]:
+        """Each worker's records routed per bin since the last call (backends that can
+        reach their workers override this)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot measure bin loads")
+
+    def rebalance(
+        self, tolerance: float = 1.2, strategy: str = "fluid", bins_per_step: int = 8
+    ) -> dict[str, Any]:
+        """Move bins so that the busiest worker carries at most ``tolerance`` times the
+        mean load, by the records routed to each bin since the session started (or since
+        the last ``rebalance``): few bins move, the heaviest first that help
+        (:func:`timely.routing.balance`), by :meth:`reconfigure`.
+
+        Returns what it measured and did: ``loads`` (records per worker before),
+        ``expected`` (after the moves, by the same counts), ``moves`` ``{bin: worker}``
+        and ``epochs`` (the steps). A bin heavier than ``(tolerance - 1)`` times the mean
+        (a hot key) stays where it is: no placement spreads one bin."""
+        if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 1:
+            raise ConfigError(f"rebalance: tolerance must be a number >= 1, got {tolerance!r}")
+        if self.plan.control is None:
+            raise ConfigError(
+                "rebalance needs a reconfigurable run: start it with "
+                "flow.activate(..., reconfigurable=True)"
+            )
+        per_bin = [0] * self.plan.bins
+        for loads in self._guarded(self._bin_loads):
+            for b, n in enumerate(loads):
+                per_bin[b] += n
+        table = self.routing_table
+        moves = balance(per_bin, table, self.workers, tolerance)
+        after = list(table)
+        for b, w in moves.items():
+            after[b] = w
+        epochs = self.reconfigure(moves, strategy, bins_per_step) if moves else []
+        return {
+            "loads": _per_worker(per_bin, table, self.workers),
+            "expected": _per_worker(per_bin, tuple(after), self.workers),
+            "moves": moves,
+            "epochs": epochs,
+        }
+
+    def _configure(self, tables: list[Table], strategy: str) -> list[int]:
+        control = self.plan.control
+        assert control is not None
+        epochs = []
+        moved = sum(a != b for a, b in zip(self.routing_table, tables[-1])) if tables else 0
+        for table in tables:
+            epoch = self._control_epoch
+            self.input_command(control, Send([list(table)]))
+            epochs.append(epoch)
+            self._control_to(epoch + 1)
+            self.routing_table = table
+        if tables:
+            record = {"epochs": epochs, "bins": moved, "strategy": strategy, "at": time.time()}
+            self.migrations.append(record)
+            self.log_event("reconfigure", record)
+        return epochs
+
+    def _schedule(self, schedule: list[tuple[int, Table, int | None]]) -> None:
+        """A batch run's reconfigurations (``reconfigure=``), sent before anything else
+        and followed by the control input's close."""
+        for epoch, table, per_step in schedule:
+            self._control_to(epoch)
+            self._configure(
+                steps(self.routing_table, table, per_step),
+                "all-at-once" if per_step is None else "fluid",
+            )
+        self._close_control()
 
     def probe_frontier(self, vertex: int) -> list[tuple[int, ...]]:
         """The frontier at a probe, merged over the workers."""
@@ -247,6 +398,8 @@ class Session(ABC):
         assert self.coordinator is not None
         self.coordinator.workers = workers
         self.view.rescaled(workers)
+        # A restore on another worker count deals the bins out afresh.
+        self.routing_table = default_table(self.plan.bins, workers)
 
     def _rescale_now(self, workers: int) -> None:
         coordinator = self.coordinator
@@ -263,6 +416,8 @@ class Session(ABC):
         self.attempt += 1
         self._relaunch(coordinator.load_restore())
         for vertex, cmd in coordinator.replay():
+            if vertex == self.plan.control and isinstance(cmd, Send):
+                continue  # tables for the old worker count: the rescale supersedes them
             self._send_command(vertex, cmd)
         record = {
             "from": old,
@@ -369,6 +524,7 @@ class Session(ABC):
                 "call handle.close() on each (run() closes them for you)"
             )
         self.view.inputs_closed(any(v.kind == "source" for v in self.plan.vertices))
+        self._close_control()
         try:
             self._guarded(self._wait)
             self.view.finished = True
@@ -407,6 +563,13 @@ class Session(ABC):
         self.close()
 
 
+def _per_worker(per_bin: list[int], table: Table, workers: int) -> list[int]:
+    out = [0] * workers
+    for b, n in enumerate(per_bin):
+        out[table[b]] += n
+    return out
+
+
 def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[int, ...]]:
     """The minimal elements of several workers' frontiers."""
     from progress import Antichain
@@ -437,6 +600,53 @@ def route_input(cmd: InputCommand, workers: int, turn: int) -> list[tuple[int, I
     return out
 
 
+def _routing_options(
+    spec: RunSpec, workers: int, options: dict[str, Any]
+) -> tuple[RunSpec, list[tuple[int, Table, int | None]] | None]:
+    """``bins``, ``reconfigurable`` and ``reconfigure`` (a batch run's schedule), checked
+    before anything starts; the spec's plan gets the bins and, if needed, its control
+    input (:meth:`timely.plan.Plan.with_control`)."""
+    bins = check_bins(options.pop("bins", spec.plan.bins))
+    reconfigurable = options.pop("reconfigurable", False)
+    if not isinstance(reconfigurable, bool):
+        raise ConfigError(f"reconfigurable must be True or False, got {reconfigurable!r}")
+    raw = options.pop("reconfigure", None)
+    schedule: list[tuple[int, Table, int | None]] | None = None
+    if raw is not None:
+        schedule = []
+        table = default_table(bins, workers)
+        last = -1
+        for entry in raw:
+            if not isinstance(entry, tuple | list) or len(entry) not in (2, 3):
+                raise ConfigError(
+                    "reconfigure= takes a list of (epoch, assignment) or (epoch, assignment, "
+                    f"bins_per_step) tuples, got {entry!r}"
+                )
+            epoch, assignment, *per = entry
+            per_step = per[0] if per else None
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch <= last:
+                raise ConfigError(
+                    f"reconfigure=: epochs must be ints >= 0 in increasing order, got {epoch!r} "
+                    f"after {last}"
+                )
+            if per_step is not None and (
+                isinstance(per_step, bool) or not isinstance(per_step, int) or per_step < 1
+            ):
+                raise ConfigError(
+                    f"reconfigure=: bins_per_step must be an int >= 1, got {per_step!r}"
+                )
+            prev = table
+            try:
+                table = resolve(assignment, table, workers)
+            except ValueError as e:
+                raise ConfigError(f"reconfigure= at epoch {epoch}: {e}") from None
+            moves = sum(a != b for a, b in zip(prev, table))
+            schedule.append((epoch, table, per_step))
+            last = epoch + (0 if per_step is None else max(0, -(-moves // per_step) - 1))
+    plan = spec.plan.with_control(bins, reconfigurable or schedule is not None)
+    return dataclasses.replace(spec, plan=plan), schedule
+
+
 def start_session(
     spec: RunSpec, workers: int, backend: str | None, address: str | None, **options: Any
 ) -> Session:
@@ -451,6 +661,7 @@ def start_session(
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
     name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend
     checkpoint = CheckpointConfig.from_options(options)
+    spec, schedule = _routing_options(spec, workers, options)
     trace = trace_option(options)
     verbose = resolve_verbose(options.pop("verbose", None))
     if address is not None:
@@ -489,6 +700,14 @@ def start_session(
         raise
     session.monitors = monitors
     session._temporary_trace = temporary
+    try:
+        if schedule is not None:
+            session._schedule(schedule)
+        else:
+            session._control_to(1)  # configurations run one epoch ahead of the data
+    except BaseException:
+        session.close()
+        raise
     try:
         for m in monitors:
             m.attach(session)

@@ -216,10 +216,12 @@ def decode(data: bytes) -> Any:
 
 
 def encode_message(msg: WorkerMessage) -> bytes:
-    """One worker-to-worker message: ``[sender, seq, data, progress]``.
+    """One worker-to-worker message: ``[sender, seq, data, progress]``, and ``state``
+    after them when a migration ships some.
 
     Data batches are ``[vertex, port, time, records]`` with the time as an int list;
-    progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]``.
+    progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]``; state is
+    ``[[vertex, epoch, bins, tables], ...]``.
     """
     data = [[v, port, list(time), _maybe_flat(records)] for v, port, time, records in msg.data]
     progress = None
@@ -230,15 +232,19 @@ def encode_message(msg: WorkerMessage) -> bytes:
             for (loc, time), delta in batch.updates
         ]
         progress = [batch.sender, batch.seq, updates]
+    if msg.state:
+        return _pack([msg.sender, msg.seq, data, progress, [list(s) for s in msg.state]])
     return _pack([msg.sender, msg.seq, data, progress])
 
 
 def decode_message(data: bytes) -> WorkerMessage:
     """The message ``encode_message`` packed, with real tuples, ``Location``s and ``Port``s."""
-    sender, seq, batches, progress = _unpack(data)
+    sender, seq, batches, progress, *state = _unpack(data)
     out = WorkerMessage(
         sender, seq, [(v, port, tuple(time), records) for v, port, time, records in batches]
     )
+    if state:
+        out.state = [(v, epoch, list(bins), tables) for v, epoch, bins, tables in state[0]]
     if progress is not None:
         p_sender, p_seq, updates = progress
         src = int(Port.SOURCE)

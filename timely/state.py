@@ -10,11 +10,12 @@ without knowing it either.
 It lives in ``timely`` (not ``operators``) because the checkpoint coordinator reads it.
 
 Why keyed, and keyed by what: each of these operators exchanges its input by a key
-before it keeps anything, so a worker only ever holds the keys that
-``stable_hash(key) % workers`` sends to it. A table keyed by that same key is therefore
-partitioned exactly like the channel that feeds it; on a change of worker count,
-:func:`repartition` moves each key to its new owner and the exchange will route new
-records for that key to the same place.
+before it keeps anything, so a worker only ever holds the keys whose bin
+(``stable_hash(key) % bins``, :mod:`timely.routing`) the routing table gives it. A table
+keyed by that same key is therefore partitioned exactly like the channel that feeds it:
+on a change of worker count, :func:`repartition` moves each key to its new owner, and a
+live migration moves a bin's keys (:meth:`KeyedState.extract`, :meth:`KeyedState.install`)
+where the routing table sends them from then on.
 
 Why per time: the operators' semantics are per time (the output at ``t`` reflects only
 the input at ``t``), so a time's table is dropped as soon as the time completes. State
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from progress import Timestamp
-from timely.channels import stable_hash
+from timely.routing import DEFAULT_BINS, bins_of, default_table
 from timely.vertex import Vertex
 
 V = TypeVar("V")
@@ -49,9 +50,10 @@ of scalars in one pass, which makes a snapshot about 7x cheaper to encode."""
 FORMAT = 2
 
 
-def owner(key: Any, workers: int) -> int:
-    """The worker that holds ``key``: the one the ``exchange`` channel routes it to."""
-    return stable_hash(key) % workers
+def owner(key: Any, workers: int, bins: int = DEFAULT_BINS) -> int:
+    """The worker that holds ``key`` under the default routing table: the one the
+    ``exchange`` channel routes it to when no bin has moved."""
+    return bins_of([key], bins)[0] % workers
 
 
 class KeyedState(Generic[V]):
@@ -113,19 +115,50 @@ class KeyedState(Generic[V]):
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace the contents with ``snapshot``'s (as made by :meth:`snapshot`)."""
+        self._times = {}
+        self.install(snapshot)
+
+    def extract(
+        self, bins: set[int] | frozenset[int], nbins: int, before: int | None = None
+    ) -> Snapshot:
+        """Take out every key whose bin is in ``bins`` (at every time, or at the times of
+        epochs before ``before``), as a snapshot that :meth:`install` puts into another
+        worker's table (a migration)."""
+        times = []
+        for time in sorted(self._times):
+            if before is not None and time[0] >= before:
+                break
+            table = self._times[time]
+            keys = list(table)
+            moving = [k for k, b in zip(keys, bins_of(keys, nbins)) if b in bins]
+            if moving:
+                times.append((time, moving, [table.pop(k) for k in moving]))
+                if not table:
+                    del self._times[time]
+        return {"format": FORMAT, "replicated": self.replicated, "times": times}
+
+    def install(self, snapshot: Snapshot) -> list[Timestamp]:
+        """Add ``snapshot``'s keys (as made by :meth:`snapshot` or :meth:`extract`) to the
+        tables; returns the times it had."""
         if snapshot.get("format") != FORMAT:
             raise ValueError(
                 f"state snapshot has format {snapshot.get('format')!r}; this version reads "
                 f"format {FORMAT}"
             )
-        self._times = {
-            tuple(time): (
-                {_key(k): v for k, v in zip(keys, values)}
-                if list in set(map(type, keys))
-                else dict(zip(keys, values))
-            )
-            for time, keys, values in snapshot["times"]
-        }
+        times = []
+        for time, keys, values in snapshot["times"]:
+            t = tuple(time)
+            times.append(t)
+            table = self._times.get(t)
+            if table is None:
+                self._times[t] = table = {}
+            if list in set(map(type, keys)):
+                keys = [_key(k) for k in keys]
+            if table and not table.keys().isdisjoint(keys):
+                clash = next(k for k in keys if k in table)
+                raise ValueError(f"key {clash!r} at {t} is here already: not keyed state")
+            table.update(zip(keys, values))
+        return times
 
 
 def _key(k: Any) -> Any:
@@ -133,24 +166,32 @@ def _key(k: Any) -> Any:
     return tuple(_key(x) for x in k) if isinstance(k, list) else k
 
 
-def repartition(snapshots: Iterable[Snapshot], workers: int) -> list[Snapshot]:
+def repartition(
+    snapshots: Iterable[Snapshot], workers: int, bins: int = DEFAULT_BINS
+) -> list[Snapshot]:
     """Re-split the snapshots of one table (one per old worker) over ``workers`` new ones.
 
-    Each key goes to :func:`owner`\\ ``(key, workers)``. A key present in two snapshots
-    means the state was not partitioned by key, which is refused rather than guessed at.
+    Each key goes to its bin's worker in the default routing table of ``workers``
+    (:func:`owner`). A key present in two snapshots means the state was not partitioned
+    by key, which is refused rather than guessed at.
     """
     snapshots = list(snapshots)
     if snapshots and snapshots[0].get("replicated"):
         return [snapshots[0]] * workers  # every worker had the same table: copy one
+    table = default_table(bins, workers)
     parts: list[KeyedState[Any]] = [KeyedState() for _ in range(workers)]
     for snap in snapshots:
         state: KeyedState[Any] = KeyedState()
         state.restore(snap)
-        for time, key, value in state.items():
-            t = parts[owner(key, workers)].table(time)
-            if key in t:
-                raise ValueError(f"key {key!r} at {time} is in two snapshots: not keyed state")
-            t[key] = value
+        for time in state.times():
+            rows = state.get(time)
+            assert rows is not None
+            keys = list(rows)
+            for key, b in zip(keys, bins_of(keys, bins)):
+                t = parts[table[b]].table(time)
+                if key in t:
+                    raise ValueError(f"key {key!r} at {time} is in two snapshots: not keyed state")
+                t[key] = rows[key]
     return [p.snapshot() for p in parts]
 
 
@@ -213,6 +254,23 @@ class StatefulVertex(Vertex):
         except Exception as e:
             self.fail(e, time, pair, f)
 
+    def extract_bins(self, bins: set[int], nbins: int, before: int) -> dict[str, Snapshot]:
+        """Take the keys of ``bins`` out of every table that is not replicated, at the
+        times of epochs before ``before`` (a migration at ``before`` ships them to their
+        new owner)."""
+        return {
+            name: s.extract(bins, nbins, before)
+            for name, s in self._states.items()
+            if not s.replicated
+        }
+
+    def install_bins(self, tables: dict[str, Snapshot], epoch: int) -> None:
+        """Put in the keys another worker extracted for the configuration at ``epoch``,
+        then ask again for the notifications their times need (:meth:`restored`)."""
+        for name, snap in tables.items():
+            self._states[name].install(snap)
+        self.restored(epoch - 1)
+
     def states(self) -> dict[str, KeyedState[Any]]:
         """The tables by name."""
         return dict(self._states)
@@ -222,12 +280,23 @@ class StatefulVertex(Vertex):
         return {name: s.snapshot(upto) for name, s in self._states.items()}
 
     def snapshot_at(self, epoch: int) -> dict[str, Any]:
-        return {"kind": "keyed", "tables": self.snapshot(epoch)}
+        routing = self._ctx.worker.routing
+        snap: dict[str, Any] = {
+            "kind": "keyed",
+            "tables": self.snapshot(epoch),
+            "bins": routing.bins,
+        }
+        if len(routing.epochs) > 1:  # bins have moved: where they are is part of the state
+            snap["routing"] = [[e, list(t)] for e, t in routing.upto(epoch)]
+        return snap
 
     def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
         if snapshot.get("kind") != "keyed":
             raise ValueError(f"step {self.name!r}: not a keyed-state snapshot")
         self.restore(snapshot["tables"])
+        configs = snapshot.get("routing")
+        if configs:
+            self._ctx.worker.routing.restore([(int(e), tuple(t)) for e, t in configs])
         self.restored(epoch)
 
     def restored(self, epoch: int) -> None:

@@ -26,6 +26,7 @@ from progress import (
     source,
     target,
 )
+from timely.channels import Exchange
 from timely.context import ProtocolError, VertexContext
 from timely.errors import (
     TimelyError,
@@ -35,7 +36,9 @@ from timely.errors import (
 )
 from timely.eventlog import COMMAND, NOTIFY, PULL, RECV, START, EventLog, clock
 from timely.messages import InputCommand, Send, WorkerMessage
-from timely.plan import Plan
+from timely.migration import Migration
+from timely.plan import EdgeSpec, Plan
+from timely.routing import Routing, default_table
 from timely.snapshots import Part, Snapshots
 from timely.system import InputVertex, SourceVertex
 from timely.vertex import Capability, Vertex
@@ -104,6 +107,10 @@ class Worker:
         self._notify_check = False  # frontiers changed since notifications were last checked
         self.emitted: list[tuple[str, int, list[Any]]] = []
         self.received_since_step = False
+        self.routing = Routing(plan.bins, default_table(plan.bins, peers))
+        """The routing table in force at each epoch (:mod:`timely.routing`)."""
+        self.migration = Migration(self, start)
+        """Configurations received, bins to ship and to install (:mod:`timely.migration`)."""
         checkpointing = checkpoint_every is not None or checkpoint_on_request
         self.snapshots = Snapshots(self, checkpoint_every, start) if checkpointing else None
         if restore is not None:
@@ -133,6 +140,8 @@ class Worker:
         if message.progress is not None:
             self.tracker.update_all(self.progress.receive(message.progress))
             self._frontier_moved = True
+        if message.state:
+            self.migration.arrived(message.state)
         self.received_since_step = True
 
     def command(self, vertex: int, cmd: InputCommand) -> None:
@@ -153,6 +162,7 @@ class Worker:
             self._ready
             or self._commands
             or self.received_since_step
+            or self.migration.busy()
             or (self._notify_pending and (self._notify_check or self._frontier_moved))
             or (sources and any(self.vertices[v].due() for v in self._sources))  # type: ignore[attr-defined]
         )
@@ -194,10 +204,17 @@ class Worker:
             if vertex.due():
                 self._activate(v, -1, None, vertex.pull)
         self._drain_inbox()
+        migration = self.migration
+        if migration.active:
+            migration.advance()
+            self._drain_inbox()
         if self._notify_pending and self._notify_check:
             self._notify_check = False
             self._notify()
             self._drain_inbox()
+            if migration.active:
+                migration.advance()
+                self._drain_inbox()
         return self._finish_step()
 
     def _propagate(self) -> None:
@@ -205,6 +222,7 @@ class Worker:
             self._frontier_moved = False
             if self.tracker.propagate_all():
                 self._notify_check = True
+                self.migration.dirty = True
 
     def _drain_inbox(self) -> None:
         inbox, ready = self.inbox, self._ready
@@ -225,6 +243,9 @@ class Worker:
                     f"whose frontier {frontier(loc)} has passed it"
                 )
             self._updates.update((loc, time), -1)
+            if port == self.plan.vertices[v].control_port:
+                self.migration.configure(v, records, time)
+                continue
             self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
 
     def _ready_now(self, v: int, t: Timestamp) -> bool:
@@ -241,6 +262,8 @@ class Worker:
         for v in sorted(self._notify_pending):
             ctx = self.contexts[v]
             for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
+                if self.migration.waiting(v, t[0]):
+                    break  # bins moving here at or before this epoch are not installed yet
                 if snapshots is not None:
                     # State after the next checkpoint epoch may not change before the
                     # vertex's snapshot for it is taken.
@@ -301,32 +324,59 @@ class Worker:
     def send_from(self, v: int, output: int, records: list[Any], time: Timestamp) -> None:
         """Route ``records`` from output ``output`` of ``v`` at ``time`` to their inboxes."""
         self.records_out += len(records)
-        plan = self.plan
-        for edge in plan.out_edges[v][output]:
+        migration = self.migration
+        for edge in self.plan.out_edges[v][output]:
+            if migration.active and migration.must_hold(edge, time):
+                # Counted at the output, as a capability would be: a receiver's -1 for
+                # part of it, once released, may reach a third worker before the
+                # release itself, and must not cancel the count that holds the frontier.
+                migration.hold(edge, records, time)
+                self._updates.update((source(v, output), time), 1)
+                continue
+            self.route(v, edge, records, time)
+
+    def route(self, v: int, edge: EdgeSpec, records: list[Any], time: Timestamp) -> None:
+        """Send ``records`` from ``v`` at ``time`` along ``edge``, now."""
+        channel = edge.channel
+        if self.peers == 1:
+            routed = {self.index: records}
+        else:
             try:
-                routed = edge.channel.route(records, self.peers, self.index)
+                if isinstance(channel, Exchange):
+                    migration = self.migration
+                    table = migration.table_for(edge.dst, time[0])
+                    load = migration.load if edge.dst in migration.migratable else None
+                    routed = channel.route_by(records, table, self.index, load)
+                else:
+                    routed = channel.route(records, self.peers, self.index)
             except Exception as e:
                 ctx = self.contexts[v]
-                bad = _first_unroutable(edge.channel, records)
-                ctx.user_error(e, time, bad, getattr(edge.channel, "key", None))
-            for dest, part in routed.items():
-                if not part:
-                    continue
-                if dest == self.index:
-                    # Local: straight into the inbox, delivered later in this same step.
-                    self.inbox[edge.dst].append((edge.dst_port, time, part))
-                    self._ready.append(edge.dst)
+                bad = _first_unroutable(channel, records)
+                ctx.user_error(e, time, bad, getattr(channel, "key", None))
+        for dest, part in routed.items():
+            if not part:
+                continue
+            if dest == self.index:
+                # Local: straight into the inbox, delivered later in this same step.
+                self.inbox[edge.dst].append((edge.dst_port, time, part))
+                self._ready.append(edge.dst)
+                self._updates.update((target(edge.dst, edge.dst_port), time), 1)
+            else:
+                key = (dest, edge.dst, edge.dst_port, time)
+                buf = self._out.get(key)
+                if buf is None:
+                    self._out[key] = buf = []
                     self._updates.update((target(edge.dst, edge.dst_port), time), 1)
-                else:
-                    key = (dest, edge.dst, edge.dst_port, time)
-                    buf = self._out.get(key)
-                    if buf is None:
-                        self._out[key] = buf = []
-                        self._updates.update((target(edge.dst, edge.dst_port), time), 1)
-                    buf.extend(part)
+                buf.extend(part)
 
     def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
-        if not self._out and self._updates.is_empty() and not self.progress.pending():
+        shipped = self.migration.take_shipped()
+        if (
+            not self._out
+            and not shipped
+            and self._updates.is_empty()
+            and not self.progress.pending()
+        ):
             self._propagate()
             if self.snapshots is not None:
                 self.snapshots.scan()
@@ -338,6 +388,11 @@ class Worker:
                 messages[dest] = msg = WorkerMessage(self.index, 0)
             msg.data.append((v, port, time, records))
         self._out = {}
+        for dest, bins in shipped.items():
+            msg = messages.get(dest)
+            if msg is None:
+                messages[dest] = msg = WorkerMessage(self.index, 0)
+            msg.state.extend(bins)
         self.progress.record(self._updates.drain())
         # Progress rides along with data that goes out anyway: holding it back would only
         # cost another message. Otherwise accumulation decides. A running source does not

@@ -16,8 +16,8 @@ import pytest
 import ray
 
 from timely import Dataflow, Session, Source, Vertex
-from timely.channels import stable_hash
 from timely.comm.handshake import NONCE, PROOF
+from timely.state import owner
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -149,7 +149,7 @@ def test_a_connection_without_the_secret_is_refused_and_the_run_goes_on() -> Non
 # -- backpressure -------------------------------------------------------------------------------
 def key_for(worker: int, workers: int) -> int:
     """An exchange key that routes to ``worker``."""
-    return next(k for k in range(1000) if stable_hash(k) % workers == worker)
+    return next(k for k in range(1000) if owner(k, workers) == worker)
 
 
 TO_B, TO_C = key_for(1, 3), key_for(2, 3)

@@ -1,11 +1,13 @@
-"""The exchange channel's routing: every record goes to ``stable_hash(key) % workers``,
-in its batch's order, whatever the owner memory holds (fresh, full and cleared, or
-filled for another worker count); a deliberately broken memory is caught."""
+"""The exchange channel's routing: every record goes to the worker that the routing
+table gives its bin, ``stable_hash(key) % bins``, in its batch's order, whatever the
+bin memory holds (fresh, full and cleared, or filled for another bin count) and
+whatever the table; a deliberately broken memory is caught."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 import timely.channels as channels
 from timely import stable_hash
 from timely.channels import Exchange
+from timely.routing import DEFAULT_BINS
 
 keys = st.one_of(
     st.integers(-(2**70), 2**70),
@@ -29,41 +32,54 @@ def _first(record: tuple[Any, Any]) -> Any:
     return record[0]
 
 
-def expected(batch: list[Any], workers: int) -> dict[int, list[Any]]:
+def expected(batch: list[Any], table: list[int]) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = {}
     for record in batch:
-        out.setdefault(stable_hash(record[0]) % workers, []).append(record)
+        out.setdefault(table[stable_hash(record[0]) % len(table)], []).append(record)
     return out
 
 
-def check(channel: Exchange, runs: list[tuple[int, list[Any]]]) -> None:
-    for workers, batch in runs:
-        assert channel.route(batch, workers, 0) == (
-            expected(batch, workers) if workers > 1 else {0: batch}
-        )
+def check(channel: Exchange, runs: list[tuple[list[int], list[Any]]]) -> None:
+    for table, batch in runs:
+        got = channel.route_by(batch, np.asarray(table, dtype=np.intp), 0)
+        assert got == expected(batch, table)
+
+
+tables = st.integers(1, 40).flatmap(
+    lambda bins: st.lists(st.integers(0, 20), min_size=bins, max_size=bins)
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(batches, st.lists(st.integers(1, 20), min_size=1, max_size=6), st.integers(1, 8))
-def test_exchange_routes_by_stable_hash_whatever_it_remembers(
-    data: list[list[Any]], worker_counts: list[int], bound: int
+@given(batches, st.lists(tables, min_size=1, max_size=6), st.integers(1, 8))
+def test_exchange_routes_by_bin_and_table_whatever_it_remembers(
+    data: list[list[Any]], routing: list[list[int]], bound: int
 ) -> None:
     channel = Exchange(_first)
-    runs = [(worker_counts[i % len(worker_counts)], b) for i, b in enumerate(data)]
+    runs = [(routing[i % len(routing)], b) for i, b in enumerate(data)]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(channels, "_OWNER_CACHE", bound)  # small: the memory fills and clears
         check(channel, runs)
 
 
-def test_a_memory_kept_across_worker_counts_is_caught() -> None:
-    """Mutation check: an owner memory that is not cleared when the worker count changes
-    routes a remembered key to its old worker, and the property above sees it."""
+@settings(max_examples=50, deadline=None)
+@given(batches, st.integers(2, 20))
+def test_route_uses_the_default_table(data: list[list[Any]], workers: int) -> None:
+    channel = Exchange(_first)
+    table = [b % workers for b in range(DEFAULT_BINS)]
+    for batch in data:
+        assert channel.route(batch, workers, 0) == expected(batch, table)
+
+
+def test_a_memory_kept_across_bin_counts_is_caught() -> None:
+    """Mutation check: a bin memory that is not cleared when the bin count changes
+    routes a remembered key by its old bin, and the property above sees it."""
     batch = [(k, 0) for k in ("a", "b", "c", "d", "e", "f", "g", "h")]
     broken = Exchange(_first)
-    broken.route(batch, 2, 0)
-    broken._owners_for = 3  # as if it had been cleared for 3 but kept the owners for 2
+    check(broken, [([0, 1], batch)])
+    broken._bins_for = 3  # as if it had been cleared for 3 bins but kept those for 2
     with pytest.raises(AssertionError):
-        check(broken, [(3, batch)])
+        check(broken, [([0, 1, 2], batch)])
 
 
 @settings(max_examples=100, deadline=None)
@@ -74,7 +90,7 @@ def test_exchange_without_a_key_routes_by_the_record_itself(
     got = Exchange(None).route(records, workers, 0)
     want: dict[int, list[Any]] = {}
     for r in records:
-        want.setdefault(stable_hash(r) % workers, []).append(r)
+        want.setdefault(stable_hash(r) % DEFAULT_BINS % workers, []).append(r)
     assert got == want
 
 

@@ -91,6 +91,9 @@ class InlineSession(Session):
         agreed = [w.request_checkpoint(epoch, every, fraction) for w in self.worker_list]
         return all(agreed), max(w.checkpoint_floor() for w in self.worker_list)
 
+    def _bin_loads(self) -> list[list[int]]:
+        return [w.migration.take_load() for w in self.worker_list]
+
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
         return merge_frontiers([w.frontier(vertex) for w in self.worker_list])
 

@@ -414,6 +414,10 @@ class WorkerActor:
         agreed = self.worker.request_checkpoint(epoch, every, fraction)
         return agreed, self.worker.checkpoint_floor()
 
+    async def take_load(self) -> list[int]:
+        """Records routed per bin since the last call (``Session.rebalance``)."""
+        return self.worker.migration.take_load()
+
     async def frontier(self, vertex: int) -> tuple[tuple[int, ...], ...]:
         """This worker's view of the frontier at ``vertex``'s first input (between steps)."""
         return self.worker.frontier(vertex)
@@ -740,6 +744,11 @@ class RaySession(Session):
         refs = [a.request_checkpoint.remote(epoch, every, fraction) for a in self.actors]
         answers = self._wait_for(refs, list(range(self.workers)))
         return all(ok for ok, _ in answers), max(seen for _, seen in answers)
+
+    def _bin_loads(self) -> list[list[int]]:
+        refs = [a.take_load.remote() for a in self.actors]
+        loads: list[list[int]] = self._wait_for(refs, list(range(self.workers)))
+        return loads
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
         refs = [a.frontier.remote(vertex) for a in self.actors]
