@@ -66,6 +66,21 @@ def bins_of(keys: Sequence[Any], bins: int) -> list[int]:
     return [stable_hash(k) % bins for k in keys]
 
 
+def keys_in_bins(keys: list[Any], nbins: int, bins: Iterable[int]) -> list[Any]:
+    """The keys whose bin is one of ``bins`` (a batch of ints in one numpy pass)."""
+    wanted = set(bins)
+    if len(keys) >= 16 and type(keys[0]) is int:
+        try:
+            arr = np.array(keys)
+        except (OverflowError, ValueError):
+            arr = None
+        if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
+            key_bins = _mix_array(arr) % np.uint64(nbins)
+            chosen = np.flatnonzero(np.isin(key_bins, np.fromiter(wanted, np.uint64)))
+            return [keys[i] for i in chosen.tolist()]
+    return [k for k, b in zip(keys, bins_of(keys, nbins)) if b in wanted]
+
+
 def check_table(table: Any, bins: int, workers: int) -> Table:
     """``table`` as a :data:`Table`, or ``ValueError`` saying what is wrong."""
     try:

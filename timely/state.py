@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 from progress import Timestamp
-from timely.routing import DEFAULT_BINS, bins_of, default_table
+from timely.routing import DEFAULT_BINS, bins_of, default_table, keys_in_bins
 from timely.vertex import Vertex
 
 V = TypeVar("V")
@@ -129,8 +129,7 @@ class KeyedState(Generic[V]):
             if before is not None and time[0] >= before:
                 break
             table = self._times[time]
-            keys = list(table)
-            moving = [k for k, b in zip(keys, bins_of(keys, nbins)) if b in bins]
+            moving = keys_in_bins(list(table), nbins, bins)
             if moving:
                 times.append((time, moving, [table.pop(k) for k in moving]))
                 if not table:
