@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -528,3 +529,47 @@ def test_rebalance_needs_a_reconfigurable_run() -> None:
         pytest.raises(ConfigError, match="reconfigurable=True"),
     ):
         session.rebalance()
+
+
+def killed_mid_migration(backend: str, marker: Path | None, checkpoint: str | None) -> Any:
+    """A streaming session that drains worker 0 over eight epochs (16 bins an epoch);
+    with ``marker``, the worker that sees the record ``"die"`` (sent in the third step's
+    epoch) ends its process once."""
+    flow = Dataflow("killed")
+    handle = flow.new_input("words")
+
+    def die(word: str) -> None:
+        if marker is not None and word == "die" and not marker.exists():
+            marker.write_text("exited")
+            os._exit(1)
+
+    words = handle.stream.inspect(die)
+    words.running_reduce(lambda w: w, operator.add, value=lambda w: 1).collect("running")
+    words.count_by(lambda w: w).collect("counts")
+    options: dict[str, Any] = {"reconfigurable": True}
+    if checkpoint is not None:
+        options |= {"checkpoint": checkpoint, "checkpoint_every": 1}
+    with flow.activate(workers=2, backend=backend, **options) as session:
+        for e in range(14):
+            handle.send([f"w{(e * 13 + i) % 53}" for i in range(40)])
+            if e == 3:
+                session.reconfigure(drain(0), bins_per_step=16)
+            if e == 6:
+                handle.send(["die"])
+            handle.advance_to(e + 1)
+        handle.close()
+        results = session.join()
+        restarts = session.restarts
+    return sorted(results["running"]), sorted(results["counts"]), restarts
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_on_ray_a_worker_killed_during_a_migration_recovers_the_same_outputs(
+    tmp_path: Path,
+) -> None:
+    expected = killed_mid_migration("inline", None, None)[:2]
+    running, counts, restarts = killed_mid_migration(
+        "ray", tmp_path / "marker", str(tmp_path / "ckpt")
+    )
+    assert restarts == 1 and (tmp_path / "marker").exists()
+    assert (running, counts) == expected
