@@ -110,7 +110,7 @@ class StreamingJoin(Join):
     ) -> None:
         super().__init__(left_key, right_key, result)
         self.within = within
-        self.stored = self.keyed_state("stored")
+        self.stored = self.keyed_state("stored", tracked=True)
         self.arrived = self.keyed_state("arrived") if within is not None else None
 
     def on_notify(self, time: Timestamp) -> None:
@@ -155,14 +155,17 @@ class StreamingJoin(Join):
 
     def _store(self, stored: dict[Any, Any], fresh: dict[Any, Any], time: Timestamp) -> None:
         """Fold a completed time's records into the cross-time table."""
+        new: list[Any] = []
         for k, (lefts, rights) in fresh.items():
             entry: tuple[list[Any], list[Any]] | None = stored.get(k)
             if entry is None:
                 stored[k] = entry = ([], [])
+                new.append(k)
             if lefts:
                 entry[0].append((time, lefts))
             if rights:
                 entry[1].append((time, rights))
+        self.stored.added((0,) * len(time), new)
         if self.arrived is not None and fresh:
             self.arrived.table(time).update(dict.fromkeys(fresh))
 

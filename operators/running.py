@@ -37,7 +37,7 @@ class _Running(StatefulVertex):
     def __init__(self) -> None:
         super().__init__()
         self.pending = self.keyed_state("pending")
-        self.state = self.keyed_state("state")
+        self.state = self.keyed_state("state", tracked=True)
 
     def _carried(self) -> dict[Any, Any]:
         """The running state of every key (on this worker)."""
@@ -59,14 +59,20 @@ class RunningReduce(_Running):
         state = self._carried()
         f = self.f
         out: list[Any] = []
+        new: list[Any] = []
         pair: Any = None
         try:
             for pair in pending.items():
                 k, v = pair
-                s = state[k] = f(state[k], v) if k in state else v
+                if k in state:
+                    s = state[k] = f(state[k], v)
+                else:
+                    s = state[k] = v
+                    new.append(k)
                 out.append((k, s))
         except Exception as e:
             self.fail(e, time, pair, f)
+        self.state.added(STATE_TIME, new)
         self.send_by(0, out, time)
 
 
@@ -135,17 +141,23 @@ class MapWithState(_Running):
                 del state[k]
         initial, update = self.initial, self.update
         out: list[Any] = []
+        new: list[Any] = []
         record: Any = None
         try:
             for k, records in pending.items():
                 entry = state.pop(k, None)
-                s = initial() if entry is None else entry[0]
+                if entry is None:
+                    s = initial()
+                    new.append(k)
+                else:
+                    s = entry[0]
                 for record in records:
                     s, outputs = update(k, record, s)
                     out.extend(outputs)
                 state[k] = [s, epoch]  # re-inserted: the table stays in order of last use
         except Exception as e:
             self.fail(e, time, record, update)
+        self.state.added(STATE_TIME, new)
         self.send_by(0, out, time)
 
 

@@ -69,6 +69,11 @@ class Migration:
         }
         """Keyed vertices whose state moves with their bins. A vertex that keeps state of
         its own kind is never moved: its inputs keep the run's first table."""
+        for v in self.migratable:
+            vertex = worker.vertices[v]
+            assert isinstance(vertex, StatefulVertex)
+            for state in vertex.states().values():
+                state.keep_bin_index(plan.bins)
         self.activated = dict.fromkeys(self.migratable, start - 1)
         """Per vertex, the latest configuration whose moves are known (restored ones are done)."""
         self.holding: dict[int, set[int]] = {v: set() for v in self.migratable}

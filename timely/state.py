@@ -63,12 +63,43 @@ class KeyedState(Generic[V]):
     ``pop(time)`` takes it out when the time completes.
     """
 
-    __slots__ = ("_times", "replicated")
+    __slots__ = ("_index", "_nbins", "_times", "replicated", "tracked")
 
-    def __init__(self, replicated: bool = False) -> None:
+    def __init__(self, replicated: bool = False, tracked: bool = False) -> None:
         self._times: dict[Timestamp, dict[Any, V]] = {}
         self.replicated = replicated
         """Every worker holds the same table (fed by a broadcast): a rescale copies it."""
+        self.tracked = tracked
+        """The operator reports every key it adds (:meth:`added`), so that in a
+        reconfigurable run each key's bin is known without hashing the whole table."""
+        self._nbins = 0
+        self._index: dict[Timestamp, dict[int, dict[Any, None]]] = {}
+        """Per time, per bin, the keys added (some may be gone since): a bin's keys in a
+        migration step cost what they are, not what the table is (Megaphone's bins)."""
+
+    def keep_bin_index(self, nbins: int) -> None:
+        """Keep each key's bin from now on (a tracked table of a vertex whose bins may
+        move); the keys already there are indexed at once."""
+        if not self.tracked:
+            return
+        self._nbins = nbins
+        self._index = {}
+        for time, table in self._times.items():
+            self.added(time, list(table))
+
+    def added(self, time: Timestamp, keys: list[Any]) -> None:
+        """The operator has put ``keys``, new ones, into the table of ``time`` (a tracked
+        table must report every key it adds; removals need no report)."""
+        if not self._nbins or not keys:
+            return
+        index = self._index.get(time)
+        if index is None:
+            self._index[time] = index = {}
+        for k, b in zip(keys, bins_of(keys, self._nbins)):
+            group = index.get(b)
+            if group is None:
+                index[b] = group = {}
+            group[k] = None
 
     def get(self, time: Timestamp) -> dict[Any, V] | None:
         """The table of ``time``, or None when nothing was kept for it."""
@@ -83,6 +114,8 @@ class KeyedState(Generic[V]):
 
     def pop(self, time: Timestamp) -> dict[Any, V]:
         """Take the table of ``time`` out (empty if there was none)."""
+        if self._index:
+            self._index.pop(time, None)
         return self._times.pop(time, {})
 
     def times(self) -> list[Timestamp]:
@@ -116,6 +149,7 @@ class KeyedState(Generic[V]):
     def restore(self, snapshot: Snapshot) -> None:
         """Replace the contents with ``snapshot``'s (as made by :meth:`snapshot`)."""
         self._times = {}
+        self._index = {}
         self.install(snapshot)
 
     def extract(
@@ -125,15 +159,29 @@ class KeyedState(Generic[V]):
         epochs before ``before``), as a snapshot that :meth:`install` puts into another
         worker's table (a migration)."""
         times = []
+        rebuild = False
         for time in sorted(self._times):
             if before is not None and time[0] >= before:
                 break
             table = self._times[time]
-            moving = keys_in_bins(list(table), nbins, bins)
+            index = self._index.get(time) if self._nbins == nbins else None
+            if index is not None and len(table) <= sum(map(len, index.values())):
+                candidates: dict[Any, None] = {}
+                for b in bins:
+                    candidates.update(index.pop(b, {}))
+                moving = [k for k in candidates if k in table]
+            else:  # no index, or keys added unreported: find them by hashing every key
+                moving = keys_in_bins(list(table), nbins, bins)
+                if index is not None:
+                    del self._index[time]
+                    rebuild = True
             if moving:
                 times.append((time, moving, [table.pop(k) for k in moving]))
                 if not table:
                     del self._times[time]
+                    self._index.pop(time, None)
+        if rebuild:
+            self.keep_bin_index(self._nbins)
         return {"format": FORMAT, "replicated": self.replicated, "times": times}
 
     def install(self, snapshot: Snapshot) -> list[Timestamp]:
@@ -157,6 +205,7 @@ class KeyedState(Generic[V]):
                 clash = next(k for k in keys if k in table)
                 raise ValueError(f"key {clash!r} at {t} is here already: not keyed state")
             table.update(zip(keys, values))
+            self.added(t, keys)
         return times
 
 
@@ -204,12 +253,16 @@ class StatefulVertex(Vertex):
     def __init__(self) -> None:
         self._states: dict[str, KeyedState[Any]] = {}
 
-    def keyed_state(self, name: str, replicated: bool = False) -> KeyedState[Any]:
+    def keyed_state(
+        self, name: str, replicated: bool = False, tracked: bool = False
+    ) -> KeyedState[Any]:
         """A new table, registered under ``name`` for snapshots; ``replicated`` when every
-        worker holds the same contents (a broadcast input), so a rescale copies it."""
+        worker holds the same contents (a broadcast input), so a rescale copies it;
+        ``tracked`` when the vertex reports every key it adds (:meth:`KeyedState.added`),
+        so that a migration finds a bin's keys without hashing the table."""
         if name in self._states:
             raise ValueError(f"state {name!r} is defined twice")
-        state: KeyedState[Any] = KeyedState(replicated)
+        state: KeyedState[Any] = KeyedState(replicated, tracked)
         self._states[name] = state
         return state
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import operators  # noqa: F401 - registers the stream methods
 import timely.migration
 import timely.routing
+import timely.state
 from tests.checkpoint.pipelines import build
 from tests.checkpoint.sweep import SCRATCH
 from timely import ConfigError, Dataflow, Stream, TimelyError
@@ -573,3 +574,57 @@ def test_on_ray_a_worker_killed_during_a_migration_recovers_the_same_outputs(
     )
     assert restarts == 1 and (tmp_path / "marker").exists()
     assert (running, counts) == expected
+
+
+# -- a tracked table's bin index ---------------------------------------------------------------
+
+
+def tracked_state(keys: list[int], unreported: list[int]) -> Any:
+    from timely.state import KeyedState
+
+    state: KeyedState[int] = KeyedState(tracked=True)
+    state.keep_bin_index(8)
+    table = state.table((0,))
+    for k in keys:
+        table[k] = k
+    state.added((0,), keys)
+    for k in unreported:
+        table[k] = k  # added without telling the index
+    return state
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 500), unique=True, max_size=80),
+    st.lists(st.integers(501, 600), unique=True, max_size=5),
+    st.lists(st.integers(0, 500), max_size=10),
+    st.sets(st.integers(0, 7), min_size=1),
+)
+def test_a_bin_index_extracts_what_hashing_every_key_would(
+    keys: list[int], unreported: list[int], deleted: list[int], bins: set[int]
+) -> None:
+    state = tracked_state(keys, unreported)
+    table = state.table((0,))
+    for k in deleted:
+        table.pop(k, None)  # removals need no report
+    expected = sorted(k for k in table if timely.routing.bin_of(k, 8) in bins)
+    got = state.extract(bins, 8)
+    assert sorted(k for _, ks, _ in got["times"] for k in ks) == expected
+    assert all(timely.routing.bin_of(k, 8) not in bins for k in state.table((0,)))
+
+
+def test_a_bin_index_is_used_when_it_is_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tracked_state(list(range(200)), [])
+    monkeypatch.setattr(timely.state, "keys_in_bins", lambda *a: pytest.fail("hashed every key"))
+    got = state.extract({3}, 8)
+    assert got["times"] and all(timely.routing.bin_of(k, 8) == 3 for k in got["times"][0][1])
+
+
+def test_mutation_trusting_an_incomplete_index_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the check that the index counts at least the table's keys, a key added
+    unreported stays behind when its bin moves; the property above sees it."""
+    monkeypatch.setattr(timely.state, "len", lambda table: 0, raising=False)
+    with pytest.raises(AssertionError):
+        test_a_bin_index_extracts_what_hashing_every_key_would.hypothesis.inner_test(  # type: ignore[attr-defined]
+            list(range(50)), [501, 502, 503, 504, 505], [], set(range(8))
+        )
