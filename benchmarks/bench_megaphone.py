@@ -162,6 +162,8 @@ EPOCH_S = 0.1
 BEFORE_S = 4.0
 AFTER_S = 4.0
 BINS = 256
+BINS_PER_STEP = 8
+"""Fluid: bins moved per epoch (``--bins-per-step``)."""
 
 
 def _one(x: int) -> int:
@@ -215,6 +217,7 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
         end = migrate_at + AFTER_S
         asked_epoch = None
         next_close = start
+
         def finished() -> bool:
             if asked_epoch is None:
                 return False
@@ -234,7 +237,9 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
                     asked_epoch = epoch
                 else:
                     strategy = "fluid" if kind == "fluid" else "all-at-once"
-                    steps = session.reconfigure(swap_half, strategy=strategy, bins_per_step=8)
+                    steps = session.reconfigure(
+                        swap_half, strategy=strategy, bins_per_step=BINS_PER_STEP
+                    )
                     asked_epoch = steps[-1]
                 window = (began, 0.0)
             next_close += EPOCH_S
@@ -270,6 +275,7 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
             [round(closed[e] - start, 3), round(lat * 1000, 2)] for e, lat in latency.items()
         ],
         "migrate_at_s": round(window[0] - start, 3),
+        "bins_per_step": BINS_PER_STEP if kind == "fluid" else None,
     }
 
 
@@ -295,13 +301,16 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    global KEYS, BEFORE_S, AFTER_S
+    global KEYS, BEFORE_S, AFTER_S, BINS_PER_STEP
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="smaller, 1 repetition")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--skip-migration", action="store_true")
     parser.add_argument("--workers", type=int, nargs="*", default=[2])
+    parser.add_argument("--bins-per-step", type=int, default=BINS_PER_STEP)
+    parser.add_argument("--kinds", nargs="*", default=KINDS, choices=KINDS)
     args = parser.parse_args(argv)
+    BINS_PER_STEP = args.bins_per_step
     payload: dict[str, Any] = {}
     if not args.skip_overhead:
         words = 400_000 if args.quick else 2_000_000
@@ -320,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_migration:
         if args.quick:
             KEYS, BEFORE_S, AFTER_S = 200_000, 2.0, 2.0
-        runs = [migration(kind, w) for w in args.workers for kind in KINDS]
+        runs = [migration(kind, w) for w in args.workers for kind in args.kinds]
         payload["migration"] = runs
         print(
             markdown(

@@ -32,8 +32,11 @@ taken on one machine restores on another.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 from progress import Timestamp
 from timely.routing import DEFAULT_BINS, bins_of, default_table, keys_in_bins
@@ -95,11 +98,27 @@ class KeyedState(Generic[V]):
         index = self._index.get(time)
         if index is None:
             self._index[time] = index = {}
-        for k, b in zip(keys, bins_of(keys, self._nbins)):
+        key_bins = bins_of(keys, self._nbins)
+        if len(keys) < 1024:
+            for k, b in zip(keys, key_bins):
+                group = index.get(b)
+                if group is None:
+                    index[b] = group = {}
+                group[k] = None
+            return
+        # Many keys (a bin installed, a restore, a load): grouped by bin in numpy, each
+        # group added in one C-level update.
+        order = np.argsort(np.asarray(key_bins), kind="stable")
+        ordered = [keys[i] for i in order.tolist()]
+        sorted_bins = np.asarray(key_bins)[order]
+        starts = np.flatnonzero(np.diff(sorted_bins)) + 1
+        bounds = [0, *starts.tolist(), len(ordered)]
+        for lo, hi in itertools.pairwise(bounds):
+            b = int(sorted_bins[lo])
             group = index.get(b)
             if group is None:
                 index[b] = group = {}
-            group[k] = None
+            group.update(dict.fromkeys(ordered[lo:hi]))
 
     def get(self, time: Timestamp) -> dict[Any, V] | None:
         """The table of ``time``, or None when nothing was kept for it."""
