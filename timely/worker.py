@@ -205,14 +205,14 @@ class Worker:
                 self._activate(v, -1, None, vertex.pull)
         self._drain_inbox()
         migration = self.migration
-        if migration.active:
+        if migration.active and migration.pending():
             migration.advance()
             self._drain_inbox()
         if self._notify_pending and self._notify_check:
             self._notify_check = False
             self._notify()
             self._drain_inbox()
-            if migration.active:
+            if migration.active and migration.pending():
                 migration.advance()
                 self._drain_inbox()
         return self._finish_step()
