@@ -7,8 +7,8 @@ merge) on 2 workers, inline and on Ray, with three exchanges side by side:
 - ``hash % workers``: the routing before bins (each key to ``stable_hash(key) % workers``,
   owners remembered per key), kept here as a channel of the benchmark's own;
 - ``bins``: key -> bin -> worker through the routing table, as shipped;
-- ``bins + control``: the same in a reconfigurable run (``reconfigurable=True``: a control
-  input broadcast to every keyed step), with no migration.
+- ``bins + control``: the same in a reconfigurable run (``reconfigure=[]``: a control
+  input broadcast to every keyed step, closed at the start), with no migration.
 
 **(b) Migration latency** (goal: fluid's worst epoch latency during the migration <= 3x
 the steady-state p99). A keyed running count (``running_reduce``) over ``KEYS`` int keys
@@ -111,7 +111,7 @@ def wordcount(data: Path, workers: int, backend: str, variant: str) -> Counter[s
     counts.collect("counts")
     options: dict[str, Any] = {"progress": False}
     if variant == "bins + control":
-        options["reconfigurable"] = True
+        options["reconfigure"] = []  # the control input and its ports; nothing moves
     result = flow.run(workers=workers, backend=backend, **options)
     totals: Counter[str] = Counter()
     for _, (w, c) in result["counts"]:

@@ -26,7 +26,7 @@ import operators  # noqa: F401 - registers the stream methods
 import timely.migration
 import timely.routing
 import timely.state
-from tests.checkpoint.pipelines import build
+from tests.checkpoint.pipelines import EpochSource, build
 from tests.checkpoint.sweep import SCRATCH
 from timely import ConfigError, Dataflow, Stream, TimelyError
 from timely.routing import Routing, balance, drain, move, resolve, steps
@@ -322,6 +322,10 @@ def test_bad_configuration_fails_before_anything_starts() -> None:
         flow.run(workers=2, backend="inline", reconfigure=[(3, {0: 1}), (2, {0: 0})])
     with pytest.raises(ConfigError, match="bin 999 does not exist"):
         flow.run(workers=2, backend="inline", reconfigure=[(1, {999: 0})])
+    sourced = Dataflow("sourced")
+    sourced.source(EpochSource([[1, 2], [3]])).count_by(lambda x: x).collect("c")
+    with pytest.raises(ConfigError, match="fed by the driver"):
+        sourced.activate(workers=2, backend="inline", reconfigurable=True)
     with (
         flow.activate(workers=2, backend="inline") as session,
         pytest.raises(ConfigError, match="reconfigurable=True"),
