@@ -240,7 +240,9 @@ class Migration:
 
     def ready(self, v: int, epoch: int) -> bool:
         """Whether ``v`` here can no longer receive, or be notified at, an epoch before
-        ``epoch``: its state for the bins leaving at ``epoch`` is final."""
+        ``epoch`` (its state for the bins leaving at ``epoch`` is final), and has been
+        snapshotted for every checkpoint before ``epoch`` (bins that leave or arrive
+        after a checkpoint's snapshot would be in neither worker's part)."""
         w = self.w
         frontier = w.tracker.frontier
         for i in range(w.plan.vertices[v].inputs):
@@ -248,7 +250,15 @@ class Migration:
                 return False
         if any(t[0] < epoch for t in w.contexts[v].requests):
             return False
-        return not any(t[0] < epoch for _, t, _ in w.inbox[v])
+        if any(t[0] < epoch for _, t, _ in w.inbox[v]):
+            return False
+        return self.snapshotted(v, epoch)
+
+    def snapshotted(self, v: int, epoch: int) -> bool:
+        """Whether ``v`` has its snapshot for every checkpoint before ``epoch`` (taken
+        now if it can be)."""
+        snapshots = self.w.snapshots
+        return snapshots is None or not snapshots.hold_back(v, epoch)
 
     def _ship(self, v: int) -> None:
         queue = self.outgoing[v]

@@ -648,3 +648,53 @@ def test_mutation_trusting_an_incomplete_index_is_caught(monkeypatch: pytest.Mon
     monkeypatch.setattr(timely.state, "len", lambda table: 0, raising=False)
     with pytest.raises(AssertionError):
         check_index(list(range(50)), [501, 502, 503, 504, 505], [], set(range(8)))
+
+
+def rescaled_mid_migration(tmp_path: Path) -> tuple[Any, Any]:
+    """Bins moving, and the session rescales from 2 to 3 workers meanwhile: the
+    checkpoint's state is re-partitioned over the new default table, configurations
+    after it (for 2 workers) are dropped, and a later reconfiguration works on 3."""
+
+    def go(moves: bool) -> Any:
+        flow = Dataflow("rescaled")
+        handle = flow.new_input("words")
+        handle.stream.running_reduce(lambda w: w, operator.add, value=lambda w: 1).collect("r")
+        options: dict[str, Any] = {"reconfigurable": True}
+        if moves:
+            options |= {"checkpoint": str(tmp_path), "checkpoint_every": 1}
+        with flow.activate(workers=2, backend="inline", **options) as session:
+            for e in range(12):
+                handle.send([f"w{(e * 7 + i) % 31}" for i in range(30)])
+                if moves and e == 2:
+                    session.reconfigure(drain(1), bins_per_step=32)
+                if moves and e == 5:
+                    session.rescale(3)
+                if moves and e == 8:
+                    assert session.workers == 3 and session.routing_table == tuple(
+                        b % 3 for b in range(256)
+                    )
+                    session.reconfigure(drain(2), strategy="all-at-once")
+                handle.advance_to(e + 1)
+            handle.close()
+            out = sorted(session.join()["r"])
+        return out, session.rescales
+
+    expected, _ = go(False)
+    got, rescales = go(True)
+    assert len(rescales) == 1 and rescales[0]["to"] == 3
+    return got, expected
+
+
+def test_a_rescale_during_a_migration_deals_the_bins_out_afresh(tmp_path: Path) -> None:
+    got, expected = rescaled_mid_migration(tmp_path)
+    assert got == expected
+
+
+def test_mutation_shipping_before_the_checkpoint_snapshot_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bins that leave after a checkpoint's epoch but before the old owner's snapshot
+    for it are in neither worker's part: the restore loses them."""
+    monkeypatch.setattr(timely.migration.Migration, "snapshotted", lambda self, v, e: True)
+    got, expected = rescaled_mid_migration(tmp_path)
+    assert got != expected
