@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Spark needs Java 17 or newer. Check `java -version` (JAVA_HOME's java if set, else the
 # one on PATH); when it is missing or too old, install Debian's openjdk-17-jre-headless
-# with apt-get (through sudo when not root), or say exactly what to do when we cannot.
+# with apt-get (scripts/_apt.sh: through sudo when not root), or say exactly what to do
+# when we cannot.
 set -euo pipefail
 
 java_bin() {
@@ -35,31 +36,11 @@ found="none"
 fix="install Java 17+ (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless), or set
 JAVA_HOME to a Java 17+ installation, then run this again"
 
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "Spark needs Java 17 or newer (found: $found) and there is no apt-get here to install it;" >&2
-  echo "$fix" >&2
-  exit 2
-fi
-
-if [ "$(id -u)" = "0" ]; then
-  as_root=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then
-  as_root=(sudo -n)
-else
-  echo "Spark needs Java 17 or newer (found: $found); installing it needs root, and sudo" >&2
-  echo "is not available without a password here;" >&2
-  echo "$fix" >&2
-  exit 2
-fi
-
-echo "Spark needs Java 17 or newer (found: $found): installing openjdk-17-jre-headless" >&2
-if ! ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 ||
-  ! ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >&2; then
-  echo "apt-get could not install openjdk-17-jre-headless;" >&2
-  echo "$fix" >&2
-  exit 2
-fi
+what="Spark needs Java 17 or newer (found: $found)"
+case "${BASH_SOURCE[0]}" in */*) here="${BASH_SOURCE[0]%/*}" ;; *) here=. ;; esac
+# shellcheck source=scripts/_apt.sh
+source "$here/_apt.sh"
+apt_install "$what" "$fix" openjdk-17-jre-headless
 
 major="$(java_major)"
 if [ "$major" -lt 17 ]; then
