@@ -158,89 +158,60 @@ flow = Recording("probe")
 """
 
 
-@pytest.mark.parametrize(
-    ("argv", "env", "want"),
-    [
-        (["--checkpoint", "/ckpt/a"], {}, "/ckpt/a"),
-        ([], {"TIMELY_CHECKPOINT": "s3://bucket/ck"}, "s3://bucket/ck"),
-        (["--checkpoint", "flag"], {"TIMELY_CHECKPOINT": "env"}, "flag"),
-        ([], {}, None),
-    ],
-)
-def test_checkpoint_is_forwarded_to_run_only_when_given(
+FORWARDED = [
+    # (option run() gets, its variable, flags, environment, value wanted; None: left out)
+    ("checkpoint", "TIMELY_CHECKPOINT", ["--checkpoint", "/ckpt/a"], {}, "/ckpt/a"),
+    ("checkpoint", "TIMELY_CHECKPOINT", [], {"TIMELY_CHECKPOINT": "s3://b/ck"}, "s3://b/ck"),
+    (
+        "checkpoint",
+        "TIMELY_CHECKPOINT",
+        ["--checkpoint", "flag"],
+        {"TIMELY_CHECKPOINT": "env"},
+        "flag",
+    ),
+    ("checkpoint", "TIMELY_CHECKPOINT", [], {}, None),
+    ("metrics_port", "TIMELY_METRICS_PORT", ["--metrics-port", "9464"], {}, 9464),
+    ("metrics_port", "TIMELY_METRICS_PORT", [], {"TIMELY_METRICS_PORT": "0"}, 0),
+    ("metrics_port", "TIMELY_METRICS_PORT", [], {}, None),
+    (
+        "checkpoint_every",
+        "TIMELY_CHECKPOINT_EVERY",
+        ["--checkpoint", "c", "--checkpoint-every", "auto"],
+        {},
+        "auto",
+    ),
+    (
+        "checkpoint_every",
+        "TIMELY_CHECKPOINT_EVERY",
+        ["--checkpoint", "c"],
+        {"TIMELY_CHECKPOINT_EVERY": "4"},
+        4,
+    ),
+    ("checkpoint_every", "TIMELY_CHECKPOINT_EVERY", ["--checkpoint", "c"], {}, None),
+]
+
+
+@pytest.mark.parametrize(("option", "variable", "argv", "env", "want"), FORWARDED)
+def test_an_option_is_forwarded_to_run_only_when_given(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    option: str,
+    variable: str,
     argv: list[str],
     env: dict[str, str],
-    want: str | None,
+    want: object,
 ) -> None:
     name = f"cli_probe_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(CHECKPOINT_PROBE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("CLI_OPTIONS", str(tmp_path / "options.json"))
-    monkeypatch.delenv("TIMELY_CHECKPOINT", raising=False)
+    monkeypatch.delenv(variable, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert main(["run", name, "--backend", "inline", "--workers", "4", *argv]) == 0
     options = json.loads((tmp_path / "options.json").read_text())
-    assert options.get("checkpoint") == want and ("checkpoint" in options) == (want is not None)
+    assert options.get(option) == want and (option in options) == (want is not None)
     assert options["workers"] == 4 and options["backend"] == "inline"
-
-
-@pytest.mark.parametrize(
-    ("argv", "env", "want"),
-    [
-        (["--metrics-port", "9464"], {}, 9464),
-        ([], {"TIMELY_METRICS_PORT": "0"}, 0),
-        ([], {}, None),
-    ],
-)
-def test_metrics_port_is_forwarded_to_run_only_when_given(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    argv: list[str],
-    env: dict[str, str],
-    want: int | None,
-) -> None:
-    name = f"cli_probe_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(CHECKPOINT_PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("CLI_OPTIONS", str(tmp_path / "options.json"))
-    monkeypatch.delenv("TIMELY_METRICS_PORT", raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    assert main(["run", name, "--backend", "inline", *argv]) == 0
-    options = json.loads((tmp_path / "options.json").read_text())
-    assert options.get("metrics_port") == want
-    assert ("metrics_port" in options) == (want is not None)
-
-
-@pytest.mark.parametrize(
-    ("argv", "env", "want"),
-    [
-        (["--checkpoint", "c", "--checkpoint-every", "auto"], {}, "auto"),
-        (["--checkpoint", "c"], {"TIMELY_CHECKPOINT_EVERY": "4"}, 4),
-        (["--checkpoint", "c"], {}, None),
-    ],
-)
-def test_checkpoint_every_is_forwarded_to_run_only_when_given(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    argv: list[str],
-    env: dict[str, str],
-    want: int | str | None,
-) -> None:
-    name = f"cli_probe_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(CHECKPOINT_PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("CLI_OPTIONS", str(tmp_path / "options.json"))
-    monkeypatch.delenv("TIMELY_CHECKPOINT_EVERY", raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    assert main(["run", name, "--backend", "inline", *argv]) == 0
-    options = json.loads((tmp_path / "options.json").read_text())
-    assert options.get("checkpoint_every") == want
-    assert ("checkpoint_every" in options) == (want is not None)
 
 
 BROKEN = {
