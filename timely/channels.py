@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import is_
@@ -42,6 +42,20 @@ def _mix_array(keys: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     h = keys.astype(np.uint64) * np.uint64(_GOLDEN)
     mixed: np.ndarray[Any, Any] = h ^ (h >> np.uint64(32))
     return mixed
+
+
+def int_keys(keys: Sequence[Any]) -> np.ndarray[Any, Any] | None:
+    """``keys`` as one int64/uint64 array when they are (16 or more) machine-size ints,
+    else None: such a batch is hashed in one numpy pass (:func:`_mix_array`)."""
+    if len(keys) < 16 or type(keys[0]) is not int:
+        return None
+    try:
+        arr = np.asarray(keys)
+    except (OverflowError, ValueError):  # huge ints; ints mixed with tuples
+        return None
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
+        return arr
+    return None
 
 
 def stable_hash(value: Any) -> int:
@@ -138,17 +152,13 @@ class Exchange(Channel):
             return {int(table[0]): records}
         keys = records if self.key is None else list(map(self.key, records))
         dest: np.ndarray[Any, Any] | None = None
-        if len(keys) >= 16 and type(keys[0]) is int:
-            try:
-                arr = np.asarray(keys)
-            except (OverflowError, ValueError):  # huge ints; ints mixed with tuples
-                arr = None
-            if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
-                # Vectorised: the same hash as stable_hash, for a whole batch of int keys.
-                key_bins = (_mix_array(arr) % np.uint64(bins)).astype(np.intp)
-                dest = table[key_bins]
-                if load is not None:
-                    load += np.bincount(key_bins, minlength=bins)
+        arr = int_keys(keys)
+        if arr is not None:
+            # Vectorised: the same hash as stable_hash, for a whole batch of int keys.
+            key_bins = (_mix_array(arr) % np.uint64(bins)).astype(np.intp)
+            dest = table[key_bins]
+            if load is not None:
+                load += np.bincount(key_bins, minlength=bins)
         if dest is None:
             try:
                 key_bins = self._bins_of(keys, bins)

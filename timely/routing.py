@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from timely.channels import _mix_array, stable_hash
+from timely.channels import _mix_array, int_keys, stable_hash
 
 DEFAULT_BINS = 256
 """Bins per run unless ``bins=`` says otherwise."""
@@ -55,29 +55,21 @@ def bin_of(key: Any, bins: int) -> int:
 
 def bins_of(keys: Sequence[Any], bins: int) -> list[int]:
     """The bin of each key; a list of ints in one numpy pass."""
-    if len(keys) >= 16 and type(keys[0]) is int:
-        try:
-            arr = np.asarray(keys)
-        except (OverflowError, ValueError):
-            arr = None
-        if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
-            out: list[int] = (_mix_array(arr) % np.uint64(bins)).tolist()
-            return out
+    arr = int_keys(keys)
+    if arr is not None:
+        out: list[int] = (_mix_array(arr) % np.uint64(bins)).tolist()
+        return out
     return [stable_hash(k) % bins for k in keys]
 
 
 def keys_in_bins(keys: list[Any], nbins: int, bins: Iterable[int]) -> list[Any]:
     """The keys whose bin is one of ``bins`` (a batch of ints in one numpy pass)."""
     wanted = set(bins)
-    if len(keys) >= 16 and type(keys[0]) is int:
-        try:
-            arr = np.array(keys)
-        except (OverflowError, ValueError):
-            arr = None
-        if arr is not None and arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
-            key_bins = _mix_array(arr) % np.uint64(nbins)
-            chosen = np.flatnonzero(np.isin(key_bins, np.fromiter(wanted, np.uint64)))
-            return [keys[i] for i in chosen.tolist()]
+    arr = int_keys(keys)
+    if arr is not None:
+        key_bins = _mix_array(arr) % np.uint64(nbins)
+        chosen = np.flatnonzero(np.isin(key_bins, np.fromiter(wanted, np.uint64)))
+        return [keys[i] for i in chosen.tolist()]
     return [k for k, b in zip(keys, bins_of(keys, nbins)) if b in wanted]
 
 

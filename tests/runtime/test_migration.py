@@ -476,7 +476,7 @@ def skewed(
 ) -> tuple[Any, list[int], dict[str, Any]]:
     """Counts over keys that land mostly in worker 0's bins (four in five records, the
     same keys every epoch), fed epoch by epoch; with ``rebalance_at``, ``rebalance()``
-    after that epoch's sends.
+    once that epoch is done.
     Returns the outputs, the records each worker received after the rebalance (by bin,
     through the routing table then in force) and what ``rebalance`` reported."""
     from timely.routing import bin_of, default_table
@@ -487,16 +487,29 @@ def skewed(
     cold = sorted(set(keys) - set(hot))
     flow = Dataflow("skewed")
     handle = flow.new_input("events")
-    handle.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1).collect("c")
+    counts = handle.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1)
+    counts.collect("c")
+    probe = counts.probe()
     report: dict[str, Any] = {}
     with flow.activate(workers=workers, backend=backend, reconfigurable=True) as session:
-        for e in range(8):
+
+        def done(epoch: int) -> None:  # on Ray the workers run behind the driver
+            while not probe.done(epoch):
+                session.poll(0.01)
+
+        measure_from = None
+        for e in range(10):
+            if e == measure_from:
+                done(e - 1)
+                session._bin_loads()  # count from the new table's first epoch on
             handle.send(hot[:400] * 2)  # the same keys every epoch: a steady skew
             handle.send(cold[:200])
-            if e == rebalance_at:
-                report = session.rebalance()
-                session._bin_loads()  # measure from here on
             handle.advance_to(e + 1)
+            if e == rebalance_at:
+                done(e)
+                report = session.rebalance(strategy="all-at-once")
+                measure_from = report["epochs"][-1] if report["epochs"] else e + 1
+        done(9)
         per_bin = [sum(n) for n in zip(*session._bin_loads())]
         received = [0] * workers
         for b, n in enumerate(per_bin):
