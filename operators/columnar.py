@@ -35,7 +35,6 @@ from progress import Timestamp
 from timely import Stream, Vertex, stream_method
 from timely.channels import Exchange
 from timely.errors import function_location
-from timely.routing import bins_of
 
 Chunk = Any
 """A column chunk: a pyarrow Array/ChunkedArray/RecordBatch/Table or a numpy array."""
@@ -43,8 +42,6 @@ Chunk = Any
 COUNT = "count"
 _EXACT = 1 << 53
 """Counts below this add up exactly in float64 (the bincount path)."""
-_OWNER_CACHE = 1 << 17
-"""How many keys a partial-count exchange remembers the owner of."""
 
 
 def chunk_length(chunk: Chunk) -> int:
@@ -262,22 +259,11 @@ class PartialExchange(Exchange):
         load: np.ndarray[Any, Any] | None = None,
     ) -> dict[int, list[Any]]:
         nbins = len(table)
-        cache = self._bins
-        if self._bins_for != nbins:
-            cache.clear()
-            self._bins_for = nbins
         out: dict[int, list[Any]] = {}
         for chunk in records:
             rows = list(_rows(chunk))
-            key_bins = np.empty(len(rows), dtype=np.intp)
-            new = [k for k in rows if k not in cache]
-            if new:
-                if len(cache) + len(new) > _OWNER_CACHE:
-                    cache.clear()
-                    new = rows
-                cache.update(zip(new, bins_of(new, nbins)))
-            for i, k in enumerate(rows):
-                key_bins[i] = cache[k]
+            # The exchange's own memory of each key's bin: a row's key is hashed once.
+            key_bins = np.fromiter(self._bins_of(rows, nbins), np.intp, len(rows))
             dest = table[key_bins]
             if load is not None:
                 load += np.bincount(key_bins, minlength=nbins)

@@ -151,23 +151,19 @@ class Exchange(Channel):
                 load[0] += len(records)
             return {int(table[0]): records}
         keys = records if self.key is None else list(map(self.key, records))
-        dest: np.ndarray[Any, Any] | None = None
         arr = int_keys(keys)
         if arr is not None:
             # Vectorised: the same hash as stable_hash, for a whole batch of int keys.
             key_bins = (_mix_array(arr) % np.uint64(bins)).astype(np.intp)
-            dest = table[key_bins]
-            if load is not None:
-                load += np.bincount(key_bins, minlength=bins)
-        if dest is None:
+        else:
             try:
-                key_bins = self._bins_of(keys, bins)
+                listed = self._bins_of(keys, bins)
             except TypeError:  # an unhashable key: stable_hash says why, or hashes a frozenset
-                key_bins = [stable_hash(k) % bins for k in keys]
-            bin_array = np.fromiter(key_bins, np.intp, len(keys))
-            dest = table[bin_array]
-            if load is not None:
-                load += np.bincount(bin_array, minlength=bins)
+                listed = [stable_hash(k) % bins for k in keys]
+            key_bins = np.fromiter(listed, np.intp, len(keys))
+        dest = table[key_bins]
+        if load is not None:
+            load += np.bincount(key_bins, minlength=bins)
         workers = int(dest.max()) + 1 if len(dest) else 0
         if workers > _COMPRESS_UP_TO:
             return _split(records, dest.tolist(), workers)

@@ -43,6 +43,16 @@ def check_bins(bins: Any) -> int:
     return bins
 
 
+def check_bins_per_step(value: Any, where: str) -> int:
+    """``value`` if it is a usable number of bins moved per epoch, else a
+    ``ConfigError`` naming ``where`` it was given."""
+    from timely.errors import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: bins_per_step must be an int >= 1, got {value!r}")
+    return value
+
+
 def default_table(bins: int, workers: int) -> Table:
     """Bins dealt to the workers in turn: bin ``b`` on worker ``b % workers``."""
     return tuple(b % workers for b in range(bins))

@@ -23,6 +23,7 @@ from timely.routing import (
     Table,
     balance,
     check_bins,
+    check_bins_per_step,
     default_table,
     resolve,
     steps,
@@ -204,6 +205,13 @@ class Session(ABC):
         self._control_epoch = epoch
         self.input_command(control, Advance(epoch))
 
+    def _require_control(self, what: str) -> None:
+        if self.plan.control is None:
+            raise ConfigError(
+                f"{what} needs a reconfigurable run: start it with "
+                "flow.activate(..., reconfigurable=True)"
+            )
+
     def _close_control(self) -> None:
         control = self.plan.control
         if control is not None and not self._control_closed:
@@ -227,25 +235,14 @@ class Session(ABC):
         ``"fluid"`` moves ``bins_per_step`` bins per epoch, so that each epoch waits for
         a few bins only. Returns the epochs the steps take effect at (empty: nothing
         moves). Needs ``flow.activate(..., reconfigurable=True)``."""
-        if self.plan.control is None:
-            raise ConfigError(
-                "reconfigure needs a reconfigurable run: start it with "
-                "flow.activate(..., reconfigurable=True)"
-            )
+        self._require_control("reconfigure")
         if self._control_closed:
             raise ConfigError("reconfigure: the run's inputs are closed; nothing moves any more")
         if strategy not in ("fluid", "all-at-once"):
             raise ConfigError(
                 f"reconfigure: strategy must be 'fluid' or 'all-at-once', got {strategy!r}"
             )
-        if (
-            isinstance(bins_per_step, bool)
-            or not isinstance(bins_per_step, int)
-            or bins_per_step < 1
-        ):
-            raise ConfigError(
-                f"reconfigure: bins_per_step must be a positive int, got {bins_per_step!r}"
-            )
+        check_bins_per_step(bins_per_step, "reconfigure")
         try:
             new = resolve(assignment, self.routing_table, self.workers)
         except ValueError as e:
@@ -274,11 +271,7 @@ class Session(ABC):
         (a hot key) stays where it is: no placement spreads one bin."""
         if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 1:
             raise ConfigError(f"rebalance: tolerance must be a number >= 1, got {tolerance!r}")
-        if self.plan.control is None:
-            raise ConfigError(
-                "rebalance needs a reconfigurable run: start it with "
-                "flow.activate(..., reconfigurable=True)"
-            )
+        self._require_control("rebalance")
         per_bin = [0] * self.plan.bins
         for loads in self._guarded(self._bin_loads):
             for b, n in enumerate(loads):
@@ -629,12 +622,8 @@ def _routing_options(
                     f"reconfigure=: epochs must be ints >= 0 in increasing order, got {epoch!r} "
                     f"after {last}"
                 )
-            if per_step is not None and (
-                isinstance(per_step, bool) or not isinstance(per_step, int) or per_step < 1
-            ):
-                raise ConfigError(
-                    f"reconfigure=: bins_per_step must be an int >= 1, got {per_step!r}"
-                )
+            if per_step is not None:
+                check_bins_per_step(per_step, "reconfigure=")
             prev = table
             try:
                 table = resolve(assignment, table, workers)

@@ -184,25 +184,21 @@ class KeyedState(Generic[V]):
                 break
             table = self._times[time]
             index = self._index.get(time) if self._nbins == nbins else None
-            if (
-                index is not None
-                and len(table) <= sum(map(len, index.values()))
-                # A large share of the table: one numpy pass over every key is faster.
-                and 4 * sum(len(index.get(b, ())) for b in bins) <= len(table)
-            ):
+            if index is not None and len(table) > sum(map(len, index.values())):
+                # Keys were added unreported: hash every key, and index them again after.
+                del self._index[time]
+                index, rebuild = None, True
+            # A large share of the table: one numpy pass over every key is faster.
+            if index is not None and 4 * sum(len(index.get(b, ())) for b in bins) <= len(table):
                 candidates: dict[Any, None] = {}
                 for b in bins:
                     candidates.update(index.pop(b, {}))
                 moving = [k for k in candidates if k in table]
-            elif index is not None and len(table) <= sum(map(len, index.values())):
-                moving = keys_in_bins(list(table), nbins, bins)
-                for b in bins:
-                    index.pop(b, None)
-            else:  # no index, or keys added unreported: find them by hashing every key
+            else:
                 moving = keys_in_bins(list(table), nbins, bins)
                 if index is not None:
-                    del self._index[time]
-                    rebuild = True
+                    for b in bins:
+                        index.pop(b, None)
             if moving:
                 times.append((time, moving, [table.pop(k) for k in moving]))
                 if not table:

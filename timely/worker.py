@@ -204,18 +204,21 @@ class Worker:
             if vertex.due():
                 self._activate(v, -1, None, vertex.pull)
         self._drain_inbox()
-        migration = self.migration
-        if migration.active and migration.pending():
-            migration.advance()
-            self._drain_inbox()
+        self._migrate()
         if self._notify_pending and self._notify_check:
             self._notify_check = False
             self._notify()
             self._drain_inbox()
-            if migration.active and migration.pending():
-                migration.advance()
-                self._drain_inbox()
+            self._migrate()
         return self._finish_step()
+
+    def _migrate(self) -> None:
+        """Move migrations on (held batches, bins to ship and install), then deliver what
+        that released."""
+        migration = self.migration
+        if migration.active and migration.pending():
+            migration.advance()
+            self._drain_inbox()
 
     def _propagate(self) -> None:
         if self._frontier_moved:
