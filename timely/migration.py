@@ -49,6 +49,9 @@ from timely.state import StatefulVertex
 if TYPE_CHECKING:
     from timely.worker import Worker
 
+BinLoad = dict[str, Any]
+"""``{"records": [per bin], "useful_ns": int}``: one worker's measure for a rebalance."""
+
 Shipment = tuple[int, int, list[int], Any]
 """``(vertex, epoch T, bins, tables)``: keyed state moving to a new owner."""
 
@@ -84,19 +87,27 @@ class Migration:
         self.arrivals: list[Shipment] = []
         self.held: list[tuple[EdgeSpec, list[Any], Timestamp]] = []
         self.shipped: dict[int, list[Shipment]] = {}
+        self.preparing: dict[int, float] = {}
+        """Per vertex, the keys coming by activated configurations, as a share of those
+        held: room to make in its tables in an idle step (:meth:`prepare`)."""
         self.dirty = False
         """Frontiers moved or state arrived since :meth:`advance` last ran."""
         self.load = np.zeros(plan.bins, dtype=np.int64) if self.migratable else None
         """Records this worker has routed to each bin of a migratable vertex (the
         session reads and clears it for :meth:`~timely.runtime.Session.rebalance`)."""
+        self.timed = frozenset(self.migratable)
+        """The vertices whose activations count as useful time here (the keyed ones)."""
+        self.useful_ns = 0
+        """Time in the activations of :attr:`timed` vertices (DS2's useful time), ns."""
 
-    def take_load(self) -> list[int]:
-        """The records routed per bin since the last call."""
+    def take_load(self) -> BinLoad:
+        """The records routed per bin and the useful time spent since the last call."""
+        useful, self.useful_ns = self.useful_ns, 0
         if self.load is None:
-            return []
-        out: list[int] = self.load.tolist()
+            return {"records": [], "useful_ns": useful}
+        records: list[int] = self.load.tolist()
         self.load[:] = 0
-        return out
+        return {"records": records, "useful_ns": useful}
 
     # -- routing -------------------------------------------------------------------------
     def table_for(self, dst: int, epoch: int) -> np.ndarray[Any, Any]:
@@ -189,6 +200,7 @@ class Migration:
         frontier = self.w.tracker.frontier(target(v, self.control[v]))
         limit = min((f[0] for f in frontier), default=None)
         changed = False
+        owned, coming = 0, 0
         for i in range(1, len(routing.epochs)):
             epoch = routing.epochs[i]
             if epoch <= self.activated[v]:
@@ -196,15 +208,34 @@ class Migration:
             if limit is not None and epoch >= limit:
                 break
             before, after = routing.tables[i - 1], routing.tables[i]
+            if not changed:
+                owned = before.count(me)
             leaving = {b: after[b] for b in range(len(after)) if before[b] == me != after[b]}
             arriving = {b for b in range(len(after)) if after[b] == me != before[b]}
             if leaving:
                 self.outgoing[v].append((epoch, leaving))
             if arriving:
                 self.incoming[v][epoch] = arriving
+                coming += len(arriving)
             self.activated[v] = epoch
             changed = True
+        if coming and owned:
+            # Room in the tables for what is coming: made when the worker is idle, before
+            # the first install (:meth:`prepare`).
+            self.preparing[v] = self.preparing.get(v, 0.0) + coming / owned
         return changed
+
+    def prepare(self, v: int | None = None) -> None:
+        """Make room for the bins coming to ``v`` (or to the first vertex with some):
+        growing a large table copies it whole, which is better done in an idle step than
+        in an install that an epoch waits for (:meth:`KeyedState.reserve`)."""
+        if v is None:
+            v = next(iter(self.preparing))
+        share = self.preparing.pop(v, None)
+        if share is not None:
+            vertex = self.w.vertices[v]
+            assert isinstance(vertex, StatefulVertex)
+            vertex.reserve_bins(share)
 
     def arrived(self, shipments: list[Shipment]) -> None:
         """State sent here by old owners (installed once its configuration is active)."""
@@ -220,6 +251,7 @@ class Migration:
             if epoch > self.activated[v] or not self.ready(v, epoch):
                 later.append((v, epoch, bins, tables))
                 continue
+            self.prepare(v)  # not done in an idle step yet: done now
             vertex = w.vertices[v]
             assert isinstance(vertex, StatefulVertex)
             ctx = w.contexts[v]

@@ -186,6 +186,24 @@ def balance(
     return {b: w for b, w in moves.items() if w != current[b]}
 
 
+def useful_per_bin(records: Sequence[int], useful: Sequence[float], table: Table) -> list[float]:
+    """Each bin's estimated useful time: its records times its owner's useful time per
+    record (DS2's true cost), so that a worker whose records cost more (larger state, a
+    costlier function) weighs more than its count. A worker with records but no time
+    measured is costed at the mean; with no time measured anywhere, the records are the
+    weights."""
+    workers = len(useful)
+    received = [0] * workers
+    for b, n in enumerate(records):
+        received[table[b]] += n
+    total_records, total_useful = sum(received), sum(useful)
+    if total_records == 0 or total_useful <= 0:
+        return [float(n) for n in records]
+    mean = total_useful / total_records
+    cost = [u / n if u > 0 and n else mean for u, n in zip(useful, received)]
+    return [n * cost[table[b]] for b, n in enumerate(records)]
+
+
 class Routing:
     """A run's configurations: the routing table in force at each epoch.
 

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from timely.cadence import Measurement
@@ -17,6 +17,7 @@ from timely.coordinator import CheckpointCoordinator, Restore
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
 from timely.eventlog import EventLog, clock, open_driver_log, trace_option
 from timely.messages import Advance, Close, InputCommand, Send
+from timely.migration import BinLoad
 from timely.monitor import Monitor, RunView, monitor_options, remove_trace, temporary_trace
 from timely.routing import (
     Assignment,
@@ -27,6 +28,7 @@ from timely.routing import (
     default_table,
     resolve,
     steps,
+    useful_per_bin,
 )
 from timely.spec import RunSpec
 from timely.verbosity import resolve_verbose
@@ -252,39 +254,58 @@ class Session(ABC):
         )
         return self._configure(tables, strategy)
 
-    def _bin_loads(self) -> list[list[int]]:
-        """Each worker's records routed per bin since the last call (backends that can
-        reach their workers override this)."""
+    def _bin_loads(self) -> list[BinLoad]:
+        """Each worker's records routed per bin and useful time in keyed steps since the
+        last call (backends that can reach their workers override this)."""
         raise NotImplementedError(f"{type(self).__name__} cannot measure bin loads")
 
     def rebalance(
-        self, tolerance: float = 1.2, strategy: str = "fluid", bins_per_step: int = 8
+        self,
+        tolerance: float = 1.2,
+        strategy: str = "fluid",
+        bins_per_step: int = 8,
+        by: str = "useful",
     ) -> dict[str, Any]:
         """Move bins so that the busiest worker carries at most ``tolerance`` times the
-        mean load, by the records routed to each bin since the session started (or since
-        the last ``rebalance``): few bins move, the heaviest first that help
-        (:func:`timely.routing.balance`), by :meth:`reconfigure`.
+        mean load, measured since the session started (or since the last ``rebalance``):
+        few bins move, the heaviest first that help (:func:`timely.routing.balance`), by
+        :meth:`reconfigure`.
 
-        Returns what it measured and did: ``loads`` (records per worker before),
-        ``expected`` (after the moves, by the same counts), ``moves`` ``{bin: worker}``
-        and ``epochs`` (the steps). A bin heavier than ``(tolerance - 1)`` times the mean
-        (a hot key) stays where it is: no placement spreads one bin."""
+        ``by="useful"`` weighs each bin by its records times its owner's useful time per
+        record in the keyed steps (:func:`timely.routing.useful_per_bin`);
+        ``by="records"`` by its records alone. Returns what it measured and did:
+        ``records`` and ``useful_s`` per worker, ``loads`` (the weights per worker
+        before), ``expected`` (after the moves, by the same weights), ``moves``
+        ``{bin: worker}`` and ``epochs`` (the steps). A bin heavier than
+        ``(tolerance - 1)`` times the mean (a hot key) stays where it is: no placement
+        spreads one bin."""
         if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance < 1:
             raise ConfigError(f"rebalance: tolerance must be a number >= 1, got {tolerance!r}")
+        if by not in ("useful", "records"):
+            raise ConfigError(f"rebalance: by must be 'useful' or 'records', got {by!r}")
         self._require_control("rebalance")
         per_bin = [0] * self.plan.bins
-        for loads in self._guarded(self._bin_loads):
-            for b, n in enumerate(loads):
+        useful = [0.0] * self.workers
+        for w, load in enumerate(self._guarded(self._bin_loads)):
+            for b, n in enumerate(load["records"]):
                 per_bin[b] += n
+            useful[w] = load["useful_ns"] / 1e9
         table = self.routing_table
-        moves = balance(per_bin, table, self.workers, tolerance)
+        weights: list[float] = (
+            useful_per_bin(per_bin, useful, table)
+            if by == "useful"
+            else [float(n) for n in per_bin]
+        )
+        moves = balance(weights, table, self.workers, tolerance)
         after = list(table)
         for b, w in moves.items():
             after[b] = w
         epochs = self.reconfigure(moves, strategy, bins_per_step) if moves else []
         return {
-            "loads": _per_worker(per_bin, table, self.workers),
-            "expected": _per_worker(per_bin, tuple(after), self.workers),
+            "records": _per_worker(per_bin, table, self.workers),
+            "useful_s": useful,
+            "loads": _per_worker(weights, table, self.workers),
+            "expected": _per_worker(weights, tuple(after), self.workers),
             "moves": moves,
             "epochs": epochs,
         }
@@ -556,8 +577,8 @@ class Session(ABC):
         self.close()
 
 
-def _per_worker(per_bin: list[int], table: Table, workers: int) -> list[int]:
-    out = [0] * workers
+def _per_worker(per_bin: Sequence[float], table: Table, workers: int) -> list[float]:
+    out: list[float] = [0] * workers
     for b, n in enumerate(per_bin):
         out[table[b]] += n
     return out

@@ -151,8 +151,30 @@ class Worker:
     # -- the step ---------------------------------------------------------------------------
     def has_work(self) -> bool:
         """Whether a step now would do anything (local work, or held progress to release)."""
-        return self._local_work() or (
-            bool(self.progress.pending()) and self.progress.must_flush(idle=True)
+        return (
+            self._local_work()
+            or (bool(self.progress.pending()) and self.progress.must_flush(idle=True))
+            or (bool(self.migration.preparing) and self._nothing_due())
+        )
+
+    def _nothing_due(self) -> bool:
+        """No notification here is due once the work in flight has landed: every request
+        is at an epoch an input or source may still send at. Then a step may spend time
+        on preparation without holding up an output."""
+        if not self._notify_pending:
+            return True
+        tracker, plan = self.tracker, self.plan
+        open_from = min(
+            (
+                f[0]
+                for r in plan.roots
+                for port in range(plan.vertices[r].outputs)
+                for f in tracker.pointstamp_frontier(source(r, port))
+            ),
+            default=None,
+        )
+        return open_from is not None and not any(
+            t[0] < open_from for v in self._notify_pending for t in self.contexts[v].requests
         )
 
     def _local_work(self, sources: bool = True) -> bool:
@@ -190,6 +212,8 @@ class Worker:
             log.tick()
 
     def _step(self) -> list[tuple[int, WorkerMessage]]:
+        if self.migration.preparing and not self._local_work() and self._nothing_due():
+            self.migration.prepare()  # an idle step: room for bins to come (one vertex)
         self.received_since_step = False
         self._propagate()
         for v, queue in list(self._commands.items()):
@@ -209,7 +233,9 @@ class Worker:
             self._notify_check = False
             self._notify()
             self._drain_inbox()
-            self._migrate()
+            # What the notifications made possible for migrations (bins whose earlier
+            # epochs are now done) waits for the next step: their outputs go out first.
+            self.migration.dirty = True
         return self._finish_step()
 
     def _migrate(self) -> None:
@@ -283,6 +309,9 @@ class Worker:
         log = self.log
         if log is not None:
             t0, out0 = clock(), self.records_out
+        timed = v in self.migration.timed
+        if timed:
+            u0 = clock()
         ctx = self.contexts[v]
         ctx.now = None if time is None else (port, time)
         try:
@@ -297,6 +326,8 @@ class Worker:
             ctx.user_error(e, time, record, None)
         finally:
             ctx.now = None
+            if timed:
+                self.migration.useful_ns += clock() - u0
             if log is not None:
                 if port >= 0:
                     kind, records_in = RECV, len(args[1])

@@ -472,7 +472,7 @@ def test_mutation_a_balance_that_stops_after_one_move_is_caught() -> None:
 
 
 def skewed(
-    workers: int, rebalance_at: int | None, backend: str = "inline"
+    workers: int, rebalance_at: int | None, backend: str = "inline", by: str = "records"
 ) -> tuple[Any, list[int], dict[str, Any]]:
     """Counts over keys that land mostly in worker 0's bins (four in five records, the
     same keys every epoch), fed epoch by epoch; with ``rebalance_at``, ``rebalance()``
@@ -507,10 +507,10 @@ def skewed(
             handle.advance_to(e + 1)
             if e == rebalance_at:
                 done(e)
-                report = session.rebalance(strategy="all-at-once")
+                report = session.rebalance(strategy="all-at-once", by=by)
                 measure_from = report["epochs"][-1] if report["epochs"] else e + 1
         done(9)
-        per_bin = [sum(n) for n in zip(*session._bin_loads())]
+        per_bin = [sum(n) for n in zip(*(load["records"] for load in session._bin_loads()))]
         received = [0] * workers
         for b, n in enumerate(per_bin):
             received[session.routing_table[b]] += n
@@ -531,12 +531,64 @@ def test_rebalance_evens_out_a_skewed_workload() -> None:
     assert max(after) <= 1.2 * sum(after) / 2
 
 
+def test_rebalance_by_useful_time_weighs_records_by_their_owners_cost() -> None:
+    """By default a bin weighs its records times its owner's useful time per record:
+    every record sent is counted, every worker's keyed steps took time, and the moves
+    bring the busiest worker within the tolerance by those weights."""
+    base, _, _ = skewed(2, None)
+    counts, _, report = skewed(2, 3, by="useful")
+    assert counts == base
+    assert sum(report["records"]) == 4 * (800 + 200)  # epochs 0..3, every record
+    assert all(u > 0 for u in report["useful_s"])
+    assert sum(report["loads"]) == pytest.approx(sum(report["useful_s"]))
+    mean = sum(report["loads"]) / 2
+    assert max(report["expected"]) <= 1.2 * mean or not report["moves"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda w: st.tuples(
+            st.lists(st.integers(0, w - 1), min_size=8, max_size=8),
+            st.lists(st.integers(0, 50), min_size=8, max_size=8),
+            st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=w, max_size=w),
+        )
+    )
+)
+def test_useful_per_bin_splits_each_owners_time_by_records(case: Any) -> None:
+    """Per owner, its bins' weights add up to its useful time (each bin by its share of
+    the owner's records); an owner with records but no time measured is costed at the
+    mean cost of those measured; with nothing measured the records are the weights."""
+    from timely.routing import useful_per_bin
+
+    table, records, useful = case
+    weights = useful_per_bin(records, useful, tuple(table))
+    received = [sum(n for b, n in enumerate(records) if table[b] == w) for w in range(len(useful))]
+    if sum(useful) == 0 or sum(received) == 0:
+        assert weights == [float(n) for n in records]
+        return
+    mean = sum(useful) / sum(received)
+    for w, u in enumerate(useful):
+        mine = sum(x for b, x in enumerate(weights) if table[b] == w)
+        assert mine == pytest.approx(u if u > 0 and received[w] else received[w] * mean)
+
+
 @pytest.mark.usefixtures("ray_local")
 def test_on_ray_rebalance_measures_every_worker_and_evens_out() -> None:
     counts, after, report = skewed(2, 3, "ray")
     assert counts == skewed(2, None)[0]
     assert max(report["loads"]) > 1.5 * sum(report["loads"]) / 2
     assert max(after) <= 1.2 * sum(after) / 2
+
+
+def test_rebalance_refuses_an_unknown_measure() -> None:
+    flow = Dataflow("measure")
+    flow.new_input().stream.count_by(lambda x: x).collect("c")
+    with (
+        flow.activate(workers=2, backend="inline", reconfigurable=True) as session,
+        pytest.raises(ConfigError, match="by must be 'useful' or 'records'"),
+    ):
+        session.rebalance(by="bytes")
 
 
 def test_rebalance_needs_a_reconfigurable_run() -> None:
@@ -619,6 +671,14 @@ def check_index(keys: list[int], unreported: list[int], deleted: list[int], bins
     got = state.extract(bins, 8)
     assert sorted(k for _, ks, _ in got["times"] for k in ks) == expected
     assert all(timely.routing.bin_of(k, 8) not in bins for k in state.table((0,)))
+    # The new owner indexes what arrives (by the runs shipped with it, or by hashing):
+    # taking the bins out of it again finds every key, with its value.
+    other = tracked_state([], [])
+    other.install(got)
+    again = other.extract(bins, 8)
+    assert sorted((k, v) for _, ks, vs in again["times"] for k, v in zip(ks, vs)) == [
+        (k, k) for k in expected
+    ]
 
 
 @settings(max_examples=200, deadline=None)
@@ -655,6 +715,104 @@ def test_a_bin_index_is_used_when_it_is_complete(monkeypatch: pytest.MonkeyPatch
     assert got["times"] and all(timely.routing.bin_of(k, 8) == 3 for k in got["times"][0][1])
 
 
+def test_mutation_indexing_shipped_runs_under_the_wrong_bin_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Keys that arrive grouped by bin are indexed by their runs, unhashed: a variant
+    that files a run under the next bin strands those keys at the new owner."""
+    index_runs = timely.state.KeyedState._index_runs
+
+    def shifted(self: Any, time: Any, keys: list[Any], runs: list[Any]) -> None:
+        index_runs(self, time, keys, [((b + 1) % 8, n) for b, n in runs])
+
+    monkeypatch.setattr(timely.state.KeyedState, "_index_runs", shifted)
+    with pytest.raises(AssertionError):
+        check_index(list(range(100)), [], [], {1})
+
+
+def test_installing_a_key_that_is_there_is_refused() -> None:
+    state = tracked_state(list(range(20)), [])
+    shipped = state.extract({0, 1, 2, 3}, 8)
+    other = tracked_state(list(range(20)), [])  # holds the same keys already
+    with pytest.raises(ValueError, match="were there already: not keyed state"):
+        other.install(shipped)
+
+
+def test_reserve_grows_a_large_table_once_and_keeps_its_contents() -> None:
+    """Room for keys to come is made by growing the dict now (placeholders in and out):
+    the table holds what it held, a user's NaN key included, and is larger in memory;
+    asked again before anything changed, it does nothing."""
+    import sys
+
+    state = tracked_state(list(range(70_000)), [])
+    table = state.table((0,))
+    nan = float("nan")
+    table[nan] = -1
+    state.added((0,), [nan])
+    before, size = dict(table), sys.getsizeof(table)
+    state.reserve(0.5)
+    grown = sys.getsizeof(table)
+    assert grown > size and table == before and table[nan] == -1
+    assert list(table) == list(before)  # the order too: placeholders left no trace
+    state.reserve(0.5)
+    assert sys.getsizeof(table) == grown
+    small = tracked_state(list(range(1000)), [])
+    size = sys.getsizeof(small.table((0,)))
+    small.reserve(0.5)  # small tables grow fast enough on their own
+    assert sys.getsizeof(small.table((0,))) == size
+
+
+def test_room_is_made_for_arriving_bins_before_they_are_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker that bins will move to grows its large tables for them ahead of the
+    first install, by the share of keys coming; the outputs stay those of a run where
+    nothing moves."""
+    events: list[tuple[str, int, Any]] = []
+    reserve = timely.state.KeyedState.reserve
+    install = timely.state.StatefulVertex.install_bins
+
+    def reserving(self: Any, share: float) -> None:
+        events.append(("reserve", id(self), share))
+        reserve(self, share)
+
+    def installing(self: Any, tables: Any, epoch: int) -> None:
+        events.append(("install", id(self._states["state"]), epoch))
+        install(self, tables, epoch)
+
+    monkeypatch.setattr(timely.state.KeyedState, "reserve", reserving)
+    monkeypatch.setattr(timely.state.StatefulVertex, "install_bins", installing)
+
+    def go(moves: bool) -> list[Any]:
+        flow = Dataflow("room")
+        handle = flow.new_input("keys")
+        handle.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1).collect("r")
+        with flow.activate(workers=2, backend="inline", reconfigurable=True) as session:
+            handle.send(list(range(150_000)))
+            handle.advance_to(1)
+            if moves:
+                session.reconfigure(move(range(64), 1), bins_per_step=16)
+            for e in range(1, 7):
+                handle.send(list(range(e * 1000)))
+                handle.advance_to(e + 1)
+            handle.close()
+            return sorted(session.join()["r"])
+
+    expected = go(False)
+    events.clear()
+    assert go(True) == expected
+    states = [s for kind, s, _ in events if kind == "install"]
+    assert states and len(set(states)) == 1  # bins only arrive at worker 1
+    (target,) = set(states)
+    reserves = [(i, share) for i, (kind, _, share) in enumerate(events) if kind == "reserve"]
+    mine = [(i, share) for i, share in reserves if events[i][1] == target]
+    first_install = next(i for i, (kind, _, _) in enumerate(events) if kind == "install")
+    # Worker 1 holds 128 of 256 bins; the 32 of bins 0..63 it does not hold come in two
+    # steps of 16 (the share asked is those coming over those held when it is asked).
+    assert mine and mine[0][0] < first_install
+    assert all(share in (16 / 128, 16 / 144, 32 / 128) for _, share in mine)
+
+
 def test_mutation_trusting_an_incomplete_index_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the check that the index counts at least the table's keys, a key added
     unreported stays behind when its bin moves; the property above sees it."""
@@ -677,7 +835,8 @@ def rescaled_mid_migration(tmp_path: Path) -> tuple[Any, Any]:
             options |= {"checkpoint": str(tmp_path), "checkpoint_every": 1}
         with flow.activate(workers=2, backend="inline", **options) as session:
             for e in range(12):
-                handle.send([f"w{(e * 7 + i) % 31}" for i in range(30)])
+                if e not in (3, 4):  # quiet epochs: nothing there to notify delays a ship
+                    handle.send([f"w{(e * 7 + i) % 31}" for i in range(30)])
                 if moves and e == 2:
                     session.reconfigure(drain(1), bins_per_step=32)
                 if moves and e == 5:

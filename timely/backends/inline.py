@@ -18,6 +18,7 @@ from timely.checkpoint import CheckpointConfig
 from timely.errors import ConfigError, WorkerDied
 from timely.eventlog import clock, message_event
 from timely.messages import InputCommand, WorkerMessage
+from timely.migration import BinLoad
 from timely.runtime import Restore, Session, merge_frontiers, route_input
 from timely.spec import RunSpec
 from timely.worker import Worker
@@ -91,7 +92,7 @@ class InlineSession(Session):
         agreed = [w.request_checkpoint(epoch, every, fraction) for w in self.worker_list]
         return all(agreed), max(w.checkpoint_floor() for w in self.worker_list)
 
-    def _bin_loads(self) -> list[list[int]]:
+    def _bin_loads(self) -> list[BinLoad]:
         return [w.migration.take_load() for w in self.worker_list]
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:

@@ -73,6 +73,7 @@ from timely.comm.driver import DriverLinks
 from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.eventlog import EventLog, clock, message_event
 from timely.messages import InputCommand, command_from_wire, command_to_wire
+from timely.migration import BinLoad
 from timely.plan import Plan
 from timely.runtime import Restore, Session, merge_frontiers, route_input
 from timely.spec import RunSpec
@@ -414,8 +415,8 @@ class WorkerActor:
         agreed = self.worker.request_checkpoint(epoch, every, fraction)
         return agreed, self.worker.checkpoint_floor()
 
-    async def take_load(self) -> list[int]:
-        """Records routed per bin since the last call (``Session.rebalance``)."""
+    async def take_load(self) -> BinLoad:
+        """Records routed per bin and useful time since the last call (``Session.rebalance``)."""
         return self.worker.migration.take_load()
 
     async def frontier(self, vertex: int) -> tuple[tuple[int, ...], ...]:
@@ -745,9 +746,9 @@ class RaySession(Session):
         answers = self._wait_for(refs, list(range(self.workers)))
         return all(ok for ok, _ in answers), max(seen for _, seen in answers)
 
-    def _bin_loads(self) -> list[list[int]]:
+    def _bin_loads(self) -> list[BinLoad]:
         refs = [a.take_load.remote() for a in self.actors]
-        loads: list[list[int]] = self._wait_for(refs, list(range(self.workers)))
+        loads: list[BinLoad] = self._wait_for(refs, list(range(self.workers)))
         return loads
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
