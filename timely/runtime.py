@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from timely.cadence import Measurement
@@ -127,6 +128,7 @@ class Session(ABC):
         move), ``strategy``, ``at`` (``time.time()``)."""
         self._control_epoch = 0
         self._control_closed = spec.plan.control is None
+        self._batching = 0
 
     # -- what the coordinator knows, for the driver -------------------------------------------
     @property
@@ -197,6 +199,23 @@ class Session(ABC):
         if isinstance(cmd, Advance) and vertex != self.plan.control:
             self.view.advanced(cmd.epoch)
         self._guarded(self._send_command, vertex, cmd, retry=False)
+
+    @contextlib.contextmanager
+    def _batched(self) -> Iterator[None]:
+        """Commands sent meanwhile travel together, one frame per worker: a reconfiguration's
+        steps (a table and an advance each) cost two frames of credit per step otherwise,
+        and a driver that runs out of credit waits for workers busy with their steps."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching:
+                self._guarded(self._flush_commands, retry=False)
+
+    def _flush_commands(self) -> None:
+        """Send what :meth:`_batched` held (backends whose commands are frames hold some)."""
+        return None
 
     # -- reconfiguration (Megaphone) ----------------------------------------------------------
     def _control_to(self, epoch: int) -> None:
@@ -315,12 +334,13 @@ class Session(ABC):
         assert control is not None
         epochs = []
         moved = sum(a != b for a, b in zip(self.routing_table, tables[-1])) if tables else 0
-        for table in tables:
-            epoch = self._control_epoch
-            self.input_command(control, Send([list(table)]))
-            epochs.append(epoch)
-            self._control_to(epoch + 1)
-            self.routing_table = table
+        with self._batched():
+            for table in tables:
+                epoch = self._control_epoch
+                self.input_command(control, Send([list(table)]))
+                epochs.append(epoch)
+                self._control_to(epoch + 1)
+                self.routing_table = table
         if tables:
             record = {"epochs": epochs, "bins": moved, "strategy": strategy, "at": time.time()}
             self.migrations.append(record)

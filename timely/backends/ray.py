@@ -96,6 +96,9 @@ _CHECK_EVERY = 0.01
 _START_TIMEOUT = 60.0
 """How long the driver waits for the cluster to place every worker."""
 
+BATCH = -1
+"""The vertex a driver frame names when it carries several commands ``[[vertex, wire], ...]``."""
+
 
 class WorkerActor:
     """One worker in a Ray actor (made async by ``ray.remote``: see ``RemoteWorker``)."""
@@ -238,7 +241,8 @@ class WorkerActor:
         for payload in comm.driver_commands():
             try:
                 vertex, wire = serialization.decode(payload)
-                self.worker.command(vertex, command_from_wire(wire))
+                for v, w in wire if vertex == BATCH else [(vertex, wire)]:
+                    self.worker.command(v, command_from_wire(w))
                 self.applied += 1
             finally:  # credit it even if applying failed: the driver may wait on it
                 comm.applied(self.npeers)
@@ -567,6 +571,8 @@ class RaySession(Session):
         reader had not read at the sender's last heartbeat."""
         self._last_change = time.monotonic()
         self._links: DriverLinks | None = None
+        self._held: dict[int, list[Any]] = {}
+        """Per worker, commands held for one frame (:meth:`~timely.runtime.Session._batched`)."""
         """The driver's connections to this set of actors (commands out, reports in)."""
         self._ended: set[int] = set()
         """Workers whose last report has arrived: nothing more comes from them."""
@@ -729,10 +735,21 @@ class RaySession(Session):
 
     def _command(self, w: int, vertex: int, cmd: InputCommand) -> None:
         """One frame on the driver's connection to worker ``w`` (FIFO), once it has a
-        credit; meanwhile the workers are watched (a dead one raises WorkerDied)."""
+        credit; meanwhile the workers are watched (a dead one raises WorkerDied). Within
+        :meth:`_batched`, held for one frame per worker at the end."""
+        if self._batching:
+            self._held.setdefault(w, []).append([vertex, command_to_wire(cmd)])
+            return
+        self._frame(w, serialization.encode([vertex, command_to_wire(cmd)]))
+
+    def _flush_commands(self) -> None:
+        held, self._held = self._held, {}
+        for w, commands in sorted(held.items()):
+            self._frame(w, serialization.encode([BATCH, commands]))
+
+    def _frame(self, w: int, payload: bytes) -> None:
         links = self._links
         assert links is not None
-        payload = serialization.encode([vertex, command_to_wire(cmd)])
         try:
             links.send(w, payload, self._check)
         except PeerLost as e:
