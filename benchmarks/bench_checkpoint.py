@@ -8,6 +8,9 @@
    out, a worker is killed with ``ray.kill``; the time from the kill to epoch ``e + 1``
    (the first new output, which needs the failure detected, new actors started, the
    checkpoint restored and the inputs replayed) reaching the driver. Goal: <= 3 s.
+   Also incremental checkpoints (``checkpoint_incremental=True``), and a running count
+   over 1M keys touching 1% of them per epoch (goal: <= 10% slower; bytes per
+   checkpoint follow the keys touched).
 3. Size and write time against state size: a ``running_reduce`` table of K keys,
    snapshotted, encoded (msgpack) and written to a local checkpoint store, and read
    back; K = 1e3 .. 1e6.
@@ -68,17 +71,28 @@ def running_wordcount(data: list[list[str]], backend: str, workers: int, **optio
     return elapsed
 
 
-def throughput(backend: str, workers: int, epochs: int, lines: int, rounds: int) -> dict[str, Any]:
+def throughput(
+    backend: str, workers: int, epochs: int, lines: int, rounds: int, incremental: bool = True
+) -> dict[str, Any]:
+    """None, whole checkpoints after every epoch and (``incremental``) incremental ones,
+    alternating round by round."""
     data = text(epochs, lines)
     words = epochs * lines * 10
-    plain, ckpt = [], []
+    plain, ckpt, inc = [], [], []
     running_wordcount(data[:3], backend, workers)  # warm up (Ray start, imports)
     for _ in range(rounds):
         plain.append(running_wordcount(data, backend, workers))
         with tempfile.TemporaryDirectory() as d:
             ckpt.append(running_wordcount(data, backend, workers, checkpoint=d))
+        if incremental:
+            with tempfile.TemporaryDirectory() as d:
+                inc.append(
+                    running_wordcount(
+                        data, backend, workers, checkpoint=d, checkpoint_incremental=True
+                    )
+                )
     p, c = statistics.median(plain), statistics.median(ckpt)
-    return {
+    out = {
         "backend": backend,
         "workers": workers,
         "epochs": epochs,
@@ -86,6 +100,79 @@ def throughput(backend: str, workers: int, epochs: int, lines: int, rounds: int)
         "plain_words_per_s": words / p,
         "checkpointed_words_per_s": words / c,
         "slowdown": c / p - 1,
+    }
+    if inc:
+        i = statistics.median(inc)
+        out |= {"incremental_words_per_s": words / i, "incremental_slowdown": i / p - 1}
+    return out
+
+
+def touched(keys: int, fraction: float, epochs: int, rounds: int) -> dict[str, Any]:
+    """A running count over ``keys`` int keys, every key loaded at epoch 0, then each
+    epoch touching ``fraction`` of them: seconds for the epochs after the load with no
+    checkpoint, a whole one after every epoch and an incremental one (interleaved), and
+    the bytes each kind of checkpoint writes per epoch."""
+    import operator
+
+    rng = random.Random(3)
+    per_epoch = max(1, int(keys * fraction))
+    batches = [rng.sample(range(keys), per_epoch) for _ in range(epochs)]
+
+    def run(**options: Any) -> tuple[float, list[int]]:
+        flow = Dataflow("touched")
+        handle = flow.new_input()
+        seen: list[int] = []
+        counts = handle.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1)
+        counts.subscribe(lambda e, _: seen.append(e))
+        with tempfile.TemporaryDirectory() as d:
+            opts = {"checkpoint": d, "keep_checkpoints": epochs + 1, **options} if options else {}
+            with flow.activate(workers=1, backend="inline", **opts) as session:
+                handle.send(list(range(keys)))
+                handle.advance_to(1)
+                while not seen:
+                    session.poll()
+                start = time.perf_counter()
+                for e, batch in enumerate(batches, start=1):
+                    handle.send(batch)
+                    handle.advance_to(e + 1)
+                    session.poll()
+                handle.close()
+                session.join()
+                elapsed = time.perf_counter() - start
+            sizes = []
+            for name in sorted(os.listdir(d)):
+                manifest = Path(d, name, "MANIFEST.json")
+                if manifest.exists():
+                    parts = json.loads(manifest.read_text())["parts"]
+                    sizes.append(sum(p["size"] for p in parts))
+        return elapsed, sizes
+
+    plain, whole, inc, deltas = [], [], [], []
+    whole_sizes: list[int] = []
+    inc_sizes: list[int] = []
+    for _ in range(rounds):
+        plain.append(run()[0])
+        t, whole_sizes = run(checkpoint_every=1)
+        whole.append(t)
+        t, inc_sizes = run(checkpoint_every=1, checkpoint_incremental=True)
+        inc.append(t)
+        # Deltas only (no whole part after the first): what a delta itself costs.
+        deltas.append(run(checkpoint_every=1, checkpoint_incremental=10_000)[0])
+    p, w, i, d = (statistics.median(x) for x in (plain, whole, inc, deltas))
+    return {
+        "keys": keys,
+        "touched_per_epoch": per_epoch,
+        "epochs": epochs,
+        "plain_s": p,
+        "whole_s": w,
+        "incremental_s": i,
+        "deltas_only_s": d,
+        "whole_slowdown": w / p - 1,
+        "incremental_slowdown": i / p - 1,
+        "deltas_only_slowdown": d / p - 1,
+        "whole_bytes_per_epoch": statistics.median(whole_sizes[1:]),
+        "incremental_bytes_per_epoch": statistics.median(inc_sizes[1:]),
+        "incremental_bytes_max": max(inc_sizes[1:]),
     }
 
 
@@ -239,7 +326,8 @@ def main() -> None:
     out["throughput"] = runs
     print(
         markdown(
-            ["backend", "workers", "words/s, none", "words/s, every epoch", "slower by"],
+            ["backend", "workers", "words/s, none", "every epoch", "slower by"]
+            + ["every epoch, incremental", "slower by"],
             [
                 (
                     r["backend"],
@@ -247,8 +335,35 @@ def main() -> None:
                     f"{r['plain_words_per_s']:,.0f}",
                     f"{r['checkpointed_words_per_s']:,.0f}",
                     f"{r['slowdown']:+.1%}",
+                    f"{r['incremental_words_per_s']:,.0f}",
+                    f"{r['incremental_slowdown']:+.1%}",
                 )
                 for r in runs
+            ],
+        )
+    )
+    big = touched(100_000 if quick else 1_000_000, 0.01, 5 if quick else 20, 1 if quick else 3)
+    out["touched"] = big
+    print()
+    print(
+        markdown(
+            ["keys", "touched/epoch", "none s", "whole s", "slower by", "incremental s"]
+            + ["slower by", "deltas only s", "slower by"]
+            + ["bytes/epoch whole", "bytes/epoch incremental"],
+            [
+                (
+                    f"{big['keys']:,}",
+                    f"{big['touched_per_epoch']:,}",
+                    f"{big['plain_s']:.2f}",
+                    f"{big['whole_s']:.2f}",
+                    f"{big['whole_slowdown']:+.1%}",
+                    f"{big['incremental_s']:.2f}",
+                    f"{big['incremental_slowdown']:+.1%}",
+                    f"{big['deltas_only_s']:.2f}",
+                    f"{big['deltas_only_slowdown']:+.1%}",
+                    f"{big['whole_bytes_per_epoch']:,.0f}",
+                    f"{big['incremental_bytes_per_epoch']:,.0f}",
+                )
             ],
         )
     )

@@ -110,7 +110,7 @@ class StreamingJoin(Join):
     ) -> None:
         super().__init__(left_key, right_key, result)
         self.within = within
-        self.stored = self.keyed_state("stored", tracked=True)
+        self.stored = self.keyed_state("stored", tracked=True, incremental=True)
         self.arrived = self.keyed_state("arrived") if within is not None else None
 
     def on_notify(self, time: Timestamp) -> None:
@@ -166,6 +166,7 @@ class StreamingJoin(Join):
             if rights:
                 entry[1].append((time, rights))
         self.stored.added((0,) * len(time), new)
+        self.stored.touched((0,) * len(time), fresh)
         if self.arrived is not None and fresh:
             self.arrived.table(time).update(dict.fromkeys(fresh))
 
@@ -175,7 +176,9 @@ class StreamingJoin(Join):
         for t in self.arrived.times():
             if t[0] >= horizon:
                 break
-            for k in self.arrived.pop(t):
+            keys = self.arrived.pop(t)
+            self.stored.touched((0,) * len(t), keys)
+            for k in keys:
                 entry = stored.get(k)
                 if entry is None:
                     continue

@@ -37,7 +37,7 @@ class _Running(StatefulVertex):
     def __init__(self) -> None:
         super().__init__()
         self.pending = self.keyed_state("pending")
-        self.state = self.keyed_state("state", tracked=True)
+        self.state = self.keyed_state("state", tracked=True, incremental=True)
 
     def _carried(self) -> dict[Any, Any]:
         """The running state of every key (on this worker)."""
@@ -73,6 +73,7 @@ class RunningReduce(_Running):
         except Exception as e:
             self.fail(e, time, pair, f)
         self.state.added(STATE_TIME, new)
+        self.state.changed(STATE_TIME, out)
         self.send_by(0, out, time)
 
 
@@ -120,6 +121,7 @@ class MapWithState(_Running):
         timeout: int | None,
     ) -> None:
         super().__init__()
+        self.state.ordered = True  # expiry pops the front: the order is part of the state
         self.key = key
         self.initial = initial
         self.update = update
@@ -134,11 +136,14 @@ class MapWithState(_Running):
         epoch = time[0]
         timeout = self.timeout
         if timeout is not None:  # forget the keys idle for more than `timeout` epochs
+            expired = []
             while state:
                 k = next(iter(state))
                 if epoch - state[k][1] <= timeout:
                     break
                 del state[k]
+                expired.append(k)
+            self.state.touched(STATE_TIME, expired)
         initial, update = self.initial, self.update
         out: list[Any] = []
         new: list[Any] = []
@@ -158,6 +163,7 @@ class MapWithState(_Running):
         except Exception as e:
             self.fail(e, time, record, update)
         self.state.added(STATE_TIME, new)
+        self.state.touched(STATE_TIME, pending)
         self.send_by(0, out, time)
 
 

@@ -36,10 +36,13 @@ import pyarrow.fs as pafs
 from timely.aimd import DEFAULT_BOUNDS, check_bounds
 from timely.errors import ConfigError, TimelyError
 from timely.routing import DEFAULT_BINS
-from timely.state import repartition
+from timely.state import apply_delta, repartition
 
 FORMAT = 1
 _PREFIX = "ckpt-"
+DEFAULT_CHAIN = 10
+"""``checkpoint_incremental=True``: a whole part after this many deltas (a restore reads
+at most this many increments after a whole part)."""
 
 
 class CheckpointError(TimelyError):
@@ -61,6 +64,9 @@ class CheckpointConfig:
     ``on_error``: what a user function's exception does: ``"fail"`` the run, or
     ``"restore"`` from the last checkpoint and retry (counted against ``max_restarts``).
     ``resume``: start from the latest checkpoint found under ``uri``, if any.
+    ``incremental``: parts write what changed since the worker's previous part (the keys
+    operators report changed), a whole part after every ``incremental`` deltas (0: every
+    part whole).
     """
 
     uri: str
@@ -71,6 +77,7 @@ class CheckpointConfig:
     max_restarts: int = 3
     on_error: str = "fail"
     resume: bool = True
+    incremental: int = 0
 
     @staticmethod
     def from_options(options: dict[str, Any]) -> CheckpointConfig | None:
@@ -84,6 +91,7 @@ class CheckpointConfig:
             "max_restarts",
             "on_error",
             "resume",
+            "checkpoint_incremental",
         )
         given = {n: options.pop(n) for n in names if n in options}
         if uri is None:
@@ -108,6 +116,17 @@ class CheckpointConfig:
                 f'checkpoint_every must be a positive integer or "auto", got {every!r}'
             )
         fraction = _fraction(every, given)
+        incremental = given.get("checkpoint_incremental", False)
+        if incremental is True:
+            incremental = DEFAULT_CHAIN
+        elif incremental is False:
+            incremental = 0
+        elif not isinstance(incremental, int) or incremental < 1:
+            raise ConfigError(
+                "checkpoint_incremental must be True (a whole checkpoint after every "
+                f"{DEFAULT_CHAIN} deltas), False, or the number of deltas between whole "
+                f"ones (>= 1); got {incremental!r}"
+            )
         config = CheckpointConfig(
             uri=str(uri),
             interval=None if interval is None else float(interval),
@@ -117,6 +136,7 @@ class CheckpointConfig:
             max_restarts=given.get("max_restarts", 3),
             on_error=given.get("on_error", "fail"),
             resume=given.get("resume", True),
+            incremental=incremental,
         )
         for name, value, low in (
             ("keep_checkpoints", config.keep, 1),
@@ -218,8 +238,11 @@ class CheckpointStore:
             data: bytes = f.readall()
         return data
 
-    def write_part(self, epoch: int, worker: int, workers: int, data: bytes) -> dict[str, Any]:
-        """Write one worker's part; return what the manifest records of it."""
+    def write_part(
+        self, epoch: int, worker: int, workers: int, data: bytes, base: int | None = None
+    ) -> dict[str, Any]:
+        """Write one worker's part; return what the manifest records of it (``base``: the
+        epoch of the worker's earlier part that this one's deltas are on)."""
         name = f"{epoch_dir(epoch)}/{part_name(worker, workers)}"
         self.write(name, data)
         return {
@@ -227,6 +250,7 @@ class CheckpointStore:
             "path": name,
             "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
+            "base": base,
         }
 
     def commit(
@@ -272,18 +296,38 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
         datas = []
         for part in manifest["parts"]:
-            try:
-                data = self.read(part["path"])
-            except OSError as e:
-                raise CheckpointError(f"checkpoint {epoch}: {part['path']} unreadable: {e}") from e
-            if len(data) != part["size"] or hashlib.sha256(data).hexdigest() != part["sha256"]:
-                raise CheckpointError(f"checkpoint {epoch}: {part['path']} fails its checksum")
-            datas.append(data)
+            datas.append(self._verified(epoch, part))
+            for link in part.get("chain", []):  # the parts its deltas are on: all must hold
+                self._verified(epoch, link)
         if len(datas) != manifest["workers"]:
             raise CheckpointError(
                 f"checkpoint {epoch}: {len(datas)} parts for a run of {manifest['workers']} workers"
             )
         return manifest, datas
+
+    def _verified(self, epoch: int, entry: dict[str, Any]) -> bytes:
+        """The file a manifest entry names, if it has the recorded size and checksum."""
+        path = entry["path"]
+        try:
+            data = self.read(path)
+        except OSError as e:
+            raise CheckpointError(f"checkpoint {epoch}: {path} unreadable: {e}") from e
+        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise CheckpointError(f"checkpoint {epoch}: {path} fails its checksum")
+        return data
+
+    def _whole(self, epoch: int, entry: dict[str, Any], data: bytes) -> dict[str, Any]:
+        """A part decoded whole: an incremental one with the deltas of its chain applied
+        on the whole part the chain starts from (every file verified by :meth:`load`)."""
+        part = decode_part(data)
+        chain = entry.get("chain", [])
+        if not chain:
+            return part
+        older = [decode_part(self._verified(epoch, link)) for link in reversed(chain)]
+        whole = older[0]
+        for newer in [*older[1:], part]:
+            whole = apply_part(whole, newer)
+        return whole
 
     def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
         """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
@@ -300,7 +344,11 @@ class CheckpointStore:
                     f"{manifest['fingerprint']}, this one {fingerprint}); {name!r} cannot resume "
                     "from them: use another checkpoint directory, or delete this one to start over"
                 )
-            return epoch, [decode_part(d) for d in datas]
+            try:
+                parts = [self._whole(epoch, e, d) for e, d in zip(manifest["parts"], datas)]
+            except CheckpointError:
+                continue  # a link of a chain went missing since: the one before, then
+            return epoch, parts
         return None
 
     def collect_garbage(self, keep: int) -> None:
@@ -311,8 +359,15 @@ class CheckpointStore:
         if len(committed) <= keep:
             return
         oldest_kept = committed[-keep]
+        needed: set[int] = set()  # the parts the kept incremental checkpoints are deltas on
+        for epoch in committed[-keep:]:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
+                needed.update(
+                    link["epoch"] for p in manifest["parts"] for link in p.get("chain", [])
+                )
         for epoch in epochs:
-            if epoch < oldest_kept:
+            if epoch < oldest_kept and epoch not in needed:
                 # On failure (a concurrent reader, an eventual store) try again next time.
                 with contextlib.suppress(OSError):
                     self.fs.delete_dir(self._path(epoch_dir(epoch)))
@@ -336,6 +391,27 @@ def decode_part(data: bytes) -> dict[str, Any]:
         for v, s in part["vertices"].items()
     }
     return part
+
+
+def apply_part(base: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """``part`` (a worker's decoded part, with deltas on ``base``) made whole: each keyed
+    snapshot's incremental tables applied on ``base``'s (:func:`timely.state.apply_delta`);
+    every other snapshot stands as it is."""
+    vertices = {}
+    for v, snap in part["vertices"].items():
+        if isinstance(snap, dict) and snap.get("kind") == "keyed" and "base" in snap:
+            before = base["vertices"].get(v)
+            if before is None or snap["base"] != base["epoch"]:
+                raise CheckpointError(
+                    f"checkpoint part {part['epoch']}: vertex {v} is a delta on epoch "
+                    f"{snap['base']}, but the chain gives epoch {base['epoch']}"
+                )
+            tables = {
+                name: apply_delta(before["tables"][name], t) for name, t in snap["tables"].items()
+            }
+            snap = {k: x for k, x in snap.items() if k != "base"} | {"tables": tables}
+        vertices[v] = snap
+    return {**part, "base": None, "vertices": vertices}
 
 
 def split_parts(

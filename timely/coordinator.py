@@ -58,6 +58,9 @@ class CheckpointCoordinator:
         self.commit_times: list[float] = []
         """When each of ``committed`` was committed (``time.monotonic()``)."""
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
+        self._written: dict[tuple[int, int], dict[str, Any]] = {}
+        """Per ``(epoch, worker)``, the part written, with the chain of parts it is a delta
+        on (incremental checkpoints): kept until no committed chain needs it."""
         self._part_at: dict[int, float] = {}
         """Per epoch, when its latest part so far was durable."""
         self._input_log: list[tuple[int, InputCommand, int]] = []
@@ -145,6 +148,13 @@ class CheckpointCoordinator:
         info = dict(info)
         work = float(info.pop("work", 0.0))
         at = float(info.pop("at", 0.0)) or time.time()
+        base = info.get("base")
+        if base is not None:  # incremental: the parts it is a delta on, newest first
+            prev = self._written.get((base, info["worker"]))
+            info["chain"] = None if prev is None else [_link(base, prev), *prev["chain"]]
+        else:
+            info["chain"] = []
+        self._written[(epoch, info["worker"])] = info
         stale = epoch <= self.restored_epoch or bool(self.committed and epoch <= self.committed[-1])
         if self.cadence is not None:
             self.cadence.part(epoch, work, committable=not stale)
@@ -155,6 +165,8 @@ class CheckpointCoordinator:
         parts[info["worker"]] = info
         if len(parts) < self.workers:
             return
+        if any(p["chain"] is None for p in parts.values()):
+            return  # a delta on a part this driver never saw written: not restorable
         at = self._part_at[epoch]  # the last part's: when the checkpoint was complete
         started = time.perf_counter()
         try:
@@ -168,6 +180,8 @@ class CheckpointCoordinator:
         for done in [e for e in self._parts if e <= epoch]:
             del self._parts[done]
             self._part_at.pop(done, None)
+        oldest = min([epoch, *(link["epoch"] for p in parts.values() for link in p["chain"])])
+        self._written = {k: i for k, i in self._written.items() if k[0] >= oldest}
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
         # newest damaged falls back to an older one and must replay from there.
         kept = self.committed[-self.config.keep :]
@@ -226,3 +240,8 @@ class CheckpointCoordinator:
         else:
             self._lookahead = min(2 * self._lookahead, _MAX_LOOKAHEAD)
             self._next_request = now  # ask again, after the floor they answered
+
+
+def _link(epoch: int, info: dict[str, Any]) -> dict[str, Any]:
+    """A part as a link of an incremental chain: where it is and how to verify it."""
+    return {"epoch": epoch, "path": info["path"], "size": info["size"], "sha256": info["sha256"]}

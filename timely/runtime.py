@@ -370,6 +370,11 @@ class Session(ABC):
 
     # -- checkpoints and recovery -------------------------------------------------------------
     @property
+    def _incremental(self) -> int:
+        """Workers' ``checkpoint_incremental``: deltas between whole parts (0: none)."""
+        return 0 if self.coordinator is None else self.coordinator.config.incremental
+
+    @property
     def _every(self) -> int | None:
         """Workers' ``checkpoint_every`` (None: no checkpoints, or on request)."""
         return None if self.coordinator is None else self.coordinator.every

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from progress import target
 from timely import serialization
 from timely.eventlog import clock
+from timely.state import StatefulVertex
 
 if TYPE_CHECKING:
     from timely.worker import Worker
@@ -25,8 +26,10 @@ Part = tuple[int, dict[str, Any]]
 """``(epoch, part)``: one worker's share of the checkpoint at ``epoch``."""
 
 PART_FORMAT = 2
-"""A checkpoint part: ``{"format", "epoch", "worker", "workers", "vertices": {v: bytes}}``,
-each vertex's snapshot encoded on its own (see :meth:`Snapshots.take`)."""
+"""A checkpoint part: ``{"format", "epoch", "worker", "workers", "base", "vertices": {v:
+bytes}}``, each vertex's snapshot encoded on its own (see :meth:`Snapshots.take`);
+``base``: the epoch of this worker's earlier part whose snapshots the deltas in this one
+are on (None: every snapshot whole)."""
 
 _encode = serialization.encode
 
@@ -42,7 +45,7 @@ class Snapshots:
     from an epoch on (:meth:`request`): one epoch (``checkpoint_interval``) or a new
     cadence (``checkpoint_every="auto"``)."""
 
-    def __init__(self, worker: Worker, every: int | None, start: int) -> None:
+    def __init__(self, worker: Worker, every: int | None, start: int, incremental: int = 0) -> None:
         self.w = worker
         self.segments: list[tuple[int, int | None]] = [] if every is None else [(every - 1, every)]
         """The schedule, in order of ``first`` (empty: no checkpoint until asked)."""
@@ -55,6 +58,23 @@ class Snapshots:
         """Per vertex, the last epoch it was snapshotted after."""
         self.parts: dict[int, dict[int, Any]] = {}
         self.done: list[Part] = []
+        self.incremental = incremental
+        """Incremental checkpoints: a whole part after every ``incremental`` deltas (0: every
+        part whole)."""
+        self.base: int | None = None
+        """The epoch of the latest part begun, which the next part's deltas are on (None:
+        the next part is whole). Every vertex is snapshotted for every part, in epoch
+        order, so the part before is every vertex's previous snapshot."""
+        self.deltas = 0
+        """Parts begun since the last whole one."""
+        self.bases: dict[int, int | None] = {}
+        """Per part in progress, the base its deltas are on (None: whole), fixed at its
+        first snapshot."""
+        if incremental:
+            for v in self.vertices:
+                vertex = worker.vertices[v]
+                if isinstance(vertex, StatefulVertex):
+                    vertex.keep_changes()
 
     def hold_back(self, v: int, epoch: int) -> bool:
         """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
@@ -190,11 +210,23 @@ class Snapshots:
         ctx = self.w.contexts[v]
         ctx.now = None
         t0 = clock()
+        if epoch not in self.bases:
+            whole = self.base is None or self.deltas >= self.incremental
+            self.bases[epoch] = None if whole or not self.incremental else self.base
+            self.base = epoch
+            self.deltas = 0 if whole else self.deltas + 1
+        base = self.bases[epoch]
+        vertex = self.w.vertices[v]
+        snap: dict[str, Any] | None
         try:
-            snap = self.w.vertices[v].snapshot_at(epoch)
+            if isinstance(vertex, StatefulVertex) and self.incremental:
+                snap = vertex.snapshot_at(epoch, base)
+                vertex.snapshot_taken(epoch)
+            else:
+                snap = vertex.snapshot_at(epoch)
             data = None if snap is None else _encode(snap)
         except Exception as e:
-            ctx.user_error(e, (epoch,), None, type(self.w.vertices[v]).snapshot_at)
+            ctx.user_error(e, (epoch,), None, type(vertex).snapshot_at)
         t1 = clock()
         self.work[epoch] = self.work.get(epoch, 0) + t1 - t0
         log = self.w.log
@@ -219,6 +251,7 @@ class Snapshots:
             for v in missing:
                 self.take(v, epoch)
             del self.parts[epoch]
+            base = self.bases.pop(epoch, None)
             self.done.append(
                 (
                     epoch,
@@ -227,12 +260,29 @@ class Snapshots:
                         "epoch": epoch,
                         "worker": self.w.index,
                         "workers": self.w.peers,
+                        "base": base,
                         "vertices": {v: data for v, data in part.items() if data is not None},
                     },
                 )
             )
             for older in [e for e in self.parts if e < epoch]:
                 del self.parts[older]  # superseded (a target the driver gave up on)
+                self.bases.pop(older, None)
+                # Parts on it were written as deltas on a part that never will be: never
+                # committed (the driver finds no such part); the next part is whole.
+                self.deltas = self.incremental
+            if self.incremental:
+                self._handed_over()
+
+    def _handed_over(self) -> None:
+        """A part is complete: drop what only deltas on bases no part will use needed."""
+        keep = min([e for e in (self.base, *self.bases.values()) if e is not None], default=None)
+        if keep is None:
+            return
+        for v in self.vertices:
+            vertex = self.w.vertices[v]
+            if isinstance(vertex, StatefulVertex):
+                vertex.forget_bases(keep)
 
     def take_work(self, epoch: int) -> int:
         """Nanoseconds spent snapshotting and encoding for the checkpoint at ``epoch``, and

@@ -67,11 +67,31 @@ class KeyedState(Generic[V]):
     ``pop(time)`` takes it out when the time completes.
     """
 
-    __slots__ = ("_grown", "_index", "_nbins", "_times", "replicated", "tracked")
+    __slots__ = (
+        "_changes",
+        "_generations",
+        "_grown",
+        "_index",
+        "_nbins",
+        "_present",
+        "_times",
+        "incremental",
+        "ordered",
+        "replicated",
+        "tracked",
+    )
 
-    def __init__(self, replicated: bool = False, tracked: bool = False) -> None:
+    def __init__(
+        self, replicated: bool = False, tracked: bool = False, incremental: bool = False
+    ) -> None:
         self._times: dict[Timestamp, dict[Any, V]] = {}
         self.replicated = replicated
+        self.incremental = incremental
+        """The operator reports every key it adds, changes or removes (:meth:`touched`),
+        so that an incremental checkpoint writes only those keys of the table."""
+        self.ordered = False
+        """The table's order matters (kept in order of use): a delta keeps the order of
+        the changes, which costs a little more to record."""
         """Every worker holds the same table (fed by a broadcast): a rescale copies it."""
         self.tracked = tracked
         """The operator reports every key it adds (:meth:`added`), so that in a
@@ -82,6 +102,14 @@ class KeyedState(Generic[V]):
         migration step cost what they are, not what the table is (Megaphone's bins)."""
         self._grown: dict[Timestamp, int] = {}
         """Per time, the table's size in memory when :meth:`reserve` last grew it."""
+        self._changes: dict[Timestamp, dict[Any, Any]] | None = None
+        """With incremental checkpoints (:meth:`keep_changes`), the keys of tracked tables
+        added, changed or removed since the last snapshot, per time."""
+        self._generations: list[tuple[int, dict[Timestamp, dict[Any, Any]]]] = []
+        """Per snapshot taken (its epoch), the changes made before it and after the one
+        before: a delta on an older base merges those after the base."""
+        self._present: dict[int, frozenset[Timestamp]] = {}
+        """Per snapshot taken (its epoch), the times it held."""
 
     def keep_bin_index(self, nbins: int) -> None:
         """Keep each key's bin from now on (a tracked table of a vertex whose bins may
@@ -122,6 +150,35 @@ class KeyedState(Generic[V]):
             if group is None:
                 index[b] = group = {}
             group.update(dict.fromkeys(ordered[lo:hi]))
+
+    def keep_changes(self) -> None:
+        """Record from now on which keys of a tracked table change (incremental
+        checkpoints): the operator reports them with :meth:`touched`."""
+        if self._changes is None:
+            self._changes = {}
+
+    def touched(self, time: Timestamp, keys: Iterable[Any]) -> None:
+        """The operator has added, changed or removed ``keys`` in the table of ``time``
+        (a tracked table must report every such key when changes are kept)."""
+        self.changed(time, ((k, _LOOK_UP) for k in keys))
+
+    def changed(self, time: Timestamp, pairs: Iterable[tuple[Any, Any]]) -> None:
+        """The operator has set each ``(key, value)`` of ``pairs`` in the table of ``time``:
+        :meth:`touched` with the values, which a delta then takes from here instead of
+        looking each key up again in a large table."""
+        changes = self._changes
+        if changes is None:
+            return
+        seen = changes.get(time)
+        if seen is None:
+            changes[time] = seen = {}
+        if not self.ordered:
+            seen.update(pairs)
+            return
+        pop = seen.pop
+        for k, v in pairs:  # in order of last change: a table kept in order of use stays so
+            pop(k, None)
+            seen[k] = v
 
     def get(self, time: Timestamp) -> dict[Any, V] | None:
         """The table of ``time``, or None when nothing was kept for it."""
@@ -170,12 +227,86 @@ class KeyedState(Generic[V]):
             ],
         }
 
+    def taken(self, epoch: int, upto: int | None) -> None:
+        """A snapshot for ``epoch`` (of the times up to ``upto``) was just taken: changes
+        from now on belong to the next one."""
+        if self._changes is None:
+            return
+        self._generations.append((epoch, self._changes))
+        self._changes = {}
+        self._present[epoch] = frozenset(t for t in self._times if upto is None or t[0] <= upto)
+
+    def forget(self, before: int) -> None:
+        """No delta will be taken on a base before ``before`` any more: drop what only
+        those needed."""
+        self._generations = [g for g in self._generations if g[0] > before]
+        self._present = {e: p for e, p in self._present.items() if e >= before}
+
+    def has_base(self, epoch: int) -> bool:
+        """Whether a delta on the snapshot for ``epoch`` can be taken."""
+        return epoch in self._present
+
+    def delta(self, upto: int, base: int) -> Snapshot:
+        """What changed since the snapshot for ``base``, as of the times up to ``upto``:
+        the changed keys of each tracked table that ``base`` held (and those removed),
+        whole tables otherwise, and the times ``base`` held that are gone.
+        :func:`apply_delta` turns ``base``'s snapshot into this one's."""
+        present = self._present.get(base)
+        if present is None:
+            raise ValueError(f"no snapshot for epoch {base} to take a delta on")
+        changed: dict[Timestamp, dict[Any, Any]] = {}
+        generations = [c for e, c in self._generations if e > base]
+        for changes in [*generations, self._changes or {}]:
+            for t, keys in changes.items():
+                into = changed.get(t)
+                if into is None:
+                    changed[t] = dict(keys)
+                elif not self.ordered:
+                    into.update(keys)
+                else:
+                    for k, v in keys.items():  # a later change moves the key to the end
+                        into.pop(k, None)
+                        into[k] = v
+        whole = []
+        patches = []
+        for time, table in sorted(self._times.items()):
+            if time[0] > upto:
+                continue
+            keys = changed.get(time, {})
+            # Half the table changed or more: whole is as small, and cheaper to make.
+            if self.incremental and time in present and 2 * len(keys) < len(table):
+                kept, values, gone = [], [], []
+                get = table.get
+                for k, v in keys.items():  # a look-up only where no value was reported
+                    if v is _LOOK_UP:
+                        v = get(k, _GONE)
+                    if v is _GONE:
+                        gone.append(k)
+                    else:
+                        kept.append(k)
+                        values.append(v)
+                if kept or gone:
+                    patches.append((time, kept, values, gone))
+            else:
+                whole.append((time, list(table.keys()), list(table.values())))
+        return {
+            "format": FORMAT,
+            "replicated": self.replicated,
+            "delta": True,
+            "times": whole,
+            "patches": patches,
+            "dropped": sorted(t for t in present if t not in self._times),
+        }
+
     def restore(self, snapshot: Snapshot) -> None:
         """Replace the contents with ``snapshot``'s (as made by :meth:`snapshot`)."""
         self._times = {}
         self._index = {}
         self._grown = {}
+        self._generations, self._present = [], {}
         self.install(snapshot)
+        if self._changes is not None:
+            self._changes = {}  # the next snapshot after a restore is whole
 
     def extract(
         self, bins: set[int] | frozenset[int], nbins: int, before: int | None = None
@@ -219,6 +350,7 @@ class KeyedState(Generic[V]):
                         index.pop(b, None)
             if moving:
                 times.append((time, moving, list(map(table.pop, moving))))
+                self.touched(time, moving)
                 runs_by_time.append(runs)
                 if not table:
                     del self._times[time]
@@ -280,6 +412,7 @@ class KeyedState(Generic[V]):
                 self._index_runs(t, keys, runs)
             else:
                 self.added(t, keys)
+            self.touched(t, keys)
         return times
 
     def _index_runs(self, time: Timestamp, keys: list[Any], runs: list[Any]) -> None:
@@ -296,6 +429,10 @@ class KeyedState(Generic[V]):
             lo += n
 
 
+_GONE = object()
+"""A key's value when the key is not in the table (values may be None)."""
+_LOOK_UP = object()
+"""A changed key whose value was not reported: the delta looks it up."""
 _NANS = np.full(8192, np.nan)
 _RESERVE_MIN = 1 << 16
 """Tables smaller than this grow fast enough (a copy under ~3 ms) to leave alone."""
@@ -317,6 +454,33 @@ def _grow(table: dict[Any, Any]) -> int:
     for p in added:
         del table[p]
     return sys.getsizeof(table)
+
+
+def apply_delta(base: Snapshot, delta: Snapshot) -> Snapshot:
+    """``base`` (a whole snapshot, as :meth:`KeyedState.snapshot` makes) with ``delta``
+    (:meth:`KeyedState.delta` on it) applied: the whole snapshot the delta stands for."""
+    if not delta.get("delta"):
+        return delta
+    tables = {
+        tuple(t): dict(zip(map(_key, keys), values, strict=True))
+        for t, keys, values in base["times"]
+    }
+    for t in delta["dropped"]:
+        tables.pop(tuple(t), None)
+    for t, keys, values in delta["times"]:
+        tables[tuple(t)] = dict(zip(map(_key, keys), values, strict=True))
+    for t, keys, values, gone in delta["patches"]:
+        table = tables.setdefault(tuple(t), {})
+        for k in gone:
+            table.pop(_key(k), None)
+        for k, v in zip(map(_key, keys), values, strict=True):
+            table.pop(k, None)  # to the end, in order of last change, as the table had it
+            table[k] = v
+    return {
+        "format": FORMAT,
+        "replicated": delta["replicated"],
+        "times": [(t, list(tb.keys()), list(tb.values())) for t, tb in sorted(tables.items())],
+    }
 
 
 def _key(k: Any) -> Any:
@@ -364,15 +528,17 @@ class StatefulVertex(Vertex):
         self._states: dict[str, KeyedState[Any]] = {}
 
     def keyed_state(
-        self, name: str, replicated: bool = False, tracked: bool = False
+        self, name: str, replicated: bool = False, tracked: bool = False, incremental: bool = False
     ) -> KeyedState[Any]:
         """A new table, registered under ``name`` for snapshots; ``replicated`` when every
         worker holds the same contents (a broadcast input), so a rescale copies it;
         ``tracked`` when the vertex reports every key it adds (:meth:`KeyedState.added`),
-        so that a migration finds a bin's keys without hashing the table."""
+        so that a migration finds a bin's keys without hashing the table; ``incremental``
+        when it also reports every key it changes or removes (:meth:`KeyedState.touched`),
+        so that an incremental checkpoint writes only those (a table kept across epochs)."""
         if name in self._states:
             raise ValueError(f"state {name!r} is defined twice")
-        state: KeyedState[Any] = KeyedState(replicated, tracked)
+        state: KeyedState[Any] = KeyedState(replicated, tracked, incremental)
         self._states[name] = state
         return state
 
@@ -448,13 +614,45 @@ class StatefulVertex(Vertex):
         """Every table's snapshot, by name (only times of epochs ``<= upto`` if given)."""
         return {name: s.snapshot(upto) for name, s in self._states.items()}
 
-    def snapshot_at(self, epoch: int) -> dict[str, Any]:
+    def keep_changes(self) -> None:
+        """Incremental checkpoints: incremental tables record their changed keys."""
+        for s in self._states.values():
+            if s.incremental:
+                s.keep_changes()
+
+    def snapshot_taken(self, epoch: int) -> None:
+        """A snapshot for the checkpoint at ``epoch`` was taken (whole or a delta)."""
+        for s in self._states.values():
+            s.taken(epoch, epoch)
+
+    def forget_bases(self, before: int) -> None:
+        """No delta will be taken on a checkpoint before ``before`` any more."""
+        for s in self._states.values():
+            s.forget(before)
+
+    def snapshot_at(self, epoch: int, base: int | None = None) -> dict[str, Any]:
+        """The snapshot for the checkpoint at ``epoch``; with ``base``, incremental tables
+        as a delta on the snapshot for the checkpoint at ``base`` (:func:`apply_delta`)."""
         routing = self._ctx.worker.routing
+        if base is not None and not all(
+            s.has_base(base) for s in self._states.values() if s.incremental
+        ):
+            base = None  # not snapshotted for that part (it was given up): whole
+        tables = (
+            self.snapshot(epoch)
+            if base is None
+            else {
+                name: s.delta(epoch, base) if s.incremental else s.snapshot(epoch)
+                for name, s in self._states.items()
+            }
+        )
         snap: dict[str, Any] = {
             "kind": "keyed",
-            "tables": self.snapshot(epoch),
+            "tables": tables,
             "bins": routing.bins,
         }
+        if base is not None:
+            snap["base"] = base
         if len(routing.epochs) > 1:  # bins have moved: where they are is part of the state
             snap["routing"] = [[e, list(t)] for e, t in routing.upto(epoch)]
         return snap

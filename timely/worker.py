@@ -60,6 +60,7 @@ class Worker:
         restore: tuple[int, dict[int, Any]] | None = None,
         checkpoint_on_request: bool = False,
         log: EventLog | None = None,
+        checkpoint_incremental: int = 0,
     ) -> None:
         """``checkpoint_every=k`` snapshots the vertices after every epoch ``e`` with
         ``e % k == k - 1`` (see :meth:`take_parts`); ``checkpoint_on_request`` after the
@@ -112,7 +113,11 @@ class Worker:
         self.migration = Migration(self, start)
         """Configurations received, bins to ship and to install (:mod:`timely.migration`)."""
         checkpointing = checkpoint_every is not None or checkpoint_on_request
-        self.snapshots = Snapshots(self, checkpoint_every, start) if checkpointing else None
+        self.snapshots = (
+            Snapshots(self, checkpoint_every, start, checkpoint_incremental)
+            if checkpointing
+            else None
+        )
         if restore is not None:
             self._restore(*restore)
         first = (start,)

@@ -62,9 +62,11 @@ def sweep(
     every: int | str = 1,
     seed: int = 0,
     stride: int = 1,
+    **options: Any,
 ) -> tuple[int, list[int]]:
     """Crash the run at every ``stride``-th scheduling event; return how many events the
-    run has and the crash points after which the outputs differ from a failure-free run."""
+    run has and the crash points after which the outputs differ from a failure-free run
+    (``options``: more checkpoint options for the crashed runs)."""
     expected, _ = run(pipeline, epochs, source, workers, seed)
     with tempfile.TemporaryDirectory(dir=SCRATCH) as d:
         _, session = run(pipeline, epochs, source, workers, seed, checkpoint=d)
@@ -82,6 +84,7 @@ def sweep(
                 checkpoint_every=every,
                 crash_at=(n,),
                 max_restarts=1,
+                **options,
             )
         if got != expected:
             wrong.append(n)

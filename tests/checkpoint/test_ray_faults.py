@@ -138,6 +138,29 @@ def test_ray_kill_at_random_epochs(case: str, tmp_path: Path) -> None:
     assert 1 <= session.restarts <= len(kills) + 1
 
 
+@pytest.mark.parametrize("case", ["wordcount", "ysb"])
+def test_ray_kills_with_incremental_checkpoints(case: str, tmp_path: Path) -> None:
+    """The same kills, parts written as deltas on the part before (a whole one after
+    every two): each restore applies its chain, on request (YSB) or every epoch."""
+    rng = random.Random(f"incremental-{case}")
+    epochs = CASES[case][1](rng, 16)
+    expected, _ = run(case, epochs, "inline")
+    kills = {e: rng.randrange(2) for e in rng.sample(range(1, 16), 3)}
+    cadence: dict[str, Any] = {"checkpoint_interval": 0.2} if case == "ysb" else {}
+    got, session = run(
+        case,
+        epochs,
+        "ray",
+        kills,
+        checkpoint=str(tmp_path),
+        checkpoint_incremental=2,
+        max_restarts=len(kills) + 1,
+        **cadence,
+    )
+    assert got == expected
+    assert 1 <= session.restarts <= len(kills) + 1
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_os_exit_inside_a_vertex(case: str, tmp_path: Path) -> None:
     rng = random.Random(f"exit-{case}")

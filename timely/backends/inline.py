@@ -67,6 +67,7 @@ class InlineSession(Session):
                 checkpoint_on_request=self._every is None and self.checkpoint is not None,
                 restore=None if restore is None else (restore[0], restore[1][i]),
                 log=self._event_log(i),
+                checkpoint_incremental=self._incremental,
             )
             for i in range(self.workers)
         ]
@@ -167,7 +168,9 @@ class InlineSession(Session):
             assert self.coordinator is not None
             store = self.coordinator.store
             t0 = clock()
-            info = store.write_part(epoch, w, self.workers, serialization.encode(part))
+            info = store.write_part(
+                epoch, w, self.workers, serialization.encode(part), part.get("base")
+            )
             t1 = clock()
             if log is not None:
                 log.add(("c", t0, t1, epoch, "write"))

@@ -141,6 +141,7 @@ class WorkerActor:
         every: int | None = None,
         restore: tuple[int, dict[int, Any]] | None = None,
         trace: tuple[str, int] | None = None,
+        incremental: int = 0,
     ) -> tuple[str, int, Address]:
         """Build worker ``index`` of ``peers`` (the vertices' factories run here) and listen
         for the peers (a Unix socket; with ``tcp``, also TCP on this node's IP, for peers on
@@ -163,6 +164,7 @@ class WorkerActor:
             log=None
             if trace is None
             else EventLog.for_plan(trace[0], plan, index, peers, trace[1]),
+            checkpoint_incremental=incremental,
         )
         self.log = self.worker.log
         self.store = store
@@ -334,7 +336,8 @@ class WorkerActor:
         for epoch, part in worker.take_parts():
             t0 = clock()
             data = serialization.encode(part)
-            self._write_part(epoch, data, worker.checkpoint_work(epoch) + clock() - t0)
+            work = worker.checkpoint_work(epoch) + clock() - t0
+            self._write_part(epoch, data, work, part.get("base"))
         log = self.log
         if log is None:
             return [(p, serialization.encode_message(m)) for p, m in messages], emitted
@@ -346,7 +349,7 @@ class WorkerActor:
             out.append((p, payload))
         return out, emitted
 
-    def _write_part(self, epoch: int, data: bytes, work: int) -> None:
+    def _write_part(self, epoch: int, data: bytes, work: int, base: int | None = None) -> None:
         """Write a checkpoint part on the writer thread (off the step loop); report it to
         the driver once it is durable (after the outputs of its epoch: they went first),
         with the checkpoint work it took (``work`` ns of snapshots and encoding, and the
@@ -358,7 +361,7 @@ class WorkerActor:
 
         def write() -> None:
             t0, cpu = clock(), time.thread_time_ns()
-            info = store.write_part(epoch, self.index, self.npeers, data)
+            info = store.write_part(epoch, self.index, self.npeers, data, base)
             t1 = clock()
             if log is not None:
                 log.add(("c", t0, t1, epoch, "write"))
@@ -609,6 +612,7 @@ class RaySession(Session):
                 every,
                 None if restore is None else (restore[0], restore[1][i]),
                 None if self.trace is None else (self.trace, self.attempt),
+                self._incremental,
             )
             for i, a in enumerate(self.actors)
         ]

@@ -1,0 +1,268 @@
+"""Incremental checkpoints: a part holds what changed since the worker's part before; a
+restore applies the chain on the whole part it starts from, and a damaged or missing
+link makes it fall back to an older checkpoint whose chain holds."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import timely.state
+from tests.checkpoint.pipelines import build
+from timely import ConfigError, Dataflow
+from timely.checkpoint import CheckpointError, CheckpointStore
+from timely.state import KeyedState, apply_delta
+
+# -- the table level: a delta applied on its base is the whole snapshot ------------------------
+
+ops_st = st.lists(
+    st.tuples(
+        st.sampled_from(["set", "del", "snap", "time"]),
+        st.integers(0, 12),  # a key, or a per-time table's epoch
+        st.integers(0, 99),
+    ),
+    max_size=60,
+)
+
+
+def replay(
+    ops: list[tuple[str, int, int]], every: int, ordered: bool = True
+) -> list[tuple[Any, Any, Any]]:
+    """Run ``ops`` on an incremental table (changes reported, as the operators do);
+    at each ``snap``, take a whole snapshot and a delta on the one ``every`` snapshots
+    before (a chain) and return both, with the whole one the delta's base had."""
+    state: KeyedState[int] = KeyedState(tracked=True, incremental=True)
+    state.ordered = ordered
+    state.keep_changes()
+    carried = (0,)
+    taken: dict[int, Any] = {}
+    out = []
+    for epoch, (op, key, value) in enumerate(ops):
+        if op == "set":
+            table = state.table(carried)
+            table.pop(key, None)  # to the end, as map_with_state keeps its table
+            table[key] = value
+            if value % 2:
+                state.touched(carried, [key])
+            else:
+                state.changed(carried, [(key, value)])  # the value reported with the key
+        elif op == "del":
+            if state.table(carried).pop(key, None) is not None:
+                state.touched(carried, [key])
+        elif op == "time":  # a per-time table made or dropped (its keys reported too)
+            t = (key + 1,)
+            if state.get(t) is None:
+                state.table(t)[value] = key
+                state.touched(t, [value])
+            else:
+                state.touched(t, list(state.pop(t)))
+        else:
+            whole = state.snapshot(epoch)
+            bases = sorted(taken)
+            base = bases[-every] if len(bases) >= every else None
+            if base is not None:
+                out.append((taken[base], state.delta(epoch, base), whole))
+            taken[epoch] = whole
+            state.taken(epoch, epoch)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops_st, st.integers(1, 3))
+def test_a_delta_on_its_base_gives_the_whole_snapshot_in_order(
+    ops: list[tuple[str, int, int]], every: int
+) -> None:
+    for base, delta, whole in replay(ops, every):
+        assert apply_delta(base, delta) == whole
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops_st, st.integers(1, 3))
+def test_an_unordered_table_gets_its_contents_back(
+    ops: list[tuple[str, int, int]], every: int
+) -> None:
+    """A table whose order does not matter (running_reduce's, join_streaming's) records
+    its changes more cheaply; a delta gives back the same keys and values."""
+    for base, delta, whole in replay(ops, every, ordered=False):
+        got = apply_delta(base, delta)
+        assert {tuple(t): dict(zip(k, v, strict=True)) for t, k, v in got["times"]} == {
+            tuple(t): dict(zip(k, v, strict=True)) for t, k, v in whole["times"]
+        }
+
+
+def test_mutation_applying_changes_in_place_loses_the_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A table kept in order of last use (map_with_state's expiry pops its front) must
+    come back in that order: applying a changed key in place, without moving it to the
+    end, is caught."""
+    ops = [("set", 1, 1), ("set", 2, 2), ("snap", 0, 0), ("set", 1, 5), ("snap", 0, 0)]
+
+    def in_place(base: Any, delta: Any) -> Any:
+        tables = {tuple(t): dict(zip(k, v, strict=True)) for t, k, v in base["times"]}
+        for t, keys, values, _ in delta["patches"]:
+            tables[tuple(t)].update(zip(keys, values, strict=True))
+        return {**base, "times": [(t, list(d), list(d.values())) for t, d in tables.items()]}
+
+    ((base, delta, whole),) = replay(ops, 1)
+    assert apply_delta(base, delta) == whole
+    assert in_place(base, delta) != whole
+
+
+# -- the run level -----------------------------------------------------------------------------
+
+EPOCHS = [[(e * 7 + i * 3) % 40 for i in range(e % 4 + 2)] for e in range(12)]
+
+
+def manifests(root: Path) -> dict[int, dict[str, Any]]:
+    out = {}
+    for d in sorted(os.listdir(root)):
+        m = root / d / "MANIFEST.json"
+        if m.exists():
+            manifest = json.loads(m.read_text())
+            out[manifest["epoch"]] = manifest
+    return out
+
+
+def stopped_run(root: Path, pipeline: str, last: int, **options: Any) -> dict[int, Any]:
+    """Epochs ``0..last`` complete with a checkpoint after each; the input stays open, as
+    in a driver that died. Returns the outputs."""
+    flow, out = build(pipeline, EPOCHS[: last + 1])
+    flow._inputs[0].advance_to(last + 1)
+    session = flow.activate(workers=2, backend="inline", checkpoint=str(root), **options)
+    assert session.committed[-1] == last
+    session.close()
+    return out
+
+
+def resumed(root: Path, pipeline: str) -> tuple[int, dict[int, Any]]:
+    flow, got = build(pipeline, EPOCHS)
+    session = flow.activate(workers=2, backend="inline", checkpoint=str(root))
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    return session.restored_epoch, got
+
+
+@pytest.mark.parametrize("pipeline", ["running", "sessions"])
+def test_a_chain_restores_what_a_whole_checkpoint_would(tmp_path: Path, pipeline: str) -> None:
+    """Parts are deltas on the part before, a whole one after every three; the manifest
+    names each part's base and the chain back to a whole part, with each file's size and
+    checksum; resuming from the newest (a delta) gives the outputs of a run without
+    a stop. Old checkpoints go, but not the parts a kept chain needs."""
+    flow, expected = build(pipeline, EPOCHS)
+    flow.run(workers=2, backend="inline")
+    stopped_run(tmp_path, pipeline, 7, checkpoint_incremental=3, keep_checkpoints=1)
+    found = manifests(tmp_path)
+    part = found[7]["parts"][0]
+    # Whole parts at 0 and 4, three deltas after each: 7 is on 6, on 5, on the whole 4.
+    assert part["base"] == 6 and [link["epoch"] for link in part["chain"]] == [6, 5, 4]
+    assert all(link["sha256"] and link["size"] > 0 for link in part["chain"])
+    # One checkpoint kept, and the chain it needs (no older directory).
+    assert sorted(os.listdir(tmp_path)) == [f"ckpt-{e:012d}" for e in (4, 5, 6, 7)]
+    restored, got = resumed(tmp_path, pipeline)
+    assert restored == 7
+    assert got == {e: r for e, r in expected.items() if e > 7}
+
+
+def test_a_torn_increment_falls_back_to_the_chain_before(tmp_path: Path) -> None:
+    """A link of the newest chain fails its checksum: loading that checkpoint names the
+    file, and a resume falls back to the newest checkpoint whose chain holds (one whose
+    chain ends before the torn part), with nothing lost."""
+    flow, expected = build("running", EPOCHS)
+    flow.run(workers=2, backend="inline")
+    stopped_run(tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8)
+    torn = tmp_path / "ckpt-000000000005" / "part-1-of-2.bin"
+    data = bytearray(torn.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    torn.write_bytes(bytes(data))
+    store = CheckpointStore(str(tmp_path))
+    for epoch in (5, 6, 7):
+        with pytest.raises(CheckpointError, match=r"ckpt-000000000005/part-1-of-2\.bin"):
+            store.load(epoch)
+    restored, got = resumed(tmp_path, "running")
+    assert restored == 4
+    assert got == {e: r for e, r in expected.items() if e > 4}
+
+
+def test_a_missing_increment_falls_back_too(tmp_path: Path) -> None:
+    flow, expected = build("running", EPOCHS)
+    flow.run(workers=2, backend="inline")
+    stopped_run(tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8)
+    (tmp_path / "ckpt-000000000004" / "part-0-of-2.bin").unlink()
+    with pytest.raises(CheckpointError, match=r"ckpt-000000000004/part-0-of-2\.bin"):
+        CheckpointStore(str(tmp_path)).load(6)
+    restored, got = resumed(tmp_path, "running")
+    assert restored == 3  # 4..7 all need the missing part
+    assert got == {e: r for e, r in expected.items() if e > 3}
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_chain_restores_on_another_worker_count(tmp_path: Path, workers: int) -> None:
+    """A rescale on restore makes each old worker's chain whole before re-partitioning."""
+    flow, expected = build("running", EPOCHS)
+    flow.run(workers=2, backend="inline")
+    stopped_run(tmp_path, "running", 6, checkpoint_incremental=True)
+    assert manifests(tmp_path)[6]["parts"][0]["chain"]  # a delta
+    flow, got = build("running", EPOCHS)
+    session = flow.activate(workers=workers, backend="inline", checkpoint=str(tmp_path))
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    assert session.restored_epoch == 6
+    assert got == {e: r for e, r in expected.items() if e > 6}
+
+
+def test_delta_parts_write_what_changed(tmp_path: Path) -> None:
+    """5,000 keys loaded, then each epoch touches 5: the deltas are a small fraction of
+    a whole part (checkpoint bytes follow the keys touched, not the state)."""
+    import operator
+
+    flow = Dataflow("touched")
+    handle = flow.new_input("keys")
+    handle.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1).collect("c")
+    with flow.activate(
+        workers=1,
+        backend="inline",
+        checkpoint=str(tmp_path),
+        checkpoint_incremental=5,
+        keep_checkpoints=10,
+    ) as session:
+        handle.send(list(range(5000)))
+        for e in range(1, 6):
+            handle.advance_to(e)
+            handle.send([e, e + 100, e + 200, e + 300, e + 400])
+        handle.close()
+        session.join()
+    sizes = {e: m["parts"][0]["size"] for e, m in manifests(tmp_path).items()}
+    assert manifests(tmp_path)[0]["parts"][0]["base"] is None
+    assert all(manifests(tmp_path)[e]["parts"][0]["base"] == e - 1 for e in range(1, 6))
+    assert all(sizes[e] * 20 < sizes[0] for e in range(1, 6)), sizes
+
+
+def test_bad_incremental_option_is_refused_before_the_run(tmp_path: Path) -> None:
+    flow, _ = build("running", EPOCHS[:2])
+    with pytest.raises(ConfigError, match="checkpoint_incremental must be True"):
+        flow.run(workers=2, backend="inline", checkpoint=str(tmp_path), checkpoint_incremental=0)
+    with pytest.raises(ConfigError, match="need checkpoint="):
+        flow.run(workers=2, backend="inline", checkpoint_incremental=True)
+
+
+def test_unreported_keys_in_an_incremental_table_are_the_operators_contract() -> None:
+    """The table trusts its operator: a key changed without ``touched`` is not in the
+    delta (which is why only operators that report opt in with ``incremental=True``)."""
+    state: KeyedState[int] = KeyedState(tracked=True, incremental=True)
+    state.keep_changes()
+    state.table((0,))[1] = 1
+    state.touched((0,), [1])
+    base = state.snapshot(0)
+    state.taken(0, 0)
+    state.table((0,))[2] = 2  # unreported
+    assert state.delta(1, 0)["patches"] == []
+    assert timely.state.apply_delta(base, state.delta(1, 0)) != state.snapshot(1)
