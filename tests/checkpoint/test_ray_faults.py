@@ -117,48 +117,40 @@ def run(
     return out, session
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_ray_kill_at_random_epochs(case: str, tmp_path: Path) -> None:
-    rng = random.Random(f"kill-{case}")
+def killed(case: str, tmp_path: Path, label: str, kills: int, **options: Any) -> Any:
+    """A run on Ray with ``kills`` workers killed at seeded epochs, checked against the
+    inline run without failures; returns the session."""
+    rng = random.Random(f"{label}-{case}")
     epochs = CASES[case][1](rng, 16)
     expected, _ = run(case, epochs, "inline")
-    kills = {e: rng.randrange(2) for e in rng.sample(range(1, 16), 4)}
+    at = {e: rng.randrange(2) for e in rng.sample(range(1, 16), kills)}
     # YSB checkpoints by time (the driver picks the epochs), the others by epoch count.
     cadence: dict[str, Any] = {"checkpoint_interval": 0.2} if case == "ysb" else {}
     got, session = run(
         case,
         epochs,
         "ray",
-        kills,
+        at,
         checkpoint=str(tmp_path),
-        max_restarts=len(kills) + 1,
+        max_restarts=len(at) + 1,
         **cadence,
+        **options,
     )
     assert got == expected
-    assert 1 <= session.restarts <= len(kills) + 1
+    assert 1 <= session.restarts <= len(at) + 1
+    return session
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ray_kill_at_random_epochs(case: str, tmp_path: Path) -> None:
+    killed(case, tmp_path, "kill", 4)
 
 
 @pytest.mark.parametrize("case", ["wordcount", "ysb"])
 def test_ray_kills_with_incremental_checkpoints(case: str, tmp_path: Path) -> None:
     """The same kills, parts written as deltas on the part before (a whole one after
     every two): each restore applies its chain, on request (YSB) or every epoch."""
-    rng = random.Random(f"incremental-{case}")
-    epochs = CASES[case][1](rng, 16)
-    expected, _ = run(case, epochs, "inline")
-    kills = {e: rng.randrange(2) for e in rng.sample(range(1, 16), 3)}
-    cadence: dict[str, Any] = {"checkpoint_interval": 0.2} if case == "ysb" else {}
-    got, session = run(
-        case,
-        epochs,
-        "ray",
-        kills,
-        checkpoint=str(tmp_path),
-        checkpoint_incremental=2,
-        max_restarts=len(kills) + 1,
-        **cadence,
-    )
-    assert got == expected
-    assert 1 <= session.restarts <= len(kills) + 1
+    killed(case, tmp_path, "incremental", 3, checkpoint_incremental=2)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
