@@ -28,6 +28,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -351,23 +352,33 @@ class CheckpointStore:
             return epoch, parts
         return None
 
-    def collect_garbage(self, keep: int) -> None:
-        """Delete all but the newest ``keep`` committed checkpoints, and any uncommitted
-        directory older than the oldest one kept."""
+    def collect_garbage(self, keep: int, also: Iterable[int] = ()) -> None:
+        """Delete all but the newest ``keep`` committed checkpoints (and those in ``also``),
+        and any uncommitted directory older than the oldest one kept. The parts a kept
+        checkpoint's chain needs stay, without their manifest: they are no checkpoint to
+        restore from any more (the driver's inputs before the oldest kept one are gone)."""
         epochs = self.epochs()
         committed = [e for e in epochs if self._has_manifest(e)]
         if len(committed) <= keep:
             return
-        oldest_kept = committed[-keep]
+        kept = sorted({*committed[-keep:], *(e for e in also if e in committed)})
+        oldest_kept = kept[0]
         needed: set[int] = set()  # the parts the kept incremental checkpoints are deltas on
-        for epoch in committed[-keep:]:
+        for epoch in kept:
             with contextlib.suppress(OSError, ValueError, KeyError):
                 manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
                 needed.update(
                     link["epoch"] for p in manifest["parts"] for link in p.get("chain", [])
                 )
         for epoch in epochs:
-            if epoch < oldest_kept and epoch not in needed:
+            if epoch in kept:
+                continue
+            if epoch < kept[-1] and epoch in needed:
+                # Kept for the chains only: no longer a checkpoint to restore from (the
+                # driver's inputs before the oldest kept checkpoint are gone).
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(self._path(epoch_dir(epoch), "MANIFEST.json"))
+            elif epoch < oldest_kept or (epoch < kept[-1] and epoch in committed):
                 # On failure (a concurrent reader, an eventual store) try again next time.
                 with contextlib.suppress(OSError):
                     self.fs.delete_dir(self._path(epoch_dir(epoch)))

@@ -58,6 +58,10 @@ class CheckpointCoordinator:
         self.commit_times: list[float] = []
         """When each of ``committed`` was committed (``time.monotonic()``)."""
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
+        self._trimmed = -1
+        """The driver's inputs up to this epoch are no longer logged: no restore before it."""
+        self._starts: dict[int, int] = {}
+        """Per committed checkpoint, the epoch of the whole parts its chains start from."""
         self._written: dict[tuple[int, int], dict[str, Any]] = {}
         """Per ``(epoch, worker)``, the part written, with the chain of parts it is a delta
         on (incremental checkpoints): kept until no committed chain needs it."""
@@ -124,6 +128,13 @@ class CheckpointCoordinator:
         after it (it is produced again)."""
         found = self.store.latest(self.fingerprint, self.name)
         epoch = -1 if found is None else found[0]
+        if epoch < self._trimmed:
+            raise CheckpointError(
+                f"no usable checkpoint at or after epoch {self._trimmed} is left in "
+                f"{self.config.uri!r} (the newest {epoch if epoch >= 0 else 'none'}), and the "
+                f"driver's inputs up to epoch {self._trimmed} are no longer kept: the run "
+                "cannot be recovered; keep more checkpoints (keep_checkpoints=) or check the store"
+            )
         for sink in self.sinks:
             sink.abort_after(epoch)
         self.restored_epoch = epoch
@@ -151,7 +162,10 @@ class CheckpointCoordinator:
         base = info.get("base")
         if base is not None:  # incremental: the parts it is a delta on, newest first
             prev = self._written.get((base, info["worker"]))
-            info["chain"] = None if prev is None else [_link(base, prev), *prev["chain"]]
+            if prev is None or prev["chain"] is None:
+                info["chain"] = None  # a delta on a part that is not restorable: nor is it
+            else:
+                info["chain"] = [_link(base, prev), *prev["chain"]]
         else:
             info["chain"] = []
         self._written[(epoch, info["worker"])] = info
@@ -166,7 +180,12 @@ class CheckpointCoordinator:
         if len(parts) < self.workers:
             return
         if any(p["chain"] is None for p in parts.values()):
-            return  # a delta on a part this driver never saw written: not restorable
+            # A delta on a part this driver never saw written: not restorable. The next
+            # part of that worker is whole (the worker saw the part given up); with
+            # checkpoint_interval, ask again rather than wait for this one.
+            if self._requested == epoch:
+                self._requested = None
+            return
         at = self._part_at[epoch]  # the last part's: when the checkpoint was complete
         started = time.perf_counter()
         try:
@@ -180,20 +199,29 @@ class CheckpointCoordinator:
         for done in [e for e in self._parts if e <= epoch]:
             del self._parts[done]
             self._part_at.pop(done, None)
-        oldest = min([epoch, *(link["epoch"] for p in parts.values() for link in p["chain"])])
-        self._written = {k: i for k, i in self._written.items() if k[0] >= oldest}
+        start = min([epoch, *(link["epoch"] for p in parts.values() for link in p["chain"])])
+        self._starts[epoch] = start
+        self._written = {k: i for k, i in self._written.items() if k[0] >= start}
+        # Keep the newest `keep` checkpoints and, with incremental ones, the newest one
+        # before the newest chain began: a damaged link then still leaves a checkpoint to
+        # fall back to (the checkpoints of a chain share its links).
+        kept = self.committed[-self.config.keep :]
+        before = [c for c in self.committed if c < start]
+        if self.config.incremental and before and before[-1] not in kept:
+            kept.insert(0, before[-1])
+        self._starts = {c: e for c, e in self._starts.items() if c >= kept[0]}
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
         # newest damaged falls back to an older one and must replay from there.
-        kept = self.committed[-self.config.keep :]
-        oldest = kept[0] if len(kept) == self.config.keep else -1
+        if len(self.committed) > len(kept):
+            self._trimmed = max(self._trimmed, kept[0])
         self._input_log = [
             entry
             for entry in self._input_log
-            if not (isinstance(entry[1], Send) and entry[2] <= oldest)
+            if not (isinstance(entry[1], Send) and entry[2] <= self._trimmed)
         ]
         for sink in self.sinks:
             sink.commit(epoch)
-        self.store.collect_garbage(self.config.keep)
+        self.store.collect_garbage(self.config.keep, also=kept)
         if self.cadence is not None:
             self.cadence.driver(time.perf_counter() - started)
             self.cadence.committed(epoch, at)

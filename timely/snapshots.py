@@ -190,6 +190,10 @@ class Snapshots:
             return False
         if every is None:
             self.segments = [(epoch, None)]
+            if self.bases:
+                # A part under way is given up (its epoch is no longer asked for): the
+                # next part is whole, not a delta on a part that will never be written.
+                self.base = None
         else:
             kept = [s for s in self.segments if s[0] < epoch]
             kept.append((epoch, every))
@@ -219,7 +223,11 @@ class Snapshots:
         vertex = self.w.vertices[v]
         snap: dict[str, Any] | None
         try:
-            if isinstance(vertex, StatefulVertex) and self.incremental:
+            if (
+                isinstance(vertex, StatefulVertex)
+                and self.incremental
+                and type(vertex).snapshot_at is StatefulVertex.snapshot_at
+            ):
                 snap = vertex.snapshot_at(epoch, base)
                 vertex.snapshot_taken(epoch)
             else:

@@ -75,6 +75,7 @@ class KeyedState(Generic[V]):
         "_nbins",
         "_present",
         "_times",
+        "_unvalued",
         "incremental",
         "ordered",
         "replicated",
@@ -105,7 +106,10 @@ class KeyedState(Generic[V]):
         self._changes: dict[Timestamp, dict[Any, Any]] | None = None
         """With incremental checkpoints (:meth:`keep_changes`), the keys of tracked tables
         added, changed or removed since the last snapshot, per time."""
-        self._generations: list[tuple[int, dict[Timestamp, dict[Any, Any]]]] = []
+        self._unvalued: set[Timestamp] = set()
+        """The times whose changes since the last snapshot include keys reported without
+        their values (:meth:`touched`): a delta looks those up."""
+        self._generations: list[tuple[int, dict[Timestamp, dict[Any, Any]], set[Timestamp]]] = []
         """Per snapshot taken (its epoch), the changes made before it and after the one
         before: a delta on an older base merges those after the base."""
         self._present: dict[int, frozenset[Timestamp]] = {}
@@ -160,6 +164,9 @@ class KeyedState(Generic[V]):
     def touched(self, time: Timestamp, keys: Iterable[Any]) -> None:
         """The operator has added, changed or removed ``keys`` in the table of ``time``
         (a tracked table must report every such key when changes are kept)."""
+        if self._changes is None:
+            return
+        self._unvalued.add(time)
         self.changed(time, ((k, _LOOK_UP) for k in keys))
 
     def changed(self, time: Timestamp, pairs: Iterable[tuple[Any, Any]]) -> None:
@@ -232,8 +239,8 @@ class KeyedState(Generic[V]):
         from now on belong to the next one."""
         if self._changes is None:
             return
-        self._generations.append((epoch, self._changes))
-        self._changes = {}
+        self._generations.append((epoch, self._changes, self._unvalued))
+        self._changes, self._unvalued = {}, set()
         self._present[epoch] = frozenset(t for t in self._times if upto is None or t[0] <= upto)
 
     def forget(self, before: int) -> None:
@@ -255,8 +262,10 @@ class KeyedState(Generic[V]):
         if present is None:
             raise ValueError(f"no snapshot for epoch {base} to take a delta on")
         changed: dict[Timestamp, dict[Any, Any]] = {}
-        generations = [c for e, c in self._generations if e > base]
-        for changes in [*generations, self._changes or {}]:
+        later = [(c, u) for e, c, u in self._generations if e > base]
+        later.append((self._changes or {}, self._unvalued))
+        unvalued = set().union(*(u for _, u in later))
+        for changes, _ in later:
             for t, keys in changes.items():
                 into = changed.get(t)
                 if into is None:
@@ -267,14 +276,19 @@ class KeyedState(Generic[V]):
                     for k, v in keys.items():  # a later change moves the key to the end
                         into.pop(k, None)
                         into[k] = v
-        whole = []
-        patches = []
+        whole: list[tuple[Timestamp, list[Any], list[Any]]] = []
+        patches: list[tuple[Timestamp, list[Any], list[Any], list[Any]]] = []
         for time, table in sorted(self._times.items()):
             if time[0] > upto:
                 continue
             keys = changed.get(time, {})
             # Half the table changed or more: whole is as small, and cheaper to make.
-            if self.incremental and time in present and 2 * len(keys) < len(table):
+            if not (self.incremental and time in present and 2 * len(keys) < len(table)):
+                whole.append((time, list(table.keys()), list(table.values())))
+            elif time not in unvalued:  # every value reported: no look-up, no loop
+                if keys:
+                    patches.append((time, list(keys), list(keys.values()), []))
+            else:
                 kept, values, gone = [], [], []
                 get = table.get
                 for k, v in keys.items():  # a look-up only where no value was reported
@@ -287,8 +301,6 @@ class KeyedState(Generic[V]):
                         values.append(v)
                 if kept or gone:
                     patches.append((time, kept, values, gone))
-            else:
-                whole.append((time, list(table.keys()), list(table.values())))
         return {
             "format": FORMAT,
             "replicated": self.replicated,
@@ -303,7 +315,7 @@ class KeyedState(Generic[V]):
         self._times = {}
         self._index = {}
         self._grown = {}
-        self._generations, self._present = [], {}
+        self._generations, self._present, self._unvalued = [], {}, set()
         self.install(snapshot)
         if self._changes is not None:
             self._changes = {}  # the next snapshot after a restore is whole
@@ -634,10 +646,9 @@ class StatefulVertex(Vertex):
         """The snapshot for the checkpoint at ``epoch``; with ``base``, incremental tables
         as a delta on the snapshot for the checkpoint at ``base`` (:func:`apply_delta`)."""
         routing = self._ctx.worker.routing
-        if base is not None and not all(
-            s.has_base(base) for s in self._states.values() if s.incremental
-        ):
-            base = None  # not snapshotted for that part (it was given up): whole
+        incremental = [s for s in self._states.values() if s.incremental]
+        if not incremental or not all(s.has_base(base) for s in incremental if base is not None):
+            base = None  # none to write as a delta, or no snapshot for that part: whole
         tables = (
             self.snapshot(epoch)
             if base is None

@@ -164,8 +164,11 @@ def test_a_chain_restores_what_a_whole_checkpoint_would(tmp_path: Path, pipeline
     # Whole parts at 0 and 4, three deltas after each: 7 is on 6, on 5, on the whole 4.
     assert part["base"] == 6 and [link["epoch"] for link in part["chain"]] == [6, 5, 4]
     assert all(link["sha256"] and link["size"] > 0 for link in part["chain"])
-    # One checkpoint kept, and the chain it needs (no older directory).
-    assert sorted(os.listdir(tmp_path)) == [f"ckpt-{e:012d}" for e in (4, 5, 6, 7)]
+    # One checkpoint kept, 7, and the newest before its chain began, 3 (a damaged link
+    # of 7's chain leaves 3 to fall back to), each with the chain it needs; the chains'
+    # parts are no checkpoints of their own any more (no inputs are kept for them).
+    assert list(found) == [3, 7]
+    assert sorted(os.listdir(tmp_path)) == [f"ckpt-{e:012d}" for e in range(8)]
     restored, got = resumed(tmp_path, pipeline)
     assert restored == 7
     assert got == {e: r for e, r in expected.items() if e > 7}
@@ -266,3 +269,110 @@ def test_unreported_keys_in_an_incremental_table_are_the_operators_contract() ->
     state.table((0,))[2] = 2  # unreported
     assert state.delta(1, 0)["patches"] == []
     assert timely.state.apply_delta(base, state.delta(1, 0)) != state.snapshot(1)
+
+
+def test_a_delta_on_a_part_never_written_is_never_committed(tmp_path: Path) -> None:
+    """A worker's delta on a part the driver never saw written (a part given up after a
+    later one had begun on it) cannot be restored, nor can the deltas on it: none of them
+    is committed, and the next whole part commits again."""
+    from timely.checkpoint import CheckpointConfig
+    from timely.coordinator import CheckpointCoordinator
+
+    store = CheckpointStore(str(tmp_path))
+    coordinator = CheckpointCoordinator(
+        CheckpointConfig(uri=str(tmp_path), incremental=3), "flow", "fp", 1, []
+    )
+
+    def written(epoch: int, base: int | None) -> None:
+        coordinator.part_written(epoch, store.write_part(epoch, 0, 1, b"part", base))
+
+    written(1, None)
+    written(2, 1)
+    written(4, 3)  # 3 was given up, never written
+    written(5, 4)
+    written(6, None)
+    assert coordinator.committed == [1, 2, 6]
+    chain = manifests(tmp_path)[2]["parts"][0]["chain"]
+    assert [link["epoch"] for link in chain] == [1]
+
+
+def test_checkpoints_by_time_keep_committing(tmp_path: Path) -> None:
+    """With checkpoint_interval a worker may begin a part the driver then gives up (another
+    worker refused the epoch): the next part is whole, not a delta on a part never
+    written, so checkpoints go on committing to the end of the run."""
+    epochs = [[(e * 7 + i * 5) % 23 for i in range(4 + e % 3)] for e in range(150)]
+    for seed in (3, 4, 5):
+        flow, _ = build("running", epochs, True)
+        session = flow.activate(
+            workers=3,
+            backend="inline",
+            checkpoint=str(tmp_path / str(seed)),
+            checkpoint_interval=1e-6,
+            checkpoint_incremental=True,
+            seed=seed,
+        )
+        session.join()
+        committed = session.coordinator.committed
+        assert len(committed) >= 3 and committed[-1] > 100, (seed, committed)
+
+
+def test_a_restore_never_falls_back_to_a_chain_link(tmp_path: Path) -> None:
+    """The parts a kept chain needs outlive their checkpoints, whose driver inputs are gone:
+    when the newest chain is damaged (both kept checkpoints share the link), a restore in
+    the same run must not use one of them (it would lack inputs to replay). It falls back
+    to the checkpoint kept from before the chain began, and the outputs are right."""
+
+    def go(damage: bool) -> list[Any]:
+        root = tmp_path / ("damaged" if damage else "clean")
+        fired: list[bool] = []
+
+        def add(a: int, b: int) -> int:
+            if damage and not fired and b >= 80:  # epoch 8: damage a link, then fail
+                fired.append(True)
+                newest = max(manifests(root))
+                victim = root / manifests(root)[newest]["parts"][0]["chain"][0]["path"]
+                data = bytearray(victim.read_bytes())
+                data[len(data) // 2] ^= 0xFF
+                victim.write_bytes(bytes(data))
+                raise RuntimeError("a failure after the damage")
+            return a + b
+
+        flow = Dataflow("fallback")
+        handle = flow.new_input("x")
+        handle.stream.running_reduce(lambda x: x % 4, add).collect("c")
+        session = flow.activate(
+            workers=1,
+            backend="inline",
+            checkpoint=str(root),
+            on_error="restore",
+            checkpoint_incremental=3,
+            keep_checkpoints=2,
+        )
+        for e in range(12):
+            handle.send([e * 10 + i for i in range(4)])
+            handle.advance_to(e + 1)
+        handle.close()
+        return sorted(session.join()["c"])
+
+    assert go(True) == go(False)
+
+
+def test_a_restore_that_would_need_inputs_no_longer_kept_fails_clearly(tmp_path: Path) -> None:
+    """Every kept checkpoint damaged, and the inputs before them gone: the recovery stops
+    with an error naming the store and what to do, not with outputs from half the inputs."""
+    from timely.checkpoint import CheckpointConfig
+    from timely.coordinator import CheckpointCoordinator
+
+    coordinator = CheckpointCoordinator(
+        CheckpointConfig(uri=str(tmp_path), keep=1), "flow", "fp", 1, []
+    )
+    from timely import serialization
+
+    store = coordinator.store
+    for epoch in range(3):
+        part = {"format": 2, "epoch": epoch, "worker": 0, "workers": 1, "vertices": {}}
+        coordinator.part_written(epoch, store.write_part(epoch, 0, 1, serialization.encode(part)))
+    assert sorted(manifests(tmp_path)) == [2]  # one kept; the inputs before it are gone
+    (tmp_path / "ckpt-000000000002" / "part-0-of-1.bin").write_bytes(b"torn")
+    with pytest.raises(CheckpointError, match="keep_checkpoints="):
+        coordinator.load_restore()
