@@ -11,7 +11,9 @@
    Also incremental checkpoints (``checkpoint_incremental=True``), and a running count
    over 1M keys touching 1% of them per epoch (goal: <= 10% slower; bytes per
    checkpoint follow the keys touched).
-3. Size and write time against state size: a ``running_reduce`` table of K keys,
+3. Restore time against state size (1M and 10M keys), from a whole checkpoint and from
+   the end of a chain of 10 deltas (1% of the keys each).
+4. Size and write time against state size: a ``running_reduce`` table of K keys,
    snapshotted, encoded (msgpack) and written to a local checkpoint store, and read
    back; K = 1e3 .. 1e6.
 
@@ -256,6 +258,58 @@ def recovery(epochs: int, kills: int) -> dict[str, Any]:
     }
 
 
+def restore_time(keys: int, deltas: int) -> dict[str, Any]:
+    """Restore from a checkpoint of ``keys`` keys: a whole part (``deltas=0``) or the last
+    of a chain of ``deltas`` deltas each touching 1% of the keys. Timed: finding,
+    verifying, decoding and applying the chain (``CheckpointStore.latest``), then putting
+    the state into a table (``KeyedState.restore``), as a worker's restore does."""
+    from timely.checkpoint import CheckpointConfig
+    from timely.coordinator import CheckpointCoordinator
+
+    rng = random.Random(0)
+    state: KeyedState[int] = KeyedState(tracked=True, incremental=True)
+    state.keep_changes()
+    table = state.table((0,))
+    table.update(zip(range(keys), range(keys)))
+    with tempfile.TemporaryDirectory() as d:
+        config = CheckpointConfig(uri=d, incremental=max(deltas, 1), keep=deltas + 2)
+        coordinator = CheckpointCoordinator(config, "restore", "fp", 1, [])
+        store = coordinator.store
+        base: int | None = None
+        written = 0
+        for epoch in range(deltas + 1):
+            if epoch:
+                pairs = [(k, table[k] + 1) for k in rng.sample(range(keys), keys // 100)]
+                table.update(pairs)
+                state.changed((0,), pairs)
+            snap = state.snapshot(epoch) if base is None else state.delta(epoch, base)
+            vertex: dict[str, Any] = {"kind": "keyed", "tables": {"state": snap}, "bins": 256}
+            if base is not None:
+                vertex["base"] = base
+            part = {"format": 2, "epoch": epoch, "worker": 0, "workers": 1, "base": base}
+            data = serialization.encode(part | {"vertices": {3: serialization.encode(vertex)}})
+            written += len(data)
+            coordinator.part_written(epoch, store.write_part(epoch, 0, 1, data, base))
+            state.taken(epoch, epoch)
+            base = epoch
+        t0 = time.perf_counter()
+        found = store.latest("fp", "restore")
+        t1 = time.perf_counter()
+        assert found is not None and found[0] == deltas
+        restored: KeyedState[int] = KeyedState()
+        restored.restore(found[1][0]["vertices"][3]["tables"]["state"])
+        t2 = time.perf_counter()
+    assert restored.get((0,)) == table
+    return {
+        "keys": keys,
+        "deltas": deltas,
+        "bytes_written": written,
+        "load_s": t1 - t0,
+        "restore_s": t2 - t1,
+        "total_s": t2 - t0,
+    }
+
+
 def size_and_write(keys: int) -> dict[str, Any]:
     state: KeyedState[int] = KeyedState()
     table = state.table((0,))
@@ -393,6 +447,30 @@ def main() -> None:
                     f"{s['read_restore_ms']:.1f} ms",
                 )
                 for s in sizes
+            ],
+        )
+    )
+    restores = [
+        restore_time(k, n)
+        for k in ((100_000,) if quick else (1_000_000, 10_000_000))
+        for n in (0, 10)
+    ]
+    out["restore"] = restores
+    print()
+    print(
+        markdown(
+            ["keys", "chain", "bytes written", "find, verify, decode, apply", "into the table"]
+            + ["restore"],
+            [
+                (
+                    f"{r['keys']:,}",
+                    "whole" if r["deltas"] == 0 else f"whole + {r['deltas']} deltas",
+                    f"{r['bytes_written'] / 1e6:.1f} MB",
+                    f"{r['load_s']:.2f} s",
+                    f"{r['restore_s']:.2f} s",
+                    f"{r['total_s']:.2f} s",
+                )
+                for r in restores
             ],
         )
     )

@@ -37,7 +37,7 @@ import pyarrow.fs as pafs
 from timely.aimd import DEFAULT_BOUNDS, check_bounds
 from timely.errors import ConfigError, TimelyError
 from timely.routing import DEFAULT_BINS
-from timely.state import apply_delta, repartition
+from timely.state import apply_deltas, repartition
 
 FORMAT = 1
 _PREFIX = "ckpt-"
@@ -325,10 +325,7 @@ class CheckpointStore:
         if not chain:
             return part
         older = [decode_part(self._verified(epoch, link)) for link in reversed(chain)]
-        whole = older[0]
-        for newer in [*older[1:], part]:
-            whole = apply_part(whole, newer)
-        return whole
+        return apply_chain([*older, part])
 
     def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
         """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
@@ -404,25 +401,33 @@ def decode_part(data: bytes) -> dict[str, Any]:
     return part
 
 
-def apply_part(base: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
-    """``part`` (a worker's decoded part, with deltas on ``base``) made whole: each keyed
-    snapshot's incremental tables applied on ``base``'s (:func:`timely.state.apply_delta`);
-    every other snapshot stands as it is."""
+def apply_chain(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last of ``parts`` (a worker's decoded parts along a chain, the whole one first)
+    made whole: each keyed snapshot that is a delta gets the snapshots of its chain, back
+    to a whole one, applied in one pass (:func:`timely.state.apply_deltas`); every other
+    snapshot stands as it is."""
+    by_epoch = {p["epoch"]: p for p in parts}
+    last = parts[-1]
     vertices = {}
-    for v, snap in part["vertices"].items():
+    for v, snap in last["vertices"].items():
         if isinstance(snap, dict) and snap.get("kind") == "keyed" and "base" in snap:
-            before = base["vertices"].get(v)
-            if before is None or snap["base"] != base["epoch"]:
-                raise CheckpointError(
-                    f"checkpoint part {part['epoch']}: vertex {v} is a delta on epoch "
-                    f"{snap['base']}, but the chain gives epoch {base['epoch']}"
-                )
+            chain = [snap]
+            while "base" in chain[-1]:
+                earlier = by_epoch.get(chain[-1]["base"], {}).get("vertices", {}).get(v)
+                if not isinstance(earlier, dict):
+                    raise CheckpointError(
+                        f"checkpoint part {last['epoch']}: vertex {v} is a delta on epoch "
+                        f"{chain[-1]['base']}, which its chain does not hold"
+                    )
+                chain.append(earlier)
+            whole, *deltas = reversed(chain)
             tables = {
-                name: apply_delta(before["tables"][name], t) for name, t in snap["tables"].items()
+                name: apply_deltas(whole["tables"][name], [d["tables"][name] for d in deltas])
+                for name in snap["tables"]
             }
             snap = {k: x for k, x in snap.items() if k != "base"} | {"tables": tables}
         vertices[v] = snap
-    return {**part, "base": None, "vertices": vertices}
+    return {**last, "base": None, "vertices": vertices}
 
 
 def split_parts(

@@ -471,28 +471,47 @@ def _grow(table: dict[Any, Any]) -> int:
 def apply_delta(base: Snapshot, delta: Snapshot) -> Snapshot:
     """``base`` (a whole snapshot, as :meth:`KeyedState.snapshot` makes) with ``delta``
     (:meth:`KeyedState.delta` on it) applied: the whole snapshot the delta stands for."""
-    if not delta.get("delta"):
-        return delta
-    tables = {
-        tuple(t): dict(zip(map(_key, keys), values, strict=True))
-        for t, keys, values in base["times"]
-    }
-    for t in delta["dropped"]:
-        tables.pop(tuple(t), None)
-    for t, keys, values in delta["times"]:
-        tables[tuple(t)] = dict(zip(map(_key, keys), values, strict=True))
-    for t, keys, values, gone in delta["patches"]:
-        table = tables.setdefault(tuple(t), {})
-        for k in gone:
-            table.pop(_key(k), None)
-        for k, v in zip(map(_key, keys), values, strict=True):
-            table.pop(k, None)  # to the end, in order of last change, as the table had it
-            table[k] = v
+    return apply_deltas(base, [delta])
+
+
+def apply_deltas(base: Snapshot, deltas: list[Snapshot]) -> Snapshot:
+    """``base`` with each of ``deltas`` applied in turn (a chain, oldest first): the tables
+    are built once for the whole chain, not once per delta. A snapshot in ``deltas`` that
+    is whole replaces what came before it."""
+    tables: dict[Timestamp, dict[Any, Any]] | None = None
+    replicated = base["replicated"]
+    current = base
+    for delta in deltas:
+        replicated = delta["replicated"]
+        if not delta.get("delta"):
+            current, tables = delta, None
+            continue
+        if tables is None:
+            tables = {tuple(t): dict(zip(_keys(k), v, strict=True)) for t, k, v in current["times"]}
+        for t in delta["dropped"]:
+            tables.pop(tuple(t), None)
+        for t, keys, values in delta["times"]:
+            tables[tuple(t)] = dict(zip(_keys(keys), values, strict=True))
+        for t, keys, values, gone in delta["patches"]:
+            table = tables.setdefault(tuple(t), {})
+            for k in _keys(gone):
+                table.pop(k, None)
+            pop = table.pop
+            for k, v in zip(_keys(keys), values, strict=True):
+                pop(k, None)  # to the end, in order of last change, as the table had it
+                table[k] = v
+    if tables is None:
+        return current
     return {
         "format": FORMAT,
-        "replicated": delta["replicated"],
+        "replicated": replicated,
         "times": [(t, list(tb.keys()), list(tb.values())) for t, tb in sorted(tables.items())],
     }
+
+
+def _keys(keys: list[Any]) -> list[Any]:
+    """Keys as they were: tuples that a plain msgpack carrier turned into lists."""
+    return [_key(k) for k in keys] if list in set(map(type, keys)) else keys
 
 
 def _key(k: Any) -> Any:

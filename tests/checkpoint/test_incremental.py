@@ -96,6 +96,19 @@ def test_an_unordered_table_gets_its_contents_back(
         }
 
 
+@settings(max_examples=100, deadline=None)
+@given(ops_st)
+def test_a_chain_applied_in_one_pass_gives_the_last_whole_snapshot(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    """Each snapshot a delta on the one before: the first whole one with every delta
+    applied in one pass (as a restore does) is the last whole one."""
+    steps = replay(ops, 1)
+    if steps:
+        first = steps[0][0]
+        assert timely.state.apply_deltas(first, [d for _, d, _ in steps]) == steps[-1][2]
+
+
 def test_mutation_applying_changes_in_place_loses_the_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
