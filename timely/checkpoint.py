@@ -349,11 +349,15 @@ class CheckpointStore:
             return epoch, parts
         return None
 
-    def collect_garbage(self, keep: int, also: Iterable[int] = ()) -> None:
+    def collect_garbage(
+        self, keep: int, also: Iterable[int] = (), starts: dict[int, int] | None = None
+    ) -> None:
         """Delete all but the newest ``keep`` committed checkpoints (and those in ``also``),
         and any uncommitted directory older than the oldest one kept. The parts a kept
         checkpoint's chain needs stay, without their manifest: they are no checkpoint to
-        restore from any more (the driver's inputs before the oldest kept one are gone)."""
+        restore from any more (the driver's inputs before the oldest kept one are gone).
+        ``starts``: per committed checkpoint, the epoch its chains start from, as the
+        coordinator knows it (a kept one it does not know has its manifest read)."""
         epochs = self.epochs()
         committed = [e for e in epochs if self._has_manifest(e)]
         if len(committed) <= keep:
@@ -361,7 +365,11 @@ class CheckpointStore:
         kept = sorted({*committed[-keep:], *(e for e in also if e in committed)})
         oldest_kept = kept[0]
         needed: set[int] = set()  # the parts the kept incremental checkpoints are deltas on
+        known = starts or {}
         for epoch in kept:
+            if epoch in known:  # every part from the chains' start on may be a link
+                needed.update(e for e in epochs if known[epoch] <= e < epoch)
+                continue
             with contextlib.suppress(OSError, ValueError, KeyError):
                 manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
                 needed.update(

@@ -221,7 +221,7 @@ class CheckpointCoordinator:
         ]
         for sink in self.sinks:
             sink.commit(epoch)
-        self.store.collect_garbage(self.config.keep, also=kept)
+        self.store.collect_garbage(self.config.keep, also=kept, starts=self._starts)
         if self.cadence is not None:
             self.cadence.driver(time.perf_counter() - started)
             self.cadence.committed(epoch, at)
