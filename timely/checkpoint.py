@@ -226,13 +226,25 @@ class CheckpointStore:
         return "/".join((self.root, *parts))
 
     def write(self, relpath: str, data: bytes) -> None:
-        """Write a whole file under a temporary name, then rename it into place."""
+        """Write a whole file under a temporary name, then rename it into place. A write
+        that fails (a full disk, a file size limit, no permission) leaves no file behind
+        and raises :class:`CheckpointError` naming the file: the checkpoint is not
+        committed, and the ones committed before stay usable."""
         path = self._path(relpath)
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self.fs.move(tmp, path)
+        try:
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(tmp)
+            raise CheckpointError(
+                f"cannot write checkpoint file {path} ({len(data):,} bytes): {e}; the "
+                "checkpoints committed before it are kept (free space, or give another "
+                "checkpoint= directory, and resume)"
+            ) from e
 
     def read(self, relpath: str) -> bytes:
         with self.fs.open_input_stream(self._path(relpath)) as f:

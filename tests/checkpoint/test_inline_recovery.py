@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.checkpoint.pipelines import PIPELINES, build
+from timely import Dataflow
 
 epochs_st = st.lists(st.lists(st.integers(0, 40), max_size=6), min_size=1, max_size=8)
 
@@ -104,3 +106,75 @@ def test_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path: Path) -> No
         h.close()
     session.join()
     assert got == {e: r for e, r in expected.items() if e > session.restored_epoch}
+
+
+_FULL_DISK = """
+import operator, resource, signal, sys
+sys.path.insert(0, {root!r})
+import operators
+from timely import Dataflow
+from timely.checkpoint import CheckpointError
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+flow = Dataflow("grows")
+handle = flow.new_input("x")
+handle.stream.running_reduce(lambda x: x, operator.add, value=lambda x: 1).collect("c")
+for e, batch in enumerate({epochs!r}[:6]):
+    handle.advance_to(e)
+    handle.send(batch)
+handle.advance_to(6)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+try:  # the parts grow with the state: a few epochs in, one is larger than the limit
+    flow.activate(workers=1, backend="inline", checkpoint={ckpt!r},
+                  checkpoint_incremental={incremental!r}).close()
+except CheckpointError as e:
+    print("ERROR", e)
+else:
+    print("NO ERROR")
+"""
+
+
+def grows(epochs: list[list[int]]) -> tuple[Any, Any]:
+    import operator
+
+    flow = Dataflow("grows")
+    handle = flow.new_input("x")
+    handle.stream.running_reduce(lambda x: x, operator.add, value=lambda x: 1).collect("c")
+    for e, batch in enumerate(epochs):
+        handle.advance_to(e)
+        handle.send(batch)
+    handle.close()
+    return flow, handle
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_full_disk_fails_clearly_and_a_resume_uses_the_last_good_checkpoint(
+    tmp_path: Path, incremental: bool
+) -> None:
+    """A real limit on file size (RLIMIT_FSIZE, in a process of its own) makes writing a
+    part fail, as a full disk does: the run stops with an error naming the file, nothing
+    half-written is left to restore from, and a resume restores the last checkpoint that
+    was committed and gives the failure-free outputs."""
+    import subprocess
+    import sys
+
+    # Each epoch adds keys, so the parts grow past the limit after a few epochs.
+    epochs = [[e * 10000 + i for i in range(200 * (e + 1))] for e in range(10)]
+    flow, _ = grows(epochs)
+    expected = sorted(flow.run(workers=1, backend="inline")["c"])
+    root = Path(__file__).resolve().parents[2]
+    code = _FULL_DISK.format(
+        root=str(root), epochs=epochs, ckpt=str(tmp_path), incremental=incremental, limit=2000
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root
+    )
+    assert "ERROR cannot write checkpoint file" in done.stdout, done.stdout + done.stderr
+    assert "part-0-of-1.bin" in done.stdout
+    assert [p.name for p in tmp_path.rglob("*") if ".tmp-" in p.name] == []
+    flow, _ = grows(epochs)
+    session = flow.activate(workers=1, backend="inline", checkpoint=str(tmp_path))
+    restored = session.restored_epoch
+    got = session.join()["c"]
+    assert 0 <= restored < 5  # a checkpoint from before the limit was hit
+    assert sorted(got) == [r for r in expected if r[0] > restored]
