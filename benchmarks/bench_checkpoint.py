@@ -290,7 +290,7 @@ def restore_time(keys: int, deltas: int) -> dict[str, Any]:
             data = serialization.encode(part | {"vertices": {3: serialization.encode(vertex)}})
             written += len(data)
             coordinator.part_written(epoch, store.write_part(epoch, 0, 1, data, base))
-            state.taken(epoch, epoch)
+            state.taken(epoch)
             base = epoch
         t0 = time.perf_counter()
         found = store.latest("fp", "restore")

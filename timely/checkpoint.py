@@ -298,7 +298,13 @@ class CheckpointStore:
 
     def load(self, epoch: int) -> tuple[dict[str, Any], list[bytes]]:
         """The manifest and verified parts of the checkpoint at ``epoch``; raise
-        :class:`CheckpointError` if it is not committed or any part is damaged."""
+        :class:`CheckpointError` if it is not committed or any part, or any part of an
+        incremental part's chain, is damaged."""
+        manifest, datas, _ = self._load(epoch)
+        return manifest, datas
+
+    def _load(self, epoch: int) -> tuple[dict[str, Any], list[bytes], list[list[bytes]]]:
+        """:meth:`load`, and each part's chain as read and verified, newest first."""
         try:
             manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
         except FileNotFoundError:
@@ -308,15 +314,16 @@ class CheckpointStore:
         if manifest.get("format") != FORMAT:
             raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
         datas = []
+        chains = []
         for part in manifest["parts"]:
             datas.append(self._verified(epoch, part))
-            for link in part.get("chain", []):  # the parts its deltas are on: all must hold
-                self._verified(epoch, link)
+            # The parts its deltas are on: all must hold.
+            chains.append([self._verified(epoch, link) for link in part.get("chain", [])])
         if len(datas) != manifest["workers"]:
             raise CheckpointError(
                 f"checkpoint {epoch}: {len(datas)} parts for a run of {manifest['workers']} workers"
             )
-        return manifest, datas
+        return manifest, datas, chains
 
     def _verified(self, epoch: int, entry: dict[str, Any]) -> bytes:
         """The file a manifest entry names, if it has the recorded size and checksum."""
@@ -329,22 +336,22 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint {epoch}: {path} fails its checksum")
         return data
 
-    def _whole(self, epoch: int, entry: dict[str, Any], data: bytes) -> dict[str, Any]:
-        """A part decoded whole: an incremental one with the deltas of its chain applied
-        on the whole part the chain starts from (every file verified by :meth:`load`)."""
+    @staticmethod
+    def _whole(data: bytes, chain: list[bytes]) -> dict[str, Any]:
+        """A part decoded whole: an incremental one with the deltas of its chain (the
+        parts it is on, newest first, as :meth:`_load` verified them) applied on the
+        whole part the chain starts from."""
         part = decode_part(data)
-        chain = entry.get("chain", [])
         if not chain:
             return part
-        older = [decode_part(self._verified(epoch, link)) for link in reversed(chain)]
-        return apply_chain([*older, part])
+        return apply_chain([*(decode_part(d) for d in reversed(chain)), part])
 
     def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
         """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
         ones are skipped. Refuses checkpoints of a different dataflow."""
         for epoch in reversed(self.epochs()):
             try:
-                manifest, datas = self.load(epoch)
+                manifest, datas, chains = self._load(epoch)
             except CheckpointError:
                 continue
             if manifest["fingerprint"] != fingerprint:
@@ -355,9 +362,9 @@ class CheckpointStore:
                     "from them: use another checkpoint directory, or delete this one to start over"
                 )
             try:
-                parts = [self._whole(epoch, e, d) for e, d in zip(manifest["parts"], datas)]
+                parts = [self._whole(d, c) for d, c in zip(datas, chains)]
             except CheckpointError:
-                continue  # a link of a chain went missing since: the one before, then
+                continue  # a chain that does not hold a vertex's base: the one before, then
             return epoch, parts
         return None
 

@@ -95,10 +95,8 @@ class Migration:
         self.load = np.zeros(plan.bins, dtype=np.int64) if self.migratable else None
         """Records this worker has routed to each bin of a migratable vertex (the
         session reads and clears it for :meth:`~timely.runtime.Session.rebalance`)."""
-        self.timed = frozenset(self.migratable)
-        """The vertices whose activations count as useful time here (the keyed ones)."""
         self.useful_ns = 0
-        """Time in the activations of :attr:`timed` vertices (DS2's useful time), ns."""
+        """Time in the activations of :attr:`migratable` vertices (DS2's useful time), ns."""
 
     def take_load(self) -> BinLoad:
         """The records routed per bin and the useful time spent since the last call."""

@@ -186,16 +186,21 @@ def balance(
     return {b: w for b, w in moves.items() if w != current[b]}
 
 
+def per_worker(per_bin: Sequence[float], table: Table, workers: int) -> list[float]:
+    """Per-bin amounts summed over each bin's worker in ``table``."""
+    out: list[float] = [0] * workers
+    for b, n in enumerate(per_bin):
+        out[table[b]] += n
+    return out
+
+
 def useful_per_bin(records: Sequence[int], useful: Sequence[float], table: Table) -> list[float]:
     """Each bin's estimated useful time: its records times its owner's useful time per
     record (DS2's true cost), so that a worker whose records cost more (larger state, a
     costlier function) weighs more than its count. A worker with records but no time
     measured is costed at the mean; with no time measured anywhere, the records are the
     weights."""
-    workers = len(useful)
-    received = [0] * workers
-    for b, n in enumerate(records):
-        received[table[b]] += n
+    received = per_worker(records, table, len(useful))
     total_records, total_useful = sum(received), sum(useful)
     if total_records == 0 or total_useful <= 0:
         return [float(n) for n in records]

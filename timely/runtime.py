@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from timely.cadence import Measurement
@@ -27,6 +27,7 @@ from timely.routing import (
     check_bins,
     check_bins_per_step,
     default_table,
+    per_worker,
     resolve,
     steps,
     useful_per_bin,
@@ -321,10 +322,10 @@ class Session(ABC):
             after[b] = w
         epochs = self.reconfigure(moves, strategy, bins_per_step) if moves else []
         return {
-            "records": _per_worker(per_bin, table, self.workers),
+            "records": per_worker(per_bin, table, self.workers),
             "useful_s": useful,
-            "loads": _per_worker(weights, table, self.workers),
-            "expected": _per_worker(weights, tuple(after), self.workers),
+            "loads": per_worker(weights, table, self.workers),
+            "expected": per_worker(weights, tuple(after), self.workers),
             "moves": moves,
             "epochs": epochs,
         }
@@ -600,13 +601,6 @@ class Session(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _per_worker(per_bin: Sequence[float], table: Table, workers: int) -> list[float]:
-    out: list[float] = [0] * workers
-    for b, n in enumerate(per_bin):
-        out[table[b]] += n
-    return out
 
 
 def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[int, ...]]:

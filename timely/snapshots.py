@@ -70,11 +70,12 @@ class Snapshots:
         self.bases: dict[int, int | None] = {}
         """Per part in progress, the base its deltas are on (None: whole), fixed at its
         first snapshot."""
-        if incremental:
-            for v in self.vertices:
-                vertex = worker.vertices[v]
-                if isinstance(vertex, StatefulVertex):
-                    vertex.keep_changes()
+        self.keyed = (
+            [x for x in worker.vertices if isinstance(x, StatefulVertex)] if incremental else []
+        )
+        """With incremental checkpoints, the vertices whose tables can be written as deltas."""
+        for vertex in self.keyed:
+            vertex.keep_changes()
 
     def hold_back(self, v: int, epoch: int) -> bool:
         """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
@@ -216,7 +217,7 @@ class Snapshots:
         t0 = clock()
         if epoch not in self.bases:
             whole = self.base is None or self.deltas >= self.incremental
-            self.bases[epoch] = None if whole or not self.incremental else self.base
+            self.bases[epoch] = None if whole else self.base
             self.base = epoch
             self.deltas = 0 if whole else self.deltas + 1
         base = self.bases[epoch]
@@ -278,7 +279,7 @@ class Snapshots:
                 self.bases.pop(older, None)
                 # Parts on it were written as deltas on a part that never will be: never
                 # committed (the driver finds no such part); the next part is whole.
-                self.deltas = self.incremental
+                self.base = None
             if self.incremental:
                 self._handed_over()
 
@@ -287,10 +288,8 @@ class Snapshots:
         keep = min([e for e in (self.base, *self.bases.values()) if e is not None], default=None)
         if keep is None:
             return
-        for v in self.vertices:
-            vertex = self.w.vertices[v]
-            if isinstance(vertex, StatefulVertex):
-                vertex.forget_bases(keep)
+        for vertex in self.keyed:
+            vertex.forget_bases(keep)
 
     def take_work(self, epoch: int) -> int:
         """Nanoseconds spent snapshotting and encoding for the checkpoint at ``epoch``, and

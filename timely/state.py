@@ -87,13 +87,13 @@ class KeyedState(Generic[V]):
     ) -> None:
         self._times: dict[Timestamp, dict[Any, V]] = {}
         self.replicated = replicated
+        """Every worker holds the same table (fed by a broadcast): a rescale copies it."""
         self.incremental = incremental
         """The operator reports every key it adds, changes or removes (:meth:`touched`),
         so that an incremental checkpoint writes only those keys of the table."""
         self.ordered = False
         """The table's order matters (kept in order of use): a delta keeps the order of
         the changes, which costs a little more to record."""
-        """Every worker holds the same table (fed by a broadcast): a rescale copies it."""
         self.tracked = tracked
         """The operator reports every key it adds (:meth:`added`), so that in a
         reconfigurable run each key's bin is known without hashing the whole table."""
@@ -179,13 +179,19 @@ class KeyedState(Generic[V]):
         seen = changes.get(time)
         if seen is None:
             changes[time] = seen = {}
+        self._merge(seen, pairs)
+
+    def _merge(self, into: dict[Any, Any], pairs: Iterable[tuple[Any, Any]]) -> None:
+        """Record ``pairs`` of changes in ``into``, the later over the earlier; in order of
+        last change where the table's order is state (a key changed again moves to the
+        end, as it does in a table kept in order of use)."""
         if not self.ordered:
-            seen.update(pairs)
+            into.update(pairs)
             return
-        pop = seen.pop
-        for k, v in pairs:  # in order of last change: a table kept in order of use stays so
+        pop = into.pop
+        for k, v in pairs:
             pop(k, None)
-            seen[k] = v
+            into[k] = v
 
     def get(self, time: Timestamp) -> dict[Any, V] | None:
         """The table of ``time``, or None when nothing was kept for it."""
@@ -234,14 +240,14 @@ class KeyedState(Generic[V]):
             ],
         }
 
-    def taken(self, epoch: int, upto: int | None) -> None:
-        """A snapshot for ``epoch`` (of the times up to ``upto``) was just taken: changes
-        from now on belong to the next one."""
+    def taken(self, epoch: int) -> None:
+        """A snapshot for the checkpoint at ``epoch`` (of the times up to it) was just
+        taken: changes from now on belong to the next one."""
         if self._changes is None:
             return
         self._generations.append((epoch, self._changes, self._unvalued))
         self._changes, self._unvalued = {}, set()
-        self._present[epoch] = frozenset(t for t in self._times if upto is None or t[0] <= upto)
+        self._present[epoch] = frozenset(t for t in self._times if t[0] <= epoch)
 
     def forget(self, before: int) -> None:
         """No delta will be taken on a base before ``before`` any more: drop what only
@@ -267,15 +273,7 @@ class KeyedState(Generic[V]):
         unvalued = set().union(*(u for _, u in later))
         for changes, _ in later:
             for t, keys in changes.items():
-                into = changed.get(t)
-                if into is None:
-                    changed[t] = dict(keys)
-                elif not self.ordered:
-                    into.update(keys)
-                else:
-                    for k, v in keys.items():  # a later change moves the key to the end
-                        into.pop(k, None)
-                        into[k] = v
+                self._merge(changed.setdefault(t, {}), keys.items())
         whole: list[tuple[Timestamp, list[Any], list[Any]]] = []
         patches: list[tuple[Timestamp, list[Any], list[Any], list[Any]]] = []
         for time, table in sorted(self._times.items()):
@@ -411,8 +409,7 @@ class KeyedState(Generic[V]):
             table = self._times.get(t)
             if table is None:
                 self._times[t] = table = {}
-            if list in set(map(type, keys)):
-                keys = [_key(k) for k in keys]
+            keys = _keys(keys)
             size = len(table)
             table.update(zip(keys, values))
             if len(table) != size + len(keys):
@@ -654,7 +651,7 @@ class StatefulVertex(Vertex):
     def snapshot_taken(self, epoch: int) -> None:
         """A snapshot for the checkpoint at ``epoch`` was taken (whole or a delta)."""
         for s in self._states.values():
-            s.taken(epoch, epoch)
+            s.taken(epoch)
 
     def forget_bases(self, before: int) -> None:
         """No delta will be taken on a checkpoint before ``before`` any more."""
@@ -666,7 +663,7 @@ class StatefulVertex(Vertex):
         as a delta on the snapshot for the checkpoint at ``base`` (:func:`apply_delta`)."""
         routing = self._ctx.worker.routing
         incremental = [s for s in self._states.values() if s.incremental]
-        if not incremental or not all(s.has_base(base) for s in incremental if base is not None):
+        if base is not None and not (incremental and all(s.has_base(base) for s in incremental)):
             base = None  # none to write as a delta, or no snapshot for that part: whole
         tables = (
             self.snapshot(epoch)

@@ -314,7 +314,7 @@ class Worker:
         log = self.log
         if log is not None:
             t0, out0 = clock(), self.records_out
-        timed = v in self.migration.timed
+        timed = v in self.migration.migratable
         if timed:
             u0 = clock()
         ctx = self.contexts[v]

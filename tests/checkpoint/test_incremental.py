@@ -69,7 +69,7 @@ def replay(
             if base is not None:
                 out.append((taken[base], state.delta(epoch, base), whole))
             taken[epoch] = whole
-            state.taken(epoch, epoch)
+            state.taken(epoch)
     return out
 
 
@@ -278,7 +278,7 @@ def test_unreported_keys_in_an_incremental_table_are_the_operators_contract() ->
     state.table((0,))[1] = 1
     state.touched((0,), [1])
     base = state.snapshot(0)
-    state.taken(0, 0)
+    state.taken(0)
     state.table((0,))[2] = 2  # unreported
     assert state.delta(1, 0)["patches"] == []
     assert timely.state.apply_delta(base, state.delta(1, 0)) != state.snapshot(1)

@@ -574,9 +574,9 @@ class RaySession(Session):
         reader had not read at the sender's last heartbeat."""
         self._last_change = time.monotonic()
         self._links: DriverLinks | None = None
+        """The driver's connections to this set of actors (commands out, reports in)."""
         self._held: dict[int, list[Any]] = {}
         """Per worker, commands held for one frame (:meth:`~timely.runtime.Session._batched`)."""
-        """The driver's connections to this set of actors (commands out, reports in)."""
         self._ended: set[int] = set()
         """Workers whose last report has arrived: nothing more comes from them."""
         self._delivering = False
