@@ -22,7 +22,7 @@ is columnar, as the ``(key, n)`` pairs sent downstream.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -208,7 +208,7 @@ def _rows(table: pa.Table) -> list[Any]:
     return list(zip(*(table.column(i).to_pylist() for i in range(n))))
 
 
-def _from_pairs(pairs: dict[Any, int], names: list[str]) -> pa.Table:
+def _from_pairs(pairs: Mapping[Any, int], names: list[str]) -> pa.Table:
     keys = list(pairs)
     if len(names) == 1:
         cols = [pa.array(keys)]
@@ -328,7 +328,7 @@ class SumCounts(StatefulVertex):
         self.pending = {}
 
 
-def _names_of(held: dict[Any, int]) -> list[str]:
+def _names_of(held: Mapping[Any, int]) -> list[str]:
     first = next(iter(held))
     return _key_names(len(first) if isinstance(first, tuple) else 1)
 

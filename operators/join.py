@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from operators.state import StatefulVertex
@@ -153,7 +153,9 @@ class StreamingJoin(Join):
             if records:
                 self.send_by(0, records, at)
 
-    def _store(self, stored: dict[Any, Any], fresh: dict[Any, Any], time: Timestamp) -> None:
+    def _store(
+        self, stored: MutableMapping[Any, Any], fresh: MutableMapping[Any, Any], time: Timestamp
+    ) -> None:
         """Fold a completed time's records into the cross-time table."""
         new: list[Any] = []
         for k, (lefts, rights) in fresh.items():
@@ -170,7 +172,7 @@ class StreamingJoin(Join):
         if self.arrived is not None and fresh:
             self.arrived.table(time).update(dict.fromkeys(fresh))
 
-    def _evict(self, stored: dict[Any, Any], horizon: int) -> None:
+    def _evict(self, stored: MutableMapping[Any, Any], horizon: int) -> None:
         """Forget the records of epochs before ``horizon``; only the keys they had are visited."""
         assert self.arrived is not None
         for t in self.arrived.times():

@@ -17,7 +17,7 @@ notification at ``(0,)`` finds nothing pending once epoch 0 is complete: harmles
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 from operators.state import StatefulVertex
@@ -39,7 +39,7 @@ class _Running(StatefulVertex):
         self.pending = self.keyed_state("pending")
         self.state = self.keyed_state("state", tracked=True, incremental=True)
 
-    def _carried(self) -> dict[Any, Any]:
+    def _carried(self) -> MutableMapping[Any, Any]:
         """The running state of every key (on this worker)."""
         return self.state.table(STATE_TIME)
 

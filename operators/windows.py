@@ -27,7 +27,7 @@ across epochs must be in a snapshot, not in flight.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from operators.state import StatefulVertex
@@ -219,7 +219,7 @@ class WindowReduce(StatefulVertex):
         for t in self.window.times():
             self.window.pop(t)
 
-    def _epochs(self, lo: int, hi: int) -> list[dict[Any, Any]]:
+    def _epochs(self, lo: int, hi: int) -> list[MutableMapping[Any, Any]]:
         """The partial tables of the epochs in ``(lo, hi]``, in epoch order."""
         return [t for e in range(lo + 1, hi + 1) if (t := self.partials.get((e,))) is not None]
 

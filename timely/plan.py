@@ -5,12 +5,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
 from timely.channels import Broadcast, Channel, Exchange
 from timely.routing import DEFAULT_BINS
 from timely.sources import Source
 from timely.vertex import Vertex
+
+if TYPE_CHECKING:
+    from timely.diskstate import StoreConfig
 
 
 @dataclass
@@ -71,6 +75,8 @@ class Plan:
         self.control = control
         """The driver input that carries routing configurations (None: the routing
         table never changes in this run)."""
+        self.store: StoreConfig | None = None
+        """Where the disk state backend keeps this run's tables (None: in memory)."""
         builder = GraphBuilder()
         for spec in vertices:
             builder.add_node(spec.name, spec.input_depths, spec.output_depths, spec.internal)

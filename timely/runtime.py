@@ -15,6 +15,7 @@ from typing import Any
 from timely.cadence import Measurement
 from timely.checkpoint import CheckpointConfig
 from timely.coordinator import CheckpointCoordinator, Restore
+from timely.diskstate import remove_store, state_options
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
 from timely.eventlog import EventLog, clock, open_driver_log, trace_option
 from timely.messages import Advance, Close, InputCommand, Send
@@ -581,6 +582,7 @@ class Session(ABC):
             try:
                 self._stop()
             finally:
+                remove_store(self.plan.store)
                 self.view.ended = True
                 self._close_monitors()
 
@@ -698,6 +700,7 @@ def start_session(
     name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend
     checkpoint = CheckpointConfig.from_options(options)
     spec, schedule = _routing_options(spec, workers, options)
+    store = state_options(options)
     trace = trace_option(options)
     verbose = resolve_verbose(options.pop("verbose", None))
     if address is not None:
@@ -719,6 +722,8 @@ def start_session(
                     "read: drop those options or use backend 'inline' or 'ray'"
                 )
             trace = temporary = temporary_trace()
+        if store is not None:
+            spec.plan.store = store = store.made()
         if trace is None:
             session = cls(spec, workers, checkpoint=checkpoint, **options)
         elif "trace" not in inspect.signature(cls).parameters:
@@ -733,6 +738,7 @@ def start_session(
             m.close()
         if temporary is not None:
             remove_trace(temporary)
+        remove_store(store)
         raise
     session.monitors = monitors
     session._temporary_trace = temporary

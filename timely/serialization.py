@@ -58,6 +58,8 @@ class _Packers(threading.local):
         self.nested: list[msgpack.Packer] = []
         self.depth = 0
         self.flat = msgpack.Packer(default=_default, datetime=False, unicode_errors=_UNICODE)
+        self.plain = False
+        """Set while encoding or decoding plain data (:func:`encode_plain`): no pickle."""
 
 
 _dumps: Callable[[Any], bytes] | None = None
@@ -144,6 +146,12 @@ def _default(obj: Any) -> Any:
         return msgpack.ExtType(EXT_NDARRAY, _array_bytes(obj))
     if isinstance(obj, np.generic) and not obj.dtype.hasobject and obj.dtype.fields is None:
         return msgpack.ExtType(EXT_NPSCALAR, _array_bytes(np.asarray(obj)))
+    if _packers.plain:
+        raise PlainDataError(
+            f"a value of type {t.__module__}.{t.__qualname__} is not plain data: kept on disk, "
+            "state holds what msgpack carries (None, bool, int, float, str, bytes, and lists, "
+            "tuples, dicts, sets of those, numpy arrays and scalars)"
+        )
     return msgpack.ExtType(EXT_PICKLE, _pickle_dumps(obj))
 
 
@@ -195,6 +203,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
     if code == EXT_BIGINT:
         return int.from_bytes(data, "little", signed=True)
     if code == EXT_PICKLE:
+        if _packers.plain:
+            raise PlainDataError("plain data holds a pickled value: not written by this run")
         return pickle.loads(data)
     raise ValueError(f"unknown msgpack ext type {code}: sender and receiver run different timely")
 
@@ -213,6 +223,37 @@ def encode(obj: Any) -> bytes:
 def decode(data: bytes) -> Any:
     """The value ``encode`` packed."""
     return _unpack(data)
+
+
+class PlainDataError(TypeError):
+    """A value that plain data (:func:`encode_plain`) cannot carry without pickling."""
+
+    vertex = -1
+    """The vertex whose state held it (-1: not known)."""
+    key: Any = None
+    """The key it was kept under."""
+
+
+def encode_plain(objs: list[Any]) -> list[bytes]:
+    """Each of ``objs`` encoded as :func:`encode` does, but refusing what only pickle
+    carries (:class:`PlainDataError`): for bytes kept on disk, which are then read back
+    without unpickling anything."""
+    p = _packers
+    p.plain = True
+    try:
+        return [_pack(_maybe_flat(o) if type(o) is list else o) for o in objs]
+    finally:
+        p.plain = False
+
+
+def decode_plain(blobs: list[bytes]) -> list[Any]:
+    """The values :func:`encode_plain` packed; a pickled one is refused, not loaded."""
+    p = _packers
+    p.plain = True
+    try:
+        return [_unpack(b) for b in blobs]
+    finally:
+        p.plain = False
 
 
 def encode_message(msg: WorkerMessage) -> bytes:

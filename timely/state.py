@@ -32,9 +32,10 @@ taken on one machine restores on another.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -74,6 +75,7 @@ class KeyedState(Generic[V]):
         "_index",
         "_nbins",
         "_present",
+        "_store",
         "_times",
         "_unvalued",
         "incremental",
@@ -85,7 +87,9 @@ class KeyedState(Generic[V]):
     def __init__(
         self, replicated: bool = False, tracked: bool = False, incremental: bool = False
     ) -> None:
-        self._times: dict[Timestamp, dict[Any, V]] = {}
+        self._times: dict[Timestamp, MutableMapping[Any, V]] = {}
+        self._store: Callable[[bool], MutableMapping[Any, Any]] | None = None
+        """With the disk backend (:meth:`on_disk`), what makes this table's tables."""
         self.replicated = replicated
         """Every worker holds the same table (fed by a broadcast): a rescale copies it."""
         self.incremental = incremental
@@ -155,6 +159,14 @@ class KeyedState(Generic[V]):
                 index[b] = group = {}
             group.update(dict.fromkeys(ordered[lo:hi]))
 
+    def on_disk(self, store: Callable[[bool], MutableMapping[Any, Any]]) -> None:
+        """Keep the tables in what ``store(ordered)`` makes (the disk backend's
+        :class:`~timely.diskstate.DiskTable`) instead of dicts; before any is made."""
+        self._store = store
+
+    def _new(self) -> MutableMapping[Any, V]:
+        return {} if self._store is None else self._store(self.ordered)
+
     def keep_changes(self) -> None:
         """Record from now on which keys of a tracked table change (incremental
         checkpoints): the operator reports them with :meth:`touched`."""
@@ -193,24 +205,29 @@ class KeyedState(Generic[V]):
             pop(k, None)
             into[k] = v
 
-    def get(self, time: Timestamp) -> dict[Any, V] | None:
+    def get(self, time: Timestamp) -> MutableMapping[Any, V] | None:
         """The table of ``time``, or None when nothing was kept for it."""
         return self._times.get(time)
 
-    def table(self, time: Timestamp) -> dict[Any, V]:
+    def table(self, time: Timestamp) -> MutableMapping[Any, V]:
         """The table of ``time``, made empty if it does not exist yet."""
         t = self._times.get(time)
         if t is None:
-            self._times[time] = t = {}
+            self._times[time] = t = self._new()
         return t
 
-    def pop(self, time: Timestamp) -> dict[Any, V]:
+    def pop(self, time: Timestamp) -> MutableMapping[Any, V]:
         """Take the table of ``time`` out (empty if there was none)."""
         if self._index:
             self._index.pop(time, None)
         if self._grown:
             self._grown.pop(time, None)
-        return self._times.pop(time, {})
+        t = self._times.pop(time, {})
+        if type(t) is not dict:  # on disk: its contents, then its files go
+            contents = dict(t.items())
+            _drop(t)
+            return contents
+        return t
 
     def times(self) -> list[Timestamp]:
         """The open times, in timestamp order (a restorer re-requests their notifications)."""
@@ -234,7 +251,7 @@ class KeyedState(Generic[V]):
             "format": FORMAT,
             "replicated": self.replicated,
             "times": [
-                (time, list(t.keys()), list(t.values()))
+                (time, *_columns(t))
                 for time, t in sorted(self._times.items())
                 if upto is None or time[0] <= upto
             ],
@@ -282,7 +299,7 @@ class KeyedState(Generic[V]):
             keys = changed.get(time, {})
             # Half the table changed or more: whole is as small, and cheaper to make.
             if not (self.incremental and time in present and 2 * len(keys) < len(table)):
-                whole.append((time, list(table.keys()), list(table.values())))
+                whole.append((time, *_columns(table)))
             elif time not in unvalued:  # every value reported: no look-up, no loop
                 if keys:
                     patches.append((time, list(keys), list(keys.values()), []))
@@ -310,6 +327,8 @@ class KeyedState(Generic[V]):
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace the contents with ``snapshot``'s (as made by :meth:`snapshot`)."""
+        for t in self._times.values():
+            _drop(t)
         self._times = {}
         self._index = {}
         self._grown = {}
@@ -363,7 +382,7 @@ class KeyedState(Generic[V]):
                 self.touched(time, moving)
                 runs_by_time.append(runs)
                 if not table:
-                    del self._times[time]
+                    _drop(self._times.pop(time))
                     self._index.pop(time, None)
         if rebuild:
             self.keep_bin_index(self._nbins)
@@ -384,7 +403,7 @@ class KeyedState(Generic[V]):
         epoch it must finish. Called when a configuration becomes known, ahead of the
         installs, so the copy falls in the epochs before the migration."""
         for time, table in self._times.items():
-            if len(table) < _RESERVE_MIN or share * len(table) < 1024:
+            if type(table) is not dict or len(table) < _RESERVE_MIN or share * len(table) < 1024:
                 continue
             size = sys.getsizeof(table)
             if self._grown.get(time) == size:
@@ -408,7 +427,7 @@ class KeyedState(Generic[V]):
             times.append(t)
             table = self._times.get(t)
             if table is None:
-                self._times[t] = table = {}
+                self._times[t] = table = self._new()
             keys = _keys(keys)
             size = len(table)
             table.update(zip(keys, values))
@@ -445,6 +464,19 @@ _LOOK_UP = object()
 _NANS = np.full(8192, np.nan)
 _RESERVE_MIN = 1 << 16
 """Tables smaller than this grow fast enough (a copy under ~3 ms) to leave alone."""
+
+
+def _columns(table: MutableMapping[Any, Any]) -> tuple[list[Any], list[Any]]:
+    """A table's keys and values as two lists, in its order."""
+    if type(table) is dict:
+        return list(table.keys()), list(table.values())
+    return table.columns()  # type: ignore[attr-defined,no-any-return]
+
+
+def _drop(table: MutableMapping[Any, Any]) -> None:
+    """Let a table go: a disk table's files are deleted."""
+    if type(table) is not dict:
+        table.drop()  # type: ignore[attr-defined]
 
 
 def _grow(table: dict[Any, Any]) -> int:
@@ -570,7 +602,7 @@ class StatefulVertex(Vertex):
         self._states[name] = state
         return state
 
-    def table_at(self, state: KeyedState[Any], time: Timestamp) -> dict[Any, Any]:
+    def table_at(self, state: KeyedState[Any], time: Timestamp) -> MutableMapping[Any, Any]:
         """``state``'s table for ``time``; made on first use, with a notification at ``time``."""
         table = state.get(time)
         if table is None:
@@ -579,7 +611,11 @@ class StatefulVertex(Vertex):
         return table
 
     def group_into(
-        self, table: dict[Any, Any], key: Callable[[Any], Any], records: list[Any], time: Timestamp
+        self,
+        table: MutableMapping[Any, Any],
+        key: Callable[[Any], Any],
+        records: list[Any],
+        time: Timestamp,
     ) -> None:
         """Append each record to the list of its ``key(record)`` in ``table``."""
         record = None
@@ -596,7 +632,7 @@ class StatefulVertex(Vertex):
 
     def fold_pairs(
         self,
-        table: dict[Any, Any],
+        table: MutableMapping[Any, Any],
         f: Callable[[Any, Any], Any],
         pairs: list[Any],
         time: Timestamp,
@@ -633,6 +669,17 @@ class StatefulVertex(Vertex):
         for name, snap in tables.items():
             self._states[name].install(snap)
         self.restored(epoch - 1)
+
+    def use_store(
+        self, store: Callable[[str, bool], MutableMapping[Any, Any]], prefix: str
+    ) -> None:
+        """The disk backend: the tables kept across epochs (the incremental ones) live in
+        what ``store(label, ordered)`` makes (``label``: ``prefix`` and the table's name, for
+        errors); the per-time ones, read whole when their time
+        completes, stay in memory."""
+        for name, s in self._states.items():
+            if s.incremental:
+                s.on_disk(functools.partial(store, f"{prefix}, table {name!r}"))
 
     def states(self) -> dict[str, KeyedState[Any]]:
         """The tables by name."""

@@ -13,6 +13,7 @@ receiver consumes it; a capability (held by ``retain``, ``notify_at`` or a root)
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from typing import Any
 
@@ -28,6 +29,7 @@ from progress import (
 )
 from timely.channels import Exchange
 from timely.context import ProtocolError, VertexContext
+from timely.diskstate import StateStore
 from timely.errors import (
     TimelyError,
     UserFunctionError,
@@ -39,7 +41,9 @@ from timely.messages import InputCommand, Send, WorkerMessage
 from timely.migration import Migration
 from timely.plan import EdgeSpec, Plan
 from timely.routing import Routing, default_table
+from timely.serialization import PlainDataError
 from timely.snapshots import Part, Snapshots
+from timely.state import StatefulVertex
 from timely.system import InputVertex, SourceVertex
 from timely.vertex import Capability, Vertex
 
@@ -98,6 +102,13 @@ class Worker:
                 raise TypeError(f"step {spec.name!r}: the factory made {vertex!r}, not a Vertex")
             vertex._ctx = ctx
             self.vertices.append(vertex)
+        self.store = None if plan.store is None else StateStore(plan.store, index)
+        """The disk state backend's tables of this worker (None: state in memory)."""
+        if self.store is not None:
+            for v, vertex in enumerate(self.vertices):
+                if isinstance(vertex, StatefulVertex):
+                    table = functools.partial(self.store.table, vertex=v)
+                    vertex.use_store(table, f"step {plan.vertices[v].name!r}")
         self.inbox: list[deque[tuple[int, Timestamp, list[Any]]]] = [deque() for _ in plan.vertices]
         self._ready: deque[int] = deque()
         self._out: dict[tuple[int, int, int, Timestamp], list[Any]] = {}
@@ -333,6 +344,11 @@ class Worker:
             ctx.now = None
             if timed:
                 self.migration.useful_ns += clock() - u0
+            if self.store is not None:  # no value is held between activations
+                try:
+                    self.store.maybe_flush()
+                except PlainDataError as e:
+                    self.contexts[e.vertex if e.vertex >= 0 else v].user_error(e, None, e.key, None)
             if log is not None:
                 if port >= 0:
                     kind, records_in = RECV, len(args[1])
@@ -502,6 +518,11 @@ class Worker:
                 ctx.now = None
 
     # -- state --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Let the worker go: the disk backend's tables and files are deleted."""
+        if self.store is not None:
+            self.store.close()
+
     def idle(self) -> bool:
         """Nothing left anywhere, as far as this worker knows: every frontier is empty."""
         self._propagate()

@@ -20,7 +20,7 @@ import pytest
 
 import timely.snapshots
 import timely.state
-from tests.checkpoint.sweep import ALL, build, epochs_for, sweep
+from tests.checkpoint.sweep import ALL, SCRATCH, build, epochs_for, sweep
 from timely import Dataflow, Source
 from timely.snapshots import Snapshots
 
@@ -53,6 +53,27 @@ def test_every_crash_point_with_incremental_checkpoints(pipeline: str) -> None:
     applies the chain and gives the failure-free outputs at every crash point."""
     epochs = EPOCHS[:5] if pipeline in LOOPS else EPOCHS
     events, wrong = sweep(pipeline, epochs, True, workers=3, seed=1, checkpoint_incremental=2)
+    assert events > 20
+    assert wrong == [], f"{len(wrong)} of {events} crash points give other outputs: {wrong[:10]}"
+
+
+@pytest.mark.parametrize("pipeline", [p for p in INCREMENTAL if p != "windowed"])
+def test_every_crash_point_with_state_on_disk(pipeline: str) -> None:
+    """The same sweep with the tables kept across epochs in the disk backend, written
+    back after every activation: each restart's workers start from empty stores, restore
+    the chain into them and give the failure-free outputs."""
+    epochs = EPOCHS[:5] if pipeline in LOOPS else EPOCHS
+    events, wrong = sweep(
+        pipeline,
+        epochs,
+        True,
+        workers=3,
+        seed=1,
+        checkpoint_incremental=2,
+        state_backend="disk",
+        state_dir=SCRATCH,
+        state_cache=1,
+    )
     assert events > 20
     assert wrong == [], f"{len(wrong)} of {events} crash points give other outputs: {wrong[:10]}"
 

@@ -153,6 +153,23 @@ def test_ray_kills_with_incremental_checkpoints(case: str, tmp_path: Path) -> No
     killed(case, tmp_path, "incremental", 3, checkpoint_incremental=2)
 
 
+def test_ray_kills_with_state_on_disk(tmp_path: Path) -> None:
+    """The same kills with the word counts in the disk backend: a killed actor's store is
+    left behind, its replacement restores the chain into a new one, and the run's state
+    directory is gone at the end."""
+    state_dir = tmp_path / "state"
+    killed(
+        "wordcount",
+        tmp_path / "checkpoints",
+        "disk",
+        3,
+        checkpoint_incremental=2,
+        state_backend="disk",
+        state_dir=str(state_dir),
+    )
+    assert os.listdir(state_dir) == []
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_os_exit_inside_a_vertex(case: str, tmp_path: Path) -> None:
     rng = random.Random(f"exit-{case}")

@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 import operators  # noqa: F401 - registers the Stream methods
 from operators import owner, repartition
 from operators.join import StreamingJoin
-from tests.operators.test_properties import Feed, by_epoch, feeds, per_epoch, send
+from tests.operators.test_properties import (
+    Feed,
+    by_epoch,
+    feeds,
+    on,
+    per_epoch,
+    send,
+    state_backends,
+)
 from timely import Dataflow, GraphBuildError, serialization
 
 workers = st.integers(1, 4)
@@ -53,9 +61,9 @@ def _triple(x: Any, y: Any) -> Any:
     return (x[0], x[1], y[1])
 
 
-@given(left=lefts, right=rights, w=workers, seed=seeds, within=withins)
+@given(left=lefts, right=rights, w=workers, seed=seeds, within=withins, state=state_backends)
 def test_join_streaming_matches_a_nested_loop(
-    left: Feed, right: Feed, w: int, seed: int, within: int | None
+    left: Feed, right: Feed, w: int, seed: int, within: int | None, state: str
 ) -> None:
     flow = Dataflow("join_streaming")
     a = flow.new_input("left")
@@ -66,7 +74,7 @@ def test_join_streaming_matches_a_nested_loop(
     a.stream.join_streaming(b.stream, lambda x: x[1] % 2, lambda y: y[1] % 2).collect("pairs")
     send(a, left)
     send(b, right)
-    out = flow.run(workers=w, backend="inline", seed=seed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
     ls, rs = by_epoch(left), by_epoch(right)
     first = (lambda x: x[0], lambda y: y[0])
     parity = (lambda x: x[1] % 2, lambda y: y[1] % 2)
@@ -128,9 +136,10 @@ def test_within_bounds_the_state() -> None:
     table=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 8)), max_size=4),
     w=workers,
     seed=seeds,
+    state=state_backends,
 )
 def test_join_streaming_in_a_loop_matches_at_the_least_upper_bound(
-    starts: list[int], table: list[tuple[int, int]], w: int, seed: int
+    starts: list[int], table: list[tuple[int, int]], w: int, seed: int, state: str
 ) -> None:
     """Round ``i`` of epoch 0 and round 0 of epoch 1 are incomparable times; their
     records match once, at ``(1, i)``, and leave the loop at epoch 1."""
@@ -146,7 +155,7 @@ def test_join_streaming_in_a_loop_matches_at_the_least_upper_bound(
     a.send(starts)  # epoch 0
     b.advance_to(1)
     b.send(table)  # epoch 1
-    out = flow.run(workers=w, backend="inline", seed=seed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
     reached = [x for s in starts for x in range(s, 8)]
     want = Counter((1, (x, t)) for x in reached for t in table if t[1] == x)
     assert Counter(out["out"]) == want

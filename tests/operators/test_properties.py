@@ -24,6 +24,14 @@ pairs = st.tuples(st.integers(0, 4), st.integers(0, 9))
 ints = st.integers(0, 20)
 workers = st.integers(1, 4)
 seeds = st.integers(0, 2**16)
+state_backends = st.sampled_from(["memory", "disk"])
+"""Where the tables kept across epochs live: half the runs put them on disk."""
+
+
+def on(backend: str) -> dict[str, Any]:
+    """A run's options for a state backend; on disk, every activation's values are
+    written back (``state_cache=1``) so that every read after it comes from disk."""
+    return {} if backend == "memory" else {"state_backend": "disk", "state_cache": 1}
 
 
 def feeds(records: st.SearchStrategy[Any]) -> st.SearchStrategy[Feed]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the Stream methods
 from operators.running import MapWithState
-from tests.operators.test_properties import Feed, by_epoch, per_epoch, send
+from tests.operators.test_properties import Feed, by_epoch, on, per_epoch, send, state_backends
 from timely import Dataflow, GraphBuildError
 
 workers = st.integers(1, 4)
@@ -60,9 +60,15 @@ def reference(
     return out
 
 
-@given(feed=feeds, w=workers, seed=seeds, timeout=st.one_of(st.none(), st.integers(0, 3)))
+@given(
+    feed=feeds,
+    w=workers,
+    seed=seeds,
+    timeout=st.one_of(st.none(), st.integers(0, 3)),
+    state=state_backends,
+)
 def test_running_operators_match_an_in_order_reference(
-    feed: Feed, w: int, seed: int, timeout: int | None
+    feed: Feed, w: int, seed: int, timeout: int | None, state: str
 ) -> None:
     flow = Dataflow("running")
     inp = flow.new_input()
@@ -72,7 +78,7 @@ def test_running_operators_match_an_in_order_reference(
     s.map_with_state(lambda r: r[0], frozenset, firsts, timeout=timeout).collect("firsts")
     s.map_with_state(lambda r: r[0], int, counter, timeout=timeout).collect("counter")
     send(inp, feed)
-    out = flow.run(workers=w, backend="inline", seed=seed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
     data = by_epoch(feed)
 
     sums: dict[int, int] = {}

@@ -56,7 +56,7 @@ class InlineSession(Session):
         self._relaunch(self._initial_restore())
 
     def _relaunch(self, restore: Restore | None) -> None:
-        self._close_logs()  # the last attempt's
+        self._close_workers()  # the last attempt's
         self.worker_list = [
             Worker(
                 self.plan,
@@ -147,10 +147,12 @@ class InlineSession(Session):
                 self._step(a)
 
     def _stop(self) -> None:
-        self._close_logs()
+        self._close_workers()
 
-    def _close_logs(self) -> None:
+    def _close_workers(self) -> None:
+        """Close the workers of the last attempt: their logs and disk tables."""
         for worker in getattr(self, "worker_list", []):
+            worker.close()
             if worker.log is not None:
                 worker.log.close()
 

@@ -192,6 +192,9 @@ class WorkerActor:
         writer, self.writer = self.writer, None
         if writer is not None:
             writer.shutdown(wait=True)
+        worker = self.__dict__.get("worker")
+        if worker is not None:
+            worker.close()  # the disk backend's tables (the driver removes their directory)
         for name in ("worker", "store", "pending_writes"):
             self.__dict__.pop(name, None)
 

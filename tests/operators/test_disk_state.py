@@ -1,0 +1,277 @@
+"""The disk state backend: a :class:`~timely.diskstate.DiskTable` behaves as the dict it
+replaces, and the operators whose tables it holds give the memory backend's outputs.
+
+The table is checked against a dict under random operations, with flushes (the worker's
+between activations) at random points, in both of its orders; two broken variants show
+that the check can fail. The operators' own property tests run on both backends
+(``tests/operators/test_running.py``, ``test_join_streaming.py``); here the runs force a
+flush after every activation (``state_cache=1``), so every value really goes through disk.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import operators  # noqa: F401 - registers the Stream methods
+from timely import ConfigError, Dataflow
+from timely.diskstate import _DELETED, DiskTable, StateStore, StoreConfig, state_options
+from timely.serialization import PlainDataError
+from timely.state import StatefulVertex
+
+keys = st.one_of(st.integers(-1, 3), st.sampled_from(["a", ("t", 1)]))
+ops_st = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), keys, st.integers(0, 9)),
+        st.tuples(st.just("del"), keys, st.just(0)),
+        st.tuples(st.just("pop"), keys, st.just(0)),
+        st.tuples(st.just("append"), keys, st.integers(0, 9)),  # a value changed in place
+        st.tuples(st.just("get"), keys, st.just(0)),
+        st.tuples(st.just("update"), keys, st.integers(0, 9)),
+        st.tuples(st.just("flush"), st.just(0), st.just(0)),
+        st.tuples(st.just("front"), st.just(0), st.just(0)),  # map_with_state's expiry
+        st.tuples(st.just("clear"), st.just(0), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStore]:
+    s = StateStore(StoreConfig(root=str(tmp_path_factory.mktemp("disk"))), 0)
+    yield s
+    s.close()
+
+
+def agrees(store: StateStore, ops: list[tuple[str, Any, int]], ordered: bool) -> bool:
+    """Whether a disk table and a dict give the same answers under ``ops``."""
+    table = store.table("test", ordered)
+    model: dict[Any, Any] = {}
+    try:
+        for op, k, v in ops:
+            if op == "set":
+                table[k] = [v]
+                model[k] = [v]
+            elif op == "del":
+                if (k in model) != (k in table):
+                    return False
+                if k in model:
+                    del table[k]
+                    del model[k]
+            elif op == "pop":
+                if table.pop(k, None) != model.pop(k, None):
+                    return False
+            elif op == "append":
+                got = table.get(k)
+                if got is not None:
+                    got.append(v)
+                if k in model:
+                    model[k].append(v)
+            elif op == "get":
+                if table.get(k) != model.get(k):
+                    return False
+            elif op == "update":
+                table.update({k: [v], "u": [v]})
+                model.update({k: [v], "u": [v]})
+            elif op == "flush":
+                table.flush()
+            elif op == "front" and model:
+                if next(iter(table)) != next(iter(model)) if ordered else False:
+                    return False
+            elif op == "clear":
+                table.clear()
+                model.clear()
+            if len(table) != len(model) or bool(table) != bool(model):
+                return False
+        table.flush()
+        if ordered:
+            if list(table) != list(model) or list(table.items()) != list(model.items()):
+                return False
+        elif sorted(map(repr, table.items())) != sorted(map(repr, model.items())):
+            return False
+        keys_, values = table.columns()
+        return dict(zip(keys_, values)) == model and list(table.values()) == [
+            table[k] for k in keys_
+        ]
+    finally:
+        table.drop()
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops_st, st.booleans())
+def test_a_disk_table_behaves_as_a_dict(
+    store: StateStore, ops: list[tuple[str, Any, int]], ordered: bool
+) -> None:
+    assert agrees(store, ops, ordered)
+
+
+class _NoWriteBack(DiskTable):
+    """Broken: writes back only what was set, not values read and changed in place."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.written: set[Any] = set()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.written.add(key)
+        super().__setitem__(key, value)
+
+    def _sync(self) -> None:
+        for k, v in list(self._cache.items()):
+            if isinstance(v, list) and k not in self.written:
+                del self._cache[k]
+        self.written.clear()
+        super()._sync()
+
+
+class _KeepsPlace(DiskTable):
+    """Broken: a key deleted and set again keeps its old place in the order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seqs: dict[Any, int] = {}
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        v = self._load(key)
+        if isinstance(v, list):
+            self.seqs[key] = v[0]
+        return super().pop(key, *default)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if self._load(key) is _DELETED and key in self.seqs:
+            seq = self.seqs.pop(key)
+            self._stale.remove(seq)
+            self._cache[key] = [seq, value]
+            self._len += 1
+            return
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    ("mutant", "ordered"), [(_NoWriteBack, False), (_NoWriteBack, True), (_KeepsPlace, True)]
+)
+def test_mutation_a_broken_table_is_caught(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch, mutant: type[DiskTable], ordered: bool
+) -> None:
+    monkeypatch.setattr("timely.diskstate.DiskTable", mutant)
+    made = store.table("probe", ordered)
+    assert type(made) is mutant
+    made.drop()
+    hypothesis.find(
+        ops_st,
+        lambda ops: not agrees(store, ops, ordered),
+        settings=settings(max_examples=5000, database=None),
+    )
+
+
+def test_values_that_only_pickle_carries_are_refused_by_name(store: StateStore) -> None:
+    table = store.table("step 'x', table 'state'", False)
+    table["k"] = object()
+    with pytest.raises(PlainDataError, match=r"step 'x', table 'state': the value of key 'k'"):
+        table.flush()
+    table._cache.clear()
+    table["a"] = (1, {2: [3.5, "s"]}, {4}, frozenset({5}), b"b", None, 1 << 70)
+    table["n"] = np.arange(3)
+    table.flush()
+    assert table["a"] == (1, {2: [3.5, "s"]}, {4}, frozenset({5}), b"b", None, 1 << 70)
+    assert table["n"].tolist() == [0, 1, 2]
+    table.drop()
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+def wordcount_and_sessions(epochs: int = 12) -> tuple[Dataflow, Any]:
+    flow = Dataflow("disk")
+    inp = flow.new_input()
+    s = inp.stream
+    s.running_reduce(lambda r: r[0], lambda a, b: a + b, value=lambda r: r[1]).collect("sum")
+    s.map_with_state(lambda r: r[0], int, lambda k, r, n: (n + 1, [(k, n + 1)]), timeout=2).collect(
+        "mws"
+    )
+    s.join_streaming(s, lambda r: r[0] % 7, lambda r: r[1] % 7, within=3).collect("js")
+    for e in range(epochs):
+        inp.send([((e * 13 + i * 7) % 40, (e + i) % 10) for i in range(30)])
+        inp.advance_to(e + 1)
+    return flow, inp
+
+
+def outputs(built: tuple[Dataflow, Any], **options: Any) -> dict[str, list[str]]:
+    out = built[0].run(workers=2, backend="inline", **options)
+    return {n: sorted(map(repr, out.records(n))) for n in ("sum", "mws", "js")}
+
+
+def test_a_run_on_disk_gives_the_memory_outputs_and_leaves_nothing(tmp_path: Path) -> None:
+    want = outputs(wordcount_and_sessions())
+    got = outputs(
+        wordcount_and_sessions(), state_backend="disk", state_dir=str(tmp_path), state_cache=1
+    )
+    assert got == want and all(want.values())
+    assert os.listdir(tmp_path) == []  # the run's directory is gone
+
+
+def test_the_tables_kept_across_epochs_are_on_disk(tmp_path: Path) -> None:
+    """Not vacuous: the operators' long-lived tables really are disk tables, with their
+    entries in the worker's store, while per-time tables stay dicts."""
+    flow, inp = wordcount_and_sessions(3)
+    with flow.activate(
+        workers=1, backend="inline", state_backend="disk", state_dir=str(tmp_path)
+    ) as session:
+        worker = session.worker_list[0]  # type: ignore[attr-defined]
+        states = [v.states() for v in worker.vertices if isinstance(v, StatefulVertex)]
+        on_disk = [s for tables in states for s in tables.values() if s.incremental]
+        assert len(on_disk) == 3  # running_reduce's, map_with_state's, join_streaming's
+        assert all(isinstance(s.get(t), DiskTable) for s in on_disk for t in s.times())
+        assert sum(len(s) for s in on_disk) > 0
+        in_memory = [s for tables in states for s in tables.values() if not s.incremental]
+        assert all(type(s.get(t)) is dict for s in in_memory for t in s.times())
+        assert os.listdir(worker.store.path)  # RocksDB's files
+        inp.close()
+        session.join()
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"state_backend": "rocks"}, "state_backend must be one of 'memory', 'disk'"),
+        ({"state_dir": "/tmp/x"}, 'state_dir is for state_backend="disk"'),
+        ({"state_cache": 5}, 'state_cache is for state_backend="disk"'),
+        ({"state_backend": "disk", "state_cache": 0}, "state_cache must be the number of keys"),
+        ({"state_backend": "disk", "state_dir": 3}, "state_dir must be a directory"),
+    ],
+)
+def test_bad_state_options_fail_before_anything_starts(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        state_options(dict(options))
+
+
+def test_an_unwritable_state_dir_fails_before_anything_starts(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    flow, _ = wordcount_and_sessions(2)
+    with pytest.raises(ConfigError, match="cannot make the run's directory there"):
+        flow.run(workers=1, backend="inline", state_backend="disk", state_dir=str(blocked / "x"))
+
+
+def test_a_value_that_only_pickle_carries_fails_the_run_naming_the_step(tmp_path: Path) -> None:
+    flow = Dataflow("opaque")
+    inp = flow.new_input()
+    inp.stream.running_reduce(lambda r: r, lambda a, b: a, value=lambda r: object()).collect("o")
+    inp.send([1, 2])
+    with pytest.raises(Exception, match=r"step 'running_reduce', table 'state': the value of key"):
+        flow.run(
+            workers=1,
+            backend="inline",
+            state_backend="disk",
+            state_dir=str(tmp_path),
+            state_cache=1,
+        )
+    assert os.listdir(tmp_path) == []

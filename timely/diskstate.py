@@ -1,0 +1,463 @@
+"""The disk state backend: tables kept across epochs live in an embedded RocksDB.
+
+``state_backend="disk"`` puts every table an operator keeps across epochs (the
+``incremental`` ones: ``running_reduce``'s and ``map_with_state``'s state,
+``join_streaming``'s stored records) into a RocksDB store on the worker's disk, one per
+table, in a directory per worker; the per-time tables, read whole when their time
+completes and then dropped, stay in memory. Operators do not change: a
+:class:`DiskTable` is a ``MutableMapping`` that behaves as the dict it replaces, order
+of insertion included.
+
+Why RocksDB (through ``rocksdict``) and not LMDB: measured on 1M keys x 100 B, random
+updates (what streaming state does) cost 17 ms per 10K in RocksDB against 119 ms in
+LMDB, and loading is faster (0.40 s against 0.60 s); LMDB reads faster (see
+``benchmarks/README.md``). Why a write-back cache in front: operators read a value,
+change it in place (``join_streaming`` appends to its lists) or set it again, so every
+value read or written since the last flush is kept in a dict and written back at the
+next flush. The worker flushes between activations (:meth:`StateStore.maybe_flush`),
+when no operator holds a value, once the cache passes :data:`CACHE_KEYS` keys: memory is
+bounded by the cache, not by the state.
+
+Keys and values are encoded with the project's msgpack codec in its plain form
+(:func:`timely.serialization.encode_plain`): a value that only pickle could carry is
+refused with a clear error, and nothing read from disk is unpickled. Keys equal in
+Python but of different types (``1``, ``1.0``, ``True``) are distinct keys on disk.
+
+The store is scratch, not durability: checkpoints (:mod:`timely.snapshots`) are what a
+restore reads, so the write-ahead log is off and a worker's directory is removed when
+the worker closes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from timely.errors import ConfigError
+from timely.serialization import PlainDataError, decode_plain, encode_plain
+
+BACKENDS = ("memory", "disk")
+CACHE_KEYS = 65_536
+"""Keys held in a worker's write-back caches before a flush between activations."""
+_CHUNK = 65_536
+"""Keys written in one batch by a bulk load (a restore, an install)."""
+_DATA = b"\x01"
+"""Prefix of a data entry: ``_DATA + key -> value`` (``seq + value`` in ordered tables)."""
+_ORDER = b"\x00"
+"""Prefix of an ordered table's order entry: ``_ORDER + seq -> key``."""
+_SEQ = 8
+_ABSENT: Any = object()
+"""A key known not to be in the table, and not on disk."""
+_DELETED: Any = object()
+"""A key deleted since the last flush, still on disk until then."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where a run keeps its disk tables: under ``where`` (the system's temporary
+    directory if None), in ``root``, a directory made for the run (:meth:`made`) with one
+    subdirectory per worker."""
+
+    where: str | None = None
+    root: str = ""
+    cache: int = CACHE_KEYS
+    """Keys held in a worker's write-back caches before a flush between activations."""
+
+    def made(self) -> StoreConfig:
+        """This configuration with the run's directory made (owner-only)."""
+        try:
+            if self.where is not None:
+                os.makedirs(self.where, mode=0o700, exist_ok=True)
+            root = tempfile.mkdtemp(prefix="timely-state-", dir=self.where)
+        except OSError as e:
+            raise ConfigError(
+                f"state_dir {self.where!r}: cannot make the run's directory there ({e}); give "
+                "a writable directory"
+            ) from None
+        return dataclasses.replace(self, root=root)
+
+
+def state_options(options: dict[str, Any]) -> StoreConfig | None:
+    """Take ``state_backend``, ``state_dir`` and ``state_cache`` out of ``options`` and
+    check them; None for the memory backend."""
+    backend = options.pop("state_backend", "memory")
+    where = options.pop("state_dir", None)
+    cache = options.pop("state_cache", None)
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"state_backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
+    if backend == "memory":
+        for name, value in (("state_dir", where), ("state_cache", cache)):
+            if value is not None:
+                raise ConfigError(
+                    f'{name} is for state_backend="disk": give state_backend="disk" too, or '
+                    f"drop {name}"
+                )
+        return None
+    if cache is not None and (isinstance(cache, bool) or not isinstance(cache, int) or cache < 1):
+        raise ConfigError(
+            f"state_cache must be the number of keys (>= 1) a worker holds in memory before "
+            f"writing them to disk, got {cache!r}"
+        )
+    try:
+        import rocksdict  # noqa: F401
+    except ImportError as e:  # pragma: no cover - a dependency of the project
+        raise ConfigError(
+            f'state_backend="disk" needs rocksdict ({e}): pip install rocksdict'
+        ) from None
+    if where is not None and (not isinstance(where, str | os.PathLike) or not str(where)):
+        raise ConfigError(f"state_dir must be a directory, got {where!r}")
+    return StoreConfig(
+        None if where is None else os.fspath(where), cache=CACHE_KEYS if cache is None else cache
+    )
+
+
+def remove_store(config: StoreConfig | None) -> None:
+    """Remove a run's state directory (when the run ends)."""
+    if config is not None and config.root:
+        shutil.rmtree(config.root, ignore_errors=True)
+
+
+class StateStore:
+    """One worker's disk tables: one RocksDB in a directory of its own under the run's,
+    each table a range of its keys (a prefix per table), so that a worker opens one
+    store whatever the number of tables, and dropping a table deletes one range."""
+
+    def __init__(self, config: StoreConfig, worker: int) -> None:
+        self.path = os.path.join(config.root, f"worker-{worker}-{uuid.uuid4().hex[:8]}")
+        self.cache = config.cache
+        self._db: Any = None
+        self._tables: list[DiskTable] = []
+        self._ids = itertools.count()
+
+    def table(self, name: str, ordered: bool, vertex: int = -1) -> DiskTable:
+        """A new, empty table of ``vertex`` (``name`` labels it in errors); ``ordered``
+        keeps the order keys were inserted in."""
+        if self._db is None:
+            os.makedirs(self.path, mode=0o700)
+            self._db = _open(self.path)
+        t = DiskTable(self._db, next(self._ids), ordered, name, self)
+        t.vertex = vertex
+        self._tables.append(t)
+        return t
+
+    def dropped(self, table: DiskTable) -> None:
+        self._tables.remove(table)
+
+    def maybe_flush(self) -> None:
+        """Between activations: write the caches back once they hold too many keys."""
+        if sum(len(t._cache) for t in self._tables) >= self.cache:
+            self.flush()
+
+    def flush(self) -> None:
+        for t in self._tables:
+            t.flush()
+
+    def close(self) -> None:
+        """Close the store and remove the worker's directory."""
+        self._tables.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _open(path: str) -> Any:
+    from rocksdict import Options, Rdict, WriteOptions
+
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_write_buffer_size(16 << 20)
+    options.set_max_write_buffer_number(2)
+    db = Rdict(path, options)
+    write = WriteOptions()
+    # scratch: a restore reads the checkpoints, not this (a property; the stub says method)
+    write.disable_wal = True  # type: ignore[assignment,method-assign]
+    db.set_write_options(write)
+    return db
+
+
+class DiskTable(MutableMapping[Any, Any]):
+    """A dict whose contents live in a worker's RocksDB, behind a write-back cache.
+
+    Its entries are the keys starting with its id. In an ordered table each key's
+    entry starts with its sequence number, and an order entry ``seq -> key`` per key
+    gives iteration in insertion order (a key deleted and set again moves to the end, as
+    in a dict); in others iteration follows the encoded keys' order.
+    """
+
+    def __init__(
+        self, db: Any, tid: int, ordered: bool, name: str = "", store: StateStore | None = None
+    ) -> None:
+        prefix = tid.to_bytes(4, "big")
+        self._data = prefix + _DATA
+        self._order = prefix + _ORDER
+        self._range = (prefix, (tid + 1).to_bytes(4, "big"))
+        self.ordered = ordered
+        self.name = name
+        self.vertex = -1
+        """The vertex whose table this is (its errors name its step)."""
+        self._db = db
+        self._store = store
+        self._cache: dict[Any, Any] = {}
+        """Key -> value (``[seq, value]`` when ordered), ``_ABSENT`` or ``_DELETED``."""
+        self._stale: list[int] = []
+        """Ordered: sequence numbers of deleted keys whose order entries are on disk."""
+        self._len = 0
+        self._seq = 0
+        self._synced_seq = 0
+        """Ordered: keys with a sequence number from here on have no order entry yet."""
+
+    # -- the dict interface -------------------------------------------------------------------
+    def _load(self, key: Any) -> Any:
+        v = self._cache.get(key, _ABSENT)
+        if v is _ABSENT and key not in self._cache:
+            raw = self._db.get(self._data + self._encode([key])[0])
+            if raw is None:
+                v = _ABSENT
+            elif self.ordered:
+                v = [int.from_bytes(raw[:_SEQ], "big"), decode_plain([raw[_SEQ:]])[0]]
+            else:
+                v = decode_plain([raw])[0]
+            self._cache[key] = v
+        return v
+
+    def __getitem__(self, key: Any) -> Any:
+        v = self._load(key)
+        if v is _ABSENT or v is _DELETED:
+            raise KeyError(key)
+        return v[1] if self.ordered else v
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        v = self._load(key)
+        if v is _ABSENT or v is _DELETED:
+            return default
+        return v[1] if self.ordered else v
+
+    def __contains__(self, key: object) -> bool:
+        v = self._load(key)
+        return v is not _ABSENT and v is not _DELETED
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        v = self._load(key)
+        new = v is _ABSENT or v is _DELETED
+        if new:
+            self._len += 1
+        if not self.ordered:
+            self._cache[key] = value
+        elif new:
+            self._cache[key] = [self._seq, value]
+            self._seq += 1
+        else:
+            v[1] = value
+
+    def __delitem__(self, key: Any) -> None:
+        v = self._load(key)
+        if v is _ABSENT or v is _DELETED:
+            raise KeyError(key)
+        self._len -= 1
+        self._cache[key] = _DELETED
+        if self.ordered:
+            self._stale.append(v[0])
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        v = self._load(key)
+        if v is _ABSENT or v is _DELETED:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        self._len -= 1
+        self._cache[key] = _DELETED
+        if self.ordered:
+            self._stale.append(v[0])
+            return v[1]
+        return v
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[Any]:
+        for keys, _ in self._scan(values=False):
+            yield from keys
+
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
+        for keys, values in self._scan(values=True):
+            yield from zip(keys, values)
+
+    def columns(self) -> tuple[list[Any], list[Any]]:
+        """Every key and every value, in the table's order, as two lists (a snapshot)."""
+        keys: list[Any] = []
+        values: list[Any] = []
+        for k, v in self._scan(values=True):
+            keys.extend(k)
+            values.extend(v)
+        return keys, values
+
+    def _scan(self, values: bool) -> Iterator[tuple[list[Any], list[Any]]]:
+        """The table in chunks of decoded keys (and values), from disk after a sync."""
+        self._sync()
+        db = self._db
+        prefix = self._order if self.ordered else self._data
+        skip = len(prefix)
+        it = db.iter()
+        try:
+            it.seek(prefix)
+            while True:
+                raw_keys: list[bytes] = []
+                raw_values: list[bytes] = []
+                while it.valid() and len(raw_keys) < _CHUNK:
+                    k = it.key()
+                    if not k.startswith(prefix):
+                        break
+                    if self.ordered:  # seq -> key: the key is the value
+                        raw_keys.append(it.value())
+                    else:
+                        raw_keys.append(k[skip:])
+                        if values:
+                            raw_values.append(it.value())
+                    it.next()
+                if not raw_keys:
+                    return
+                if values and self.ordered:
+                    data = self._data
+                    raw_values = [db.get(data + k)[_SEQ:] for k in raw_keys]
+                yield decode_plain(raw_keys), decode_plain(raw_values) if values else []
+                if len(raw_keys) < _CHUNK:
+                    return
+        finally:
+            del it
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Add many pairs: written to disk in batches, past the cache (a restore or an
+        install of millions of keys must not hold them all)."""
+        pairs: Iterable[tuple[Any, Any]] = (
+            args[0].items() if args and hasattr(args[0], "items") else args[0] if args else ()
+        )
+        if kwargs:
+            pairs = itertools.chain(pairs, kwargs.items())
+        self.flush()
+        it = iter(pairs)
+        while True:
+            chunk = list(itertools.islice(it, _CHUNK))
+            if not chunk:
+                break
+            self._load_chunk(chunk)
+
+    def _load_chunk(self, chunk: list[tuple[Any, Any]]) -> None:
+        from rocksdict import WriteBatch
+
+        pairs = dict(chunk)  # the last of a key's values, as dict.update keeps
+        data = self._data
+        raw_keys = self._encode(list(pairs))
+        raw_values = self._encode(list(pairs.values()), pairs)
+        db = self._db
+        batch = WriteBatch(raw_mode=True)
+        # Keys already here keep their place (and their count).
+        olds = [db.get(data + k) for k in raw_keys] if self._len else [None] * len(raw_keys)
+        for rk, rv, old in zip(raw_keys, raw_values, olds):
+            if not self.ordered:
+                batch.put(data + rk, rv)
+            elif old is None:
+                seq = self._seq.to_bytes(_SEQ, "big")
+                self._seq += 1
+                batch.put(data + rk, seq + rv)
+                batch.put(self._order + seq, rk)
+            else:
+                batch.put(data + rk, old[:_SEQ] + rv)
+            if old is None:
+                self._len += 1
+        db.write(batch)
+        self._synced_seq = self._seq
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._stale.clear()
+        self._db.delete_range(*self._range)
+        self._len = 0
+
+    def values(self) -> Iterator[Any]:  # type: ignore[override]
+        for _, values in self._scan(values=True):
+            yield from values
+
+    def _encode(self, objs: list[Any], keys: Iterable[Any] | None = None) -> list[bytes]:
+        """``objs`` as plain data (keys, or the values of ``keys``); what only pickle
+        would carry is refused, naming the table and the key."""
+        try:
+            return encode_plain(objs)
+        except PlainDataError as e:
+            if keys is None:
+                key = next(k for k in objs if not _plain(k))
+                what = f"the key {key!r}"
+            else:
+                key = next(k for k, v in zip(keys, objs) if not _plain(v))
+                what = f"the value of key {key!r}"
+            error = PlainDataError(f"{self.name}: {what} cannot be kept on disk: {e}")
+            error.vertex, error.key = self.vertex, key
+            raise error from None
+
+    # -- the cache ----------------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Write every cached entry to disk, keeping the cache (an iteration reads disk,
+        and a value held may still change in place before the next flush)."""
+        from rocksdict import WriteBatch
+
+        cache = self._cache
+        if not cache and not self._stale:
+            return
+        batch = WriteBatch(raw_mode=True)
+        order, data = self._order, self._data
+        for seq in self._stale:
+            batch.delete(order + seq.to_bytes(_SEQ, "big"))
+        self._stale.clear()
+        keys = [k for k, v in cache.items() if v is not _ABSENT]
+        raw_keys = self._encode(keys)
+        entries = [cache[k] for k in keys]
+        live_keys = [k for k, v in zip(keys, entries) if v is not _DELETED]
+        live = [cache[k] for k in live_keys]
+        raw_values = iter(self._encode([v[1] for v in live] if self.ordered else live, live_keys))
+        synced = self._synced_seq
+        for k, rk, v in zip(keys, raw_keys, entries):
+            if v is _DELETED:
+                batch.delete(data + rk)
+                cache[k] = _ABSENT
+            elif self.ordered:
+                seq = v[0].to_bytes(_SEQ, "big")
+                batch.put(data + rk, seq + next(raw_values))
+                if v[0] >= synced:
+                    batch.put(order + seq, rk)
+            else:
+                batch.put(data + rk, next(raw_values))
+        self._db.write(batch)
+        self._synced_seq = self._seq
+
+    def flush(self) -> None:
+        """Write the cache back and empty it (between activations: no value is held)."""
+        self._sync()
+        self._cache.clear()
+
+    def drop(self) -> None:
+        """Delete the table's entries; the table is not used again."""
+        self._cache.clear()
+        self._stale.clear()
+        if self._store is not None:
+            if self._store._db is not None:
+                self._db.delete_range(*self._range)
+            self._store.dropped(self)
+            self._store = None
+        self._len = 0
+
+
+def _plain(obj: Any) -> bool:
+    try:
+        encode_plain([obj])
+    except PlainDataError:
+        return False
+    return True
