@@ -58,6 +58,8 @@ class _Packers(threading.local):
         self.nested: list[msgpack.Packer] = []
         self.depth = 0
         self.flat = msgpack.Packer(default=_default, datetime=False, unicode_errors=_UNICODE)
+        self.scalar = msgpack.Packer(datetime=False)
+        """Packs a scalar as :func:`_pack` does (no ext type involved), without its hooks."""
         self.plain = False
         """Set while encoding or decoding plain data (:func:`encode_plain`): no pickle."""
 
@@ -239,11 +241,29 @@ def encode_plain(objs: list[Any]) -> list[bytes]:
     carries (:class:`PlainDataError`): for bytes kept on disk, which are then read back
     without unpickling anything."""
     p = _packers
+    if set(map(type, objs)) <= _SCALARS:  # keys and values of one scalar each: no hooks
+        try:
+            return list(map(p.scalar.pack, objs))
+        except (OverflowError, UnicodeEncodeError):  # an int beyond 64 bits, a lone surrogate
+            p.scalar.reset()
     p.plain = True
     try:
         return [_pack(_maybe_flat(o) if type(o) is list else o) for o in objs]
     finally:
         p.plain = False
+
+
+def encode_plain_one(obj: Any) -> bytes:
+    """:func:`encode_plain` of one value (a key looked up): the same bytes."""
+    t = type(obj)
+    if t is str or t is int:
+        scalar = _packers.scalar
+        try:
+            data: bytes = scalar.pack(obj)
+            return data
+        except (OverflowError, UnicodeEncodeError):
+            scalar.reset()
+    return encode_plain([obj])[0]
 
 
 def decode_plain(blobs: list[bytes]) -> list[Any]:
