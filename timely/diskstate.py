@@ -40,7 +40,9 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from timely.channels import stable_hash
 from timely.errors import ConfigError
+from timely.routing import bins_of
 from timely.serialization import PlainDataError, decode_plain, encode_plain, encode_plain_one
 
 BACKENDS = ("memory", "disk")
@@ -55,6 +57,8 @@ _DATA = b"\x01"
 _ORDER = b"\x00"
 """Prefix of an ordered table's order entry: ``_ORDER + seq -> key``."""
 _SEQ = 8
+_BIN = 4
+"""Bytes of a key's bin in front of it, in a table grouped by bin."""
 _ABSENT: Any = object()
 """A key known not to be in the table, and not on disk."""
 _DELETED: Any = object()
@@ -140,13 +144,14 @@ class StateStore:
         self._tables: list[DiskTable] = []
         self._ids = itertools.count()
 
-    def table(self, name: str, ordered: bool, vertex: int = -1) -> DiskTable:
+    def table(self, name: str, ordered: bool, nbins: int = 0, vertex: int = -1) -> DiskTable:
         """A new, empty table of ``vertex`` (``name`` labels it in errors); ``ordered``
-        keeps the order keys were inserted in."""
+        keeps the order keys were inserted in; with ``nbins``, its keys are grouped by
+        bin on disk (:meth:`DiskTable.take_bins`)."""
         if self._db is None:
             os.makedirs(self.path, mode=0o700)
             self._db = _open(self.path)
-        t = DiskTable(self._db, next(self._ids), ordered, name, self)
+        t = DiskTable(self._db, next(self._ids), ordered, name, self, nbins)
         t.vertex = vertex
         self._tables.append(t)
         return t
@@ -205,13 +210,23 @@ class DiskTable(MutableMapping[Any, Any]):
     """
 
     def __init__(
-        self, db: Any, tid: int, ordered: bool, name: str = "", store: StateStore | None = None
+        self,
+        db: Any,
+        tid: int,
+        ordered: bool,
+        name: str = "",
+        store: StateStore | None = None,
+        nbins: int = 0,
     ) -> None:
         prefix = tid.to_bytes(4, "big")
         self._data = prefix + _DATA
         self._order = prefix + _ORDER
         self._range = (prefix, (tid + 1).to_bytes(4, "big"))
         self.ordered = ordered
+        self.nbins = nbins
+        """Keys are stored after their bin (``stable_hash(key) % nbins``, 0: not): a bin's
+        keys are one range of the store, which a migration takes out whole."""
+        self._skip = _BIN if nbins else 0
         self.name = name
         self.vertex = -1
         """The vertex whose table this is (its errors name its step)."""
@@ -231,7 +246,7 @@ class DiskTable(MutableMapping[Any, Any]):
         v = self._cache.get(key, _ABSENT)
         if v is _ABSENT and key not in self._cache:
             try:
-                raw = self._db.get(self._data + encode_plain_one(key))
+                raw = self._db.get(self._data + self._stored_one(key))
             except PlainDataError:
                 self._encode([key])  # raises, naming the table and the key
                 raise
@@ -331,7 +346,7 @@ class DiskTable(MutableMapping[Any, Any]):
                     k = it.key()
                     if not k.startswith(prefix):
                         break
-                    if self.ordered:  # seq -> key: the key is the value
+                    if self.ordered:  # seq -> stored key
                         raw_keys.append(it.value())
                     else:
                         raw_keys.append(k[skip:])
@@ -343,7 +358,8 @@ class DiskTable(MutableMapping[Any, Any]):
                 if values and self.ordered:
                     data = self._data
                     raw_values = [db.get(data + k)[_SEQ:] for k in raw_keys]
-                yield decode_plain(raw_keys), decode_plain(raw_values) if values else []
+                keys = decode_plain([k[self._skip :] for k in raw_keys] if self._skip else raw_keys)
+                yield keys, decode_plain(raw_values) if values else []
                 if len(raw_keys) < _CHUNK:
                     return
         finally:
@@ -370,7 +386,7 @@ class DiskTable(MutableMapping[Any, Any]):
 
         pairs = dict(chunk)  # the last of a key's values, as dict.update keeps
         data = self._data
-        raw_keys = self._encode(list(pairs))
+        raw_keys = self._stored(list(pairs))
         raw_values = self._encode(list(pairs.values()), pairs)
         db = self._db
         batch = WriteBatch(raw_mode=True)
@@ -417,6 +433,59 @@ class DiskTable(MutableMapping[Any, Any]):
             error.vertex, error.key = self.vertex, key
             raise error from None
 
+    def _stored(self, keys: list[Any]) -> list[bytes]:
+        """Keys as stored: encoded, after their bin when grouped by bin."""
+        raw = self._encode(keys)
+        if not self.nbins:
+            return raw
+        return [b.to_bytes(_BIN, "big") + k for b, k in zip(bins_of(keys, self.nbins), raw)]
+
+    def _stored_one(self, key: Any) -> bytes:
+        try:
+            raw = encode_plain_one(key)
+        except PlainDataError:
+            self._encode([key])  # raises, naming the table and the key
+            raise
+        if not self.nbins:
+            return raw
+        return (stable_hash(key) % self.nbins).to_bytes(_BIN, "big") + raw
+
+    def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], list[Any], list[tuple[int, int]]]:
+        """Take out every key of ``bins`` (a migration): one range scan and one range
+        delete per bin, so that the cost is the bins', not the table's. Returns the keys,
+        their values and the ``(bin, count)`` runs they come in."""
+        from rocksdict import WriteBatch
+
+        self.flush()  # between activations: the cache may go
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        runs: list[tuple[int, int]] = []
+        db, data = self._db, self._data
+        batch = WriteBatch(raw_mode=True)
+        for b in sorted(bins):
+            lo = data + b.to_bytes(_BIN, "big")
+            n = len(keys)
+            it = db.iter()
+            it.seek(lo)
+            while it.valid():
+                k = it.key()
+                if not k.startswith(lo):
+                    break
+                keys.append(k[len(lo) :])
+                values.append(it.value())
+                it.next()
+            del it
+            if len(keys) > n:
+                runs.append((b, len(keys) - n))
+                batch.delete_range(lo, data + (b + 1).to_bytes(_BIN, "big"))
+        if self.ordered:
+            for v in values:
+                batch.delete(self._order + v[:_SEQ])
+            values = [v[_SEQ:] for v in values]
+        db.write(batch)
+        self._len -= len(keys)
+        return decode_plain(keys), decode_plain(values), runs
+
     # -- the cache ----------------------------------------------------------------------------
     def _sync(self) -> None:
         """Write every cached entry to disk, keeping the cache (an iteration reads disk,
@@ -432,7 +501,7 @@ class DiskTable(MutableMapping[Any, Any]):
             batch.delete(order + seq.to_bytes(_SEQ, "big"))
         self._stale.clear()
         keys = [k for k, v in cache.items() if v is not _ABSENT]
-        raw_keys = self._encode(keys)
+        raw_keys = self._stored(keys)
         entries = [cache[k] for k in keys]
         live_keys = [k for k, v in zip(keys, entries) if v is not _DELETED]
         live = [cache[k] for k in live_keys]

@@ -88,7 +88,7 @@ class KeyedState(Generic[V]):
         self, replicated: bool = False, tracked: bool = False, incremental: bool = False
     ) -> None:
         self._times: dict[Timestamp, MutableMapping[Any, V]] = {}
-        self._store: Callable[[bool], MutableMapping[Any, Any]] | None = None
+        self._store: Callable[[bool, int], MutableMapping[Any, Any]] | None = None
         """With the disk backend (:meth:`on_disk`), what makes this table's tables."""
         self.replicated = replicated
         """Every worker holds the same table (fed by a broadcast): a rescale copies it."""
@@ -132,8 +132,8 @@ class KeyedState(Generic[V]):
     def added(self, time: Timestamp, keys: list[Any]) -> None:
         """The operator has put ``keys``, new ones, into the table of ``time`` (a tracked
         table must report every key it adds; removals need no report)."""
-        if not self._nbins or not keys:
-            return
+        if not self._nbins or not keys or self._store is not None:
+            return  # (on disk a table groups its keys by bin itself)
         index = self._index.get(time)
         if index is None:
             self._index[time] = index = {}
@@ -159,13 +159,14 @@ class KeyedState(Generic[V]):
                 index[b] = group = {}
             group.update(dict.fromkeys(ordered[lo:hi]))
 
-    def on_disk(self, store: Callable[[bool], MutableMapping[Any, Any]]) -> None:
-        """Keep the tables in what ``store(ordered)`` makes (the disk backend's
-        :class:`~timely.diskstate.DiskTable`) instead of dicts; before any is made."""
+    def on_disk(self, store: Callable[[bool, int], MutableMapping[Any, Any]]) -> None:
+        """Keep the tables in what ``store(ordered, nbins)`` makes (the disk backend's
+        :class:`~timely.diskstate.DiskTable`) instead of dicts; before any is made. With
+        a bin index (``nbins``), such a table keeps its keys grouped by bin itself."""
         self._store = store
 
     def _new(self) -> MutableMapping[Any, V]:
-        return {} if self._store is None else self._store(self.ordered)
+        return {} if self._store is None else self._store(self.ordered, self._nbins)
 
     def keep_changes(self) -> None:
         """Record from now on which keys of a tracked table change (incremental
@@ -351,6 +352,16 @@ class KeyedState(Generic[V]):
             if before is not None and time[0] >= before:
                 break
             table = self._times[time]
+            take = getattr(table, "take_bins", None)
+            if take is not None and getattr(table, "nbins", 0) == nbins:
+                taken, values, ranges = take(bins)  # on disk: a range per bin
+                if taken:
+                    times.append((time, taken, values))
+                    self.touched(time, taken)
+                    runs_by_time.append(ranges)
+                if not table:
+                    _drop(self._times.pop(time))
+                continue
             index = self._index.get(time) if self._nbins == nbins else None
             indexed = sum(map(len, index.values())) if index is not None else 0
             if index is not None and len(table) > indexed:
@@ -445,6 +456,8 @@ class KeyedState(Generic[V]):
 
     def _index_runs(self, time: Timestamp, keys: list[Any], runs: list[Any]) -> None:
         """Index keys that arrive grouped by bin, ``runs`` giving ``(bin, count)``."""
+        if self._store is not None:
+            return  # on disk a table groups its keys by bin itself
         index = self._index.get(time)
         if index is None:
             self._index[time] = index = {}
@@ -671,10 +684,10 @@ class StatefulVertex(Vertex):
         self.restored(epoch - 1)
 
     def use_store(
-        self, store: Callable[[str, bool], MutableMapping[Any, Any]], prefix: str
+        self, store: Callable[[str, bool, int], MutableMapping[Any, Any]], prefix: str
     ) -> None:
         """The disk backend: the tables kept across epochs (the incremental ones) live in
-        what ``store(label, ordered)`` makes (``label``: ``prefix`` and the table's name, for
+        what ``store(label, ordered, nbins)`` makes (``label``: ``prefix`` and the table's name, for
         errors); the per-time ones, read whole when their time
         completes, stay in memory."""
         for name, s in self._states.items():

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import operators  # noqa: F401 - registers the Stream methods
 from timely import ConfigError, Dataflow
 from timely.diskstate import _DELETED, DiskTable, StateStore, StoreConfig, state_options
+from timely.routing import bins_of
 from timely.serialization import PlainDataError
 from timely.state import StatefulVertex
 
@@ -51,9 +52,11 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStore]:
     s.close()
 
 
-def agrees(store: StateStore, ops: list[tuple[str, Any, int]], ordered: bool) -> bool:
+def agrees(
+    store: StateStore, ops: list[tuple[str, Any, int]], ordered: bool, nbins: int = 0
+) -> bool:
     """Whether a disk table and a dict give the same answers under ``ops``."""
-    table = store.table("test", ordered)
+    table = store.table("test", ordered, nbins)
     model: dict[Any, Any] = {}
     try:
         for op, k, v in ops:
@@ -106,11 +109,48 @@ def agrees(store: StateStore, ops: list[tuple[str, Any, int]], ordered: bool) ->
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops_st, st.booleans())
+@given(ops_st, st.booleans(), st.sampled_from([0, 3]))
 def test_a_disk_table_behaves_as_a_dict(
-    store: StateStore, ops: list[tuple[str, Any, int]], ordered: bool
+    store: StateStore, ops: list[tuple[str, Any, int]], ordered: bool, nbins: int
 ) -> None:
-    assert agrees(store, ops, ordered)
+    """Also with its keys grouped by bin (a run whose bins may move)."""
+    assert agrees(store, ops, ordered, nbins)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(keys | st.integers(0, 500), st.integers(), max_size=60),
+    st.sets(st.integers(0, 7), max_size=8),
+    st.booleans(),
+)
+def test_taking_bins_out_takes_exactly_their_keys(
+    store: StateStore, contents: dict[Any, int], bins: set[int], ordered: bool
+) -> None:
+    """A migration's extract on disk: the keys of the bins, grouped by bin with their
+    runs, and the table keeps the others, in their order."""
+    table = store.table("bins", ordered, 8)
+    try:
+        items = list(contents.items())
+        half = len(items) // 2
+        table.update(items[:half])  # some in bulk, some through the cache
+        for k, v in items[half:]:
+            table[k] = v
+        keys, values, runs = table.take_bins(bins)
+        assert sum(n for _, n in runs) == len(keys)
+        assert [b for b, _ in runs] == sorted({b for b, _ in runs})
+        key_bins = bins_of(keys, 8) if keys else []
+        assert key_bins == [b for b, n in runs for _ in range(n)]
+        assert set(key_bins) <= bins
+        assert dict(zip(keys, values)) == {k: v for k, v in contents.items() if k in set(keys)}
+        kept = [(k, v) for k, v in items if k not in set(keys)]
+        assert len(table) == len(kept) and len(keys) + len(kept) == len(items)
+        assert all(b not in bins for b in bins_of([k for k, _ in kept], 8)) if kept else True
+        if ordered:
+            assert list(table.items()) == kept
+        else:
+            assert dict(table.items()) == dict(kept)
+    finally:
+        table.drop()
 
 
 class _NoWriteBack(DiskTable):

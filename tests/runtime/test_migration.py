@@ -132,6 +132,47 @@ def test_migration_leaves_every_epoch_as_without_it(case: Case) -> None:
     assert not differs(case)
 
 
+ON_DISK = ["running_reduce", "map_with_state", "join_streaming", "join_within"]
+"""The pipelines whose tables the disk backend holds."""
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.sampled_from(ON_DISK))
+def test_migration_on_disk_leaves_every_epoch_as_without_it(case: Case, pipeline: str) -> None:
+    """The same with the state on disk, written back after every activation: bins leave
+    a worker's store as ranges of it and arrive in another's (``DiskTable.take_bins``)."""
+    _, epochs, workers, bins, seed, source, plan = case
+    expected = run(pipeline, epochs, workers, seed, source)
+    disk = {"state_backend": "disk", "state_dir": SCRATCH, "state_cache": 1}
+    assert run(pipeline, epochs, workers, seed, source, bins=bins, reconfigure=plan, **disk) == (
+        expected
+    )
+
+
+@pytest.mark.parametrize("pipeline", ON_DISK)
+def test_a_migration_on_disk_takes_its_bins_out_of_the_store(
+    monkeypatch: pytest.MonkeyPatch, pipeline: str
+) -> None:
+    """Not vacuous: the bins leave as ranges of the store, keys and all."""
+    import timely.diskstate
+
+    taken: list[int] = []
+    take = timely.diskstate.DiskTable.take_bins
+
+    def counted(self: Any, bins: Any) -> Any:
+        out = take(self, bins)
+        taken.append(len(out[0]))
+        return out
+
+    monkeypatch.setattr(timely.diskstate.DiskTable, "take_bins", counted)
+    epochs = [[i * 3 + j for j in range(8)] for i in range(8)]
+    plan = [(2, {b: 1 - b // 4 for b in range(8)}, 2)]
+    expected = run(pipeline, epochs, 2, 1)
+    got = run(pipeline, epochs, 2, 1, bins=8, reconfigure=plan, state_backend="disk")
+    assert got == expected
+    assert sum(taken) > 0
+
+
 def test_every_pipeline_really_moves_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """The property is not vacuous: for every operator, a plan that moves every bin
     twice ships keys, and the outputs still match."""
