@@ -223,9 +223,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "bench_state.json"
     out.write_text(
-        json.dumps(
-            {"machine": platform.platform(), "cpus": os.cpu_count(), "rows": rows}, indent=2
-        )
+        json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "rows": rows}, indent=2)
     )
     print(f"wrote {out}")
 

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from progress import Timestamp, less_equal
-from timely.errors import TimelyError, step_error
+from timely.errors import TimelyError, WorkerDied, step_error
 from timely.plan import VertexSpec
 from timely.vertex import Capability
 
@@ -151,7 +151,11 @@ class VertexContext:
         self, error: BaseException, time: Timestamp | None, record: Any, fn: Any
     ) -> NoReturn:
         """Stop the run with the step, the time, the record and the file:line that failed:
-        the user function's, or timely's own for a bug in timely (``InternalError``)."""
+        the user function's, or timely's own for a bug in timely (``InternalError``). A
+        worker's loss (a failed state store, :class:`WorkerDied`) caught by a step's
+        ``except`` clause stays what it is."""
+        if isinstance(error, WorkerDied):
+            raise error
         raise step_error(
             self.spec.name, error, time, record, fn, self.spec.where, self.worker.index
         ) from error

@@ -31,20 +31,22 @@ the worker closes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from timely.channels import stable_hash
-from timely.errors import ConfigError
+from timely.errors import ConfigError, StateStoreError
 from timely.routing import bins_of
 from timely.serialization import PlainDataError, decode_plain, encode_plain, encode_plain_one
 
+T = TypeVar("T")
 BACKENDS = ("memory", "disk")
 CACHE_KEYS = 65_536
 """Keys held in a worker's write-back caches before a flush between activations."""
@@ -150,7 +152,10 @@ class StateStore:
         bin on disk (:meth:`DiskTable.take_bins`)."""
         if self._db is None:
             os.makedirs(self.path, mode=0o700)
-            self._db = _open(self.path)
+            try:
+                self._db = _open(self.path)
+            except Exception as e:
+                raise StateStoreError(f"cannot open the state store {self.path}: {e}") from e
         t = DiskTable(self._db, next(self._ids), ordered, name, self, nbins)
         t.vertex = vertex
         self._tables.append(t)
@@ -200,6 +205,22 @@ def _open(path: str) -> Any:
     return db
 
 
+def _io(method: Callable[..., T]) -> Callable[..., T]:
+    """``method`` with RocksDB's failures (plain ``Exception``s from rocksdict) raised
+    as the worker's loss, naming the store (:meth:`DiskTable._failed`)."""
+
+    @functools.wraps(method)
+    def guarded(self: DiskTable, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            if type(e) is not Exception:
+                raise
+            raise self._failed(e) from e
+
+    return guarded
+
+
 class DiskTable(MutableMapping[Any, Any]):
     """A dict whose contents live in a worker's RocksDB, behind a write-back cache.
 
@@ -245,11 +266,13 @@ class DiskTable(MutableMapping[Any, Any]):
     def _load(self, key: Any) -> Any:
         v = self._cache.get(key, _ABSENT)
         if v is _ABSENT and key not in self._cache:
+            stored = self._stored_one(key)
             try:
-                raw = self._db.get(self._data + self._stored_one(key))
-            except PlainDataError:
-                self._encode([key])  # raises, naming the table and the key
-                raise
+                raw = self._db.get(self._data + stored)
+            except Exception as e:
+                if type(e) is not Exception:
+                    raise
+                raise self._failed(e) from e
             if raw is None:
                 v = _ABSENT
             elif self.ordered:
@@ -332,6 +355,14 @@ class DiskTable(MutableMapping[Any, Any]):
 
     def _scan(self, values: bool) -> Iterator[tuple[list[Any], list[Any]]]:
         """The table in chunks of decoded keys (and values), from disk after a sync."""
+        try:
+            yield from self._scan_store(values)
+        except Exception as e:
+            if type(e) is not Exception:
+                raise
+            raise self._failed(e) from e
+
+    def _scan_store(self, values: bool) -> Iterator[tuple[list[Any], list[Any]]]:
         self._sync()
         db = self._db
         prefix = self._order if self.ordered else self._data
@@ -381,6 +412,7 @@ class DiskTable(MutableMapping[Any, Any]):
                 break
             self._load_chunk(chunk)
 
+    @_io
     def _load_chunk(self, chunk: list[tuple[Any, Any]]) -> None:
         from rocksdict import WriteBatch
 
@@ -407,6 +439,7 @@ class DiskTable(MutableMapping[Any, Any]):
         db.write(batch)
         self._synced_seq = self._seq
 
+    @_io
     def clear(self) -> None:
         self._cache.clear()
         self._stale.clear()
@@ -440,6 +473,11 @@ class DiskTable(MutableMapping[Any, Any]):
             return raw
         return [b.to_bytes(_BIN, "big") + k for b, k in zip(bins_of(keys, self.nbins), raw)]
 
+    def _failed(self, error: Exception) -> StateStoreError:
+        """RocksDB's failure, as the worker's loss (:class:`StateStoreError`)."""
+        where = self._store.path if self._store is not None else "?"
+        return StateStoreError(f"{self.name}: the state store {where} failed: {error}")
+
     def _stored_one(self, key: Any) -> bytes:
         try:
             raw = encode_plain_one(key)
@@ -450,6 +488,7 @@ class DiskTable(MutableMapping[Any, Any]):
             return raw
         return (stable_hash(key) % self.nbins).to_bytes(_BIN, "big") + raw
 
+    @_io
     def take_bins(self, bins: Iterable[int]) -> tuple[list[Any], list[Any], list[tuple[int, int]]]:
         """Take out every key of ``bins`` (a migration): one range scan and one range
         delete per bin, so that the cost is the bins', not the table's. Returns the keys,
@@ -487,6 +526,7 @@ class DiskTable(MutableMapping[Any, Any]):
         return decode_plain(keys), decode_plain(values), runs
 
     # -- the cache ----------------------------------------------------------------------------
+    @_io
     def _sync(self) -> None:
         """Write every cached entry to disk, keeping the cache (an iteration reads disk,
         and a value held may still change in place before the next flush)."""
@@ -526,6 +566,7 @@ class DiskTable(MutableMapping[Any, Any]):
         self._sync()
         self._cache.clear()
 
+    @_io
     def drop(self) -> None:
         """Delete the table's entries; the table is not used again."""
         self._cache.clear()

@@ -39,6 +39,15 @@ class WorkerDied(TimelyError):
     """A worker process stopped (its Ray actor died or stopped answering)."""
 
 
+class StateStoreError(WorkerDied):
+    """A worker's disk state store failed (an I/O error, a full disk, a damaged file).
+
+    The store is the worker's own scratch copy of its state, so this is handled as the
+    worker's loss: with checkpoints the run restores from the last one into new stores;
+    without, it stops with this error, which names the store and RocksDB's reason (the
+    file, where RocksDB gives it)."""
+
+
 class StepError(TimelyError):
     """An exception stopped a step while the dataflow ran: the step, where, the time, the
     record and the worker, with the exception as ``__cause__``.
