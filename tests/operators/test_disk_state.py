@@ -385,3 +385,47 @@ def test_a_damaged_store_file_restores_from_the_last_checkpoint(
     session.join()
     assert session.restarts == 1
     assert got == expected
+
+
+_FULL = """
+import resource, signal, sys
+sys.path.insert(0, {root!r})
+from timely.diskstate import StateStore, StoreConfig
+from timely.errors import StateStoreError
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+store = StateStore(StoreConfig(root={root_dir!r}), 0)
+table = store.table("step 'x', table 'state'", False)
+table["a"] = 1
+table.flush()  # the store's first files, under no limit
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    for i in range(20):
+        table.update((f"k{{j}}", "v" * 100) for j in range(i * 1000, (i + 1) * 1000))
+        try:  # what RocksDB does once a write buffer fills: write it out as a file
+            store._db.flush()
+        except Exception:
+            pass
+except StateStoreError as e:
+    print("ERROR", e)
+else:
+    print("NO ERROR")
+"""
+
+
+def test_a_full_disk_under_the_store_fails_naming_the_store_and_the_file(tmp_path: Path) -> None:
+    """A real limit on file size (RLIMIT_FSIZE, in a process of its own) stands for a full
+    disk: RocksDB cannot write its next file, and the next write to the table fails with
+    the worker's loss, naming the store and the file."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = _FULL.format(root=str(root), root_dir=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root
+    )
+    assert "ERROR step 'x', table 'state': the state store" in done.stdout, (
+        done.stdout + done.stderr
+    )
+    assert ".sst: File too large" in done.stdout
