@@ -74,6 +74,9 @@ def dataflow_run(keys: int, batch: int, updates: int, **options: Any) -> dict[st
             e += 1
             handle.advance_to(e)
             session.poll()
+            if e % 20 == 0:  # progress, on stderr
+                rate = ks.stop / (time.perf_counter() - start)
+                print(f"{ks.stop:,} keys loaded, {rate:,.0f} keys/s", file=sys.stderr, flush=True)
         loaded = time.perf_counter()
         for ks in touches:
             handle.send([(k, value(k, e)) for k in ks])
@@ -151,12 +154,13 @@ def spawn(**config: Any) -> dict[str, Any]:
     """:func:`one` in a fresh process (its own peak RSS)."""
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench_state", "--one", json.dumps(config)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=None if config["keys"] > 2_000_000 else subprocess.PIPE,  # progress shows
         text=True,
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{config}: failed\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{config}: failed\n{(proc.stderr or '')[-3000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 

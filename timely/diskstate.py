@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from timely.channels import stable_hash
 from timely.errors import ConfigError, StateStoreError
 from timely.routing import bins_of
@@ -143,7 +145,7 @@ class StateStore:
         self.path = os.path.join(config.root, f"worker-{worker}-{uuid.uuid4().hex[:8]}")
         self.cache = config.cache
         self._db: Any = None
-        self._tables: list[DiskTable] = []
+        self._tables: dict[int, DiskTable] = {}
         self._ids = itertools.count()
 
     def table(self, name: str, ordered: bool, nbins: int = 0, vertex: int = -1) -> DiskTable:
@@ -151,6 +153,8 @@ class StateStore:
         keeps the order keys were inserted in; with ``nbins``, its keys are grouped by
         bin on disk (:meth:`DiskTable.take_bins`)."""
         if self._db is None:
+            # The run's directory exists on the driver's node; on others, made here.
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
             os.makedirs(self.path, mode=0o700)
             try:
                 self._db = _open(self.path)
@@ -158,19 +162,19 @@ class StateStore:
                 raise StateStoreError(f"cannot open the state store {self.path}: {e}") from e
         t = DiskTable(self._db, next(self._ids), ordered, name, self, nbins)
         t.vertex = vertex
-        self._tables.append(t)
+        self._tables[t.tid] = t
         return t
 
     def dropped(self, table: DiskTable) -> None:
-        self._tables.remove(table)
+        self._tables.pop(table.tid, None)
 
     def maybe_flush(self) -> None:
         """Between activations: write the caches back once they hold too many keys."""
-        if sum(len(t._cache) for t in self._tables) >= self.cache:
+        if sum(len(t._cache) for t in self._tables.values()) >= self.cache:
             self.flush()
 
     def flush(self) -> None:
-        for t in self._tables:
+        for t in self._tables.values():
             t.flush()
 
     def close(self) -> None:
@@ -180,6 +184,32 @@ class StateStore:
             self._db.close()
             self._db = None
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+_CANONICAL = frozenset({str, int, bytes})
+"""Key types that are their own canonical form."""
+
+
+def canonical(key: Any) -> Any:
+    """The one form of the keys equal to ``key``: a dict holds ``1``, ``1.0``, ``True``
+    and ``np.int64(1)`` as one key (and ``stable_hash`` sends them to one worker), so the
+    store must too. Booleans, integral floats and numpy scalars become ints (or their
+    Python values), inside tuples and frozensets too. A key read back from disk comes in
+    this form."""
+    t = type(key)
+    if t in _CANONICAL or key is None:
+        return key
+    if t is bool:
+        return int(key)
+    if t is float:
+        return int(key) if key.is_integer() else key
+    if t is tuple:
+        return tuple(map(canonical, key))
+    if t is frozenset:
+        return frozenset(map(canonical, key))
+    if isinstance(key, np.generic):
+        return canonical(key.item())
+    return key
 
 
 def _open(path: str) -> Any:
@@ -239,6 +269,7 @@ class DiskTable(MutableMapping[Any, Any]):
         store: StateStore | None = None,
         nbins: int = 0,
     ) -> None:
+        self.tid = tid
         prefix = tid.to_bytes(4, "big")
         self._data = prefix + _DATA
         self._order = prefix + _ORDER
@@ -261,6 +292,8 @@ class DiskTable(MutableMapping[Any, Any]):
         self._seq = 0
         self._synced_seq = 0
         """Ordered: keys with a sequence number from here on have no order entry yet."""
+        self._front = 0
+        """Ordered: every order entry before this sequence number is deleted (or stale)."""
 
     # -- the dict interface -------------------------------------------------------------------
     def _load(self, key: Any) -> Any:
@@ -337,8 +370,84 @@ class DiskTable(MutableMapping[Any, Any]):
         return self._len
 
     def __iter__(self) -> Iterator[Any]:
+        if self.ordered:  # no sync: map_with_state's expiry asks for the front, key by key
+            yield from self._in_order()
+            return
         for keys, _ in self._scan(values=False):
             yield from keys
+
+    def _in_order(self) -> Iterator[Any]:
+        """An ordered table's keys without writing the cache out: the order entries on
+        disk, less those deleted since (``_stale``), then the keys set since, by their
+        sequence numbers (all later than those on disk). Starts at ``_front``, below which
+        every order entry is gone, and reads in chunks that grow from a few keys."""
+        stale = set(self._stale)
+        db, order, skip = self._db, self._order, self._skip
+        chunk = 16
+        start = order + self._front.to_bytes(_SEQ, "big")
+        first = True
+        while True:
+            try:
+                it = db.iter()
+                it.seek(start)
+                raws: list[bytes] = []
+                seqs: list[int] = []
+                while it.valid() and len(raws) < chunk:
+                    k = it.key()
+                    if not k.startswith(order):
+                        break
+                    seq = int.from_bytes(k[len(order) :], "big")
+                    if seq not in stale:
+                        raws.append(it.value())
+                        seqs.append(seq)
+                    it.next()
+                more = it.valid() and it.key().startswith(order)
+                if more:
+                    start = it.key()
+                del it
+            except Exception as e:
+                if type(e) is not Exception:
+                    raise
+                raise self._failed(e) from e
+            if first and seqs:
+                self._front = seqs[0]  # every entry before it is deleted or stale
+            first = False
+            yield from decode_plain([r[skip:] for r in raws] if skip else raws)
+            if not more:
+                break
+            chunk = min(chunk * 4, _CHUNK)
+        synced = self._synced_seq
+        fresh = [(v[0], k) for k, v in self._cache.items() if type(v) is list and v[0] >= synced]
+        fresh.sort(key=lambda e: e[0])
+        for _, k in fresh:
+            yield k
+
+    def popitem(self) -> tuple[Any, Any]:
+        """The last key and its value, taken out (as a dict's ``popitem``, in an ordered
+        table; in another, some key)."""
+        if not self._len:
+            raise KeyError("popitem(): the table is empty")
+        key = self._last() if self.ordered else next(iter(self))
+        return key, self.pop(key)
+
+    def _last(self) -> Any:
+        synced = self._synced_seq
+        fresh = [(v[0], k) for k, v in self._cache.items() if type(v) is list and v[0] >= synced]
+        if fresh:
+            return max(fresh, key=lambda e: e[0])[1]
+        stale = set(self._stale)
+        order = self._order
+        it = self._db.iter()
+        try:
+            it.seek_for_prev(order + b"\xff" * _SEQ)
+            while it.valid() and it.key().startswith(order):
+                if int.from_bytes(it.key()[len(order) :], "big") not in stale:
+                    raw: bytes = it.value()
+                    return decode_plain([raw[self._skip :]])[0]
+                it.prev()
+        finally:
+            del it
+        raise KeyError("popitem(): the table is empty")  # pragma: no cover - _len says not
 
     def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
         for keys, values in self._scan(values=True):
@@ -404,7 +513,7 @@ class DiskTable(MutableMapping[Any, Any]):
         )
         if kwargs:
             pairs = itertools.chain(pairs, kwargs.items())
-        self.flush()
+        self._sync()  # the cache stays: a value held may still change in place
         it = iter(pairs)
         while True:
             chunk = list(itertools.islice(it, _CHUNK))
@@ -438,6 +547,8 @@ class DiskTable(MutableMapping[Any, Any]):
                 self._len += 1
         db.write(batch)
         self._synced_seq = self._seq
+        for k in pairs:  # on disk now: what the cache held of them is out of date
+            self._cache.pop(k, None)
 
     @_io
     def clear(self) -> None:
@@ -467,7 +578,10 @@ class DiskTable(MutableMapping[Any, Any]):
             raise error from None
 
     def _stored(self, keys: list[Any]) -> list[bytes]:
-        """Keys as stored: encoded, after their bin when grouped by bin."""
+        """Keys as stored: in their canonical form (:func:`canonical`), encoded, after
+        their bin when grouped by bin."""
+        if not set(map(type, keys)) <= _CANONICAL:
+            keys = list(map(canonical, keys))
         raw = self._encode(keys)
         if not self.nbins:
             return raw
@@ -479,6 +593,8 @@ class DiskTable(MutableMapping[Any, Any]):
         return StateStoreError(f"{self.name}: the state store {where} failed: {error}")
 
     def _stored_one(self, key: Any) -> bytes:
+        if type(key) not in _CANONICAL:
+            key = canonical(key)
         try:
             raw = encode_plain_one(key)
         except PlainDataError:
@@ -539,7 +655,6 @@ class DiskTable(MutableMapping[Any, Any]):
         order, data = self._order, self._data
         for seq in self._stale:
             batch.delete(order + seq.to_bytes(_SEQ, "big"))
-        self._stale.clear()
         keys = [k for k, v in cache.items() if v is not _ABSENT]
         raw_keys = self._stored(keys)
         entries = [cache[k] for k in keys]
@@ -559,6 +674,7 @@ class DiskTable(MutableMapping[Any, Any]):
             else:
                 batch.put(data + rk, next(raw_values))
         self._db.write(batch)
+        self._stale.clear()
         self._synced_seq = self._seq
 
     def flush(self) -> None:

@@ -140,10 +140,14 @@ def _default(obj: Any) -> Any:
         return msgpack.ExtType(
             EXT_BIGINT, obj.to_bytes((obj.bit_length() + 8) // 8, "little", signed=True)
         )
-    if t is set:
-        return msgpack.ExtType(EXT_SET, _pack(list(obj)))
-    if t is frozenset:
-        return msgpack.ExtType(EXT_FROZENSET, _pack(list(obj)))
+    if t is set or t is frozenset:
+        items = list(obj)
+        if _packers.plain and len(items) > 1:
+            # Plain data may be a key on disk: equal sets must be equal bytes, whatever
+            # order they iterate in (which depends on how they were built).
+            packed = [_pack(x) for x in items]
+            items = [items[i] for i in sorted(range(len(items)), key=packed.__getitem__)]
+        return msgpack.ExtType(EXT_SET if t is set else EXT_FROZENSET, _pack(items))
     if t is np.ndarray and not obj.dtype.hasobject and obj.dtype.fields is None:
         return msgpack.ExtType(EXT_NDARRAY, _array_bytes(obj))
     if isinstance(obj, np.generic) and not obj.dtype.hasobject and obj.dtype.fields is None:
@@ -198,8 +202,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return set(_unpack(data))
     if code == EXT_FROZENSET:
         return frozenset(_unpack(data))
-    if code == EXT_NDARRAY:
-        return _array_from(data)
+    if code == EXT_NDARRAY:  # plain data is state: an array the operator may change
+        return _array_from(data).copy() if _packers.plain else _array_from(data)
     if code == EXT_NPSCALAR:
         return _array_from(data)[()]
     if code == EXT_BIGINT:
