@@ -78,11 +78,13 @@ def dataflow_run(keys: int, batch: int, updates: int, **options: Any) -> dict[st
                 rate = ks.stop / (time.perf_counter() - start)
                 print(f"{ks.stop:,} keys loaded, {rate:,.0f} keys/s", file=sys.stderr, flush=True)
         loaded = time.perf_counter()
-        for ks in touches:
+        for n, ks in enumerate(touches, start=1):
             handle.send([(k, value(k, e)) for k in ks])
             e += 1
             handle.advance_to(e)
             session.poll()
+            rate = n * len(ks) / (time.perf_counter() - loaded)
+            print(f"{n} epochs updated, {rate:,.0f} keys/s", file=sys.stderr, flush=True)
         handle.close()
         session.join()
         done = time.perf_counter()
