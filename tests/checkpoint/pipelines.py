@@ -33,6 +33,23 @@ def sessions(s: Stream) -> Stream:
     )
 
 
+def session_ends(s: Stream) -> Stream:
+    # Each key's session (records no more than one epoch apart) ends one idle epoch after
+    # its last record: its count is sent then, once, across restores too.
+    return s.map_with_state(
+        lambda x: x % 4,
+        int,
+        lambda key, x, n: (n + 1, []),
+        timeout=1,
+        on_timeout=lambda key, n: [(key, n)],
+        initial_state={0: 100},
+    )
+
+
+def every_key(s: Stream) -> Stream:
+    return s.running_reduce(lambda x: x % 5, operator.add, every_key=True, initial_state={1: 50})
+
+
 def sliding(s: Stream) -> Stream:
     return s.reduce_by_window(lambda x: x % 3, operator.add, 3, 1, inverse=operator.sub)
 
@@ -50,6 +67,8 @@ PIPELINES: dict[str, Callable[[Stream], Stream]] = {
     "counts": counts,
     "running": running,
     "sessions": sessions,
+    "session_ends": session_ends,
+    "every_key": every_key,
     "sliding": sliding,
     "windowed": windowed,
     "reach": reach,

@@ -42,7 +42,15 @@ def test_every_crash_point_gives_the_failure_free_outputs(
     assert wrong == [], f"{len(wrong)} of {events} crash points give other outputs: {wrong[:10]}"
 
 
-INCREMENTAL = ["running", "sessions", "dict_state", "joined", "loop_and_running", "windowed"]
+INCREMENTAL = [
+    "running",
+    "sessions",
+    "session_ends",
+    "dict_state",
+    "joined",
+    "loop_and_running",
+    "windowed",
+]
 """Every operator whose state is kept incrementally (running_reduce, map_with_state with
 expiry, join_streaming), in a loop's company, and one whose tables go whole."""
 
@@ -76,6 +84,18 @@ def test_every_crash_point_with_state_on_disk(pipeline: str) -> None:
     )
     assert events > 20
     assert wrong == [], f"{len(wrong)} of {events} crash points give other outputs: {wrong[:10]}"
+
+
+def test_mutation_session_ends_not_asked_for_again_after_a_restore_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restored map_with_state must ask again for the notifications at which its held
+    sessions end: without, sessions pending at a checkpoint never end after a restore."""
+    from operators.running import MapWithState
+
+    monkeypatch.setattr(MapWithState, "restored", lambda self, epoch: None)
+    _, wrong = sweep("session_ends", EPOCHS, True, workers=3, seed=1)
+    assert wrong
 
 
 def test_mutation_changes_left_unreported_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,13 +11,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the Stream methods
 from operators.running import MapWithState
 from tests.operators.test_properties import Feed, by_epoch, on, per_epoch, send, state_backends
-from timely import Dataflow, GraphBuildError
+from timely import Dataflow, GraphBuildError, UserFunctionError
 
 workers = st.integers(1, 4)
 seeds = st.integers(0, 2**16)
@@ -148,3 +148,126 @@ def test_failing_update_names_the_step_time_and_record() -> None:
         flow.run(workers=2, backend="inline")
     assert (info.value.step, info.value.time, info.value.record_repr) == ("divide", (2,), "(1, 0)")
     assert "ZeroDivisionError" in str(info.value)
+
+
+def session_reference(
+    data: dict[int, list[tuple[int, int]]], timeout: int, start: dict[int, int]
+) -> dict[int, Counter[Any]]:
+    """Per key, runs of epochs no more than ``timeout`` apart; each run's record count
+    (from ``start[key]``, else 0) at one epoch past its last + ``timeout``."""
+    out: dict[int, Counter[Any]] = {}
+    epochs_of: dict[int, list[int]] = {}
+    for e in sorted(data):
+        for r in data[e]:
+            epochs_of.setdefault(r[0], []).append(e)
+    for k, es in epochs_of.items():
+        n, last = start.get(k, 0), None
+        for e in es:
+            if last is not None and e - last > timeout:
+                out.setdefault(last + timeout + 1, Counter())[(k, n)] += 1
+                n = start.get(k, 0)
+            n += 1
+            last = e
+        assert last is not None
+        out.setdefault(last + timeout + 1, Counter())[(k, n)] += 1
+    return out
+
+
+@given(feed=feeds, w=workers, seed=seeds, timeout=st.integers(0, 3), state=state_backends)
+def test_each_session_ends_once_at_its_epoch_with_its_summary(
+    feed: Feed, w: int, seed: int, timeout: int, state: str
+) -> None:
+    """``on_timeout``: a key's session ends ``timeout`` + 1 epochs after its last record
+    (whether or not anything happens then, and after the input ends), and its summary is
+    sent there exactly once; ``initial_state`` starts a key's sessions."""
+    flow = Dataflow("sessions")
+    inp = flow.new_input()
+    start = {0: 100, 2: 7}
+    inp.stream.map_with_state(
+        lambda r: r[0],
+        int,
+        lambda k, r, n: (n + 1, []),
+        timeout=timeout,
+        on_timeout=lambda k, n: [(k, n)],
+        initial_state=start,
+    ).collect("ends")
+    send(inp, feed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
+    assert per_epoch(out["ends"]) == session_reference(by_epoch(feed), timeout, start)
+
+
+@given(feed=feeds, w=workers, seed=seeds, state=state_backends)
+def test_every_key_sends_every_running_value_at_every_epoch_with_records(
+    feed: Feed, w: int, seed: int, state: str
+) -> None:
+    """``every_key=True`` (``updateStateByKey``): at each epoch with records anywhere,
+    every key's running value, on every worker (those without a key of the epoch too)."""
+    flow = Dataflow("every")
+    inp = flow.new_input()
+    start = {1: 50}
+    inp.stream.running_reduce(
+        lambda r: r[0],
+        lambda a, b: a + b,
+        value=lambda r: r[1],
+        every_key=True,
+        initial_state=start,
+    ).collect("all")
+    send(inp, feed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
+    want: dict[int, Counter[Any]] = {}
+    sums: dict[int, int] = {}
+    for e, records in sorted(by_epoch(feed).items()):
+        if not records:
+            continue
+        for k, v in records:
+            sums[k] = sums.get(k, start.get(k, 0)) + v
+        want[e] = Counter(sums.items())
+    assert per_epoch(out["all"]) == want
+
+
+def test_new_options_are_checked_when_building() -> None:
+    flow = Dataflow("bad")
+    s = flow.new_input().stream
+    with pytest.raises(GraphBuildError, match="on_timeout is called when a key times out"):
+        s.map_with_state(lambda r: r, int, counter, on_timeout=lambda k, n: [])
+    with pytest.raises(GraphBuildError, match="on_timeout must be a function"):
+        s.map_with_state(lambda r: r, int, counter, timeout=1, on_timeout=3)
+    with pytest.raises(GraphBuildError, match="initial_state must be a dict"):
+        s.map_with_state(lambda r: r, int, counter, initial_state=5)
+    with pytest.raises(GraphBuildError, match="every_key must be True or False"):
+        s.running_reduce(lambda r: r, max, every_key="yes")
+
+
+def test_a_failing_on_timeout_names_the_step_time_and_key() -> None:
+    flow = Dataflow("fails")
+    inp = flow.new_input()
+    inp.stream.map_with_state(
+        lambda r: r, int, counter, timeout=0, on_timeout=lambda k, n: [1 / 0]
+    ).collect("o")
+    inp.send([3])
+    with pytest.raises(UserFunctionError, match=r"time \(1,\), record \(3, 1\)"):
+        flow.run(workers=1, backend="inline")
+
+
+def test_mutation_sessions_that_end_only_when_records_come_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the notification at each session's end epoch, a session ends only at the
+    next epoch that has records (or never, after the input's last one): caught."""
+    monkeypatch.setattr(MapWithState, "_due_at", lambda self, epoch: None)
+
+    def wrong(feed: Feed) -> bool:
+        flow = Dataflow("lazy")
+        inp = flow.new_input()
+        inp.stream.map_with_state(
+            lambda r: r[0],
+            int,
+            lambda k, r, n: (n + 1, []),
+            timeout=1,
+            on_timeout=lambda k, n: [(k, n)],
+        ).collect("ends")
+        send(inp, feed)
+        out = flow.run(workers=2, backend="inline", seed=1)
+        return per_epoch(out["ends"]) != session_reference(by_epoch(feed), 1, {})
+
+    find(feeds, wrong, settings=settings(max_examples=500, database=None, derandomize=True))
