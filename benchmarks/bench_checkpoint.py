@@ -120,7 +120,7 @@ def touched(keys: int, fraction: float, epochs: int, rounds: int) -> dict[str, A
     per_epoch = max(1, int(keys * fraction))
     batches = [rng.sample(range(keys), per_epoch) for _ in range(epochs)]
 
-    def run(**options: Any) -> tuple[float, list[int]]:
+    def run(disk: bool = False, **options: Any) -> tuple[float, list[int]]:
         flow = Dataflow("touched")
         handle = flow.new_input()
         seen: list[int] = []
@@ -128,6 +128,8 @@ def touched(keys: int, fraction: float, epochs: int, rounds: int) -> dict[str, A
         counts.subscribe(lambda e, _: seen.append(e))
         with tempfile.TemporaryDirectory() as d:
             opts = {"checkpoint": d, "keep_checkpoints": epochs + 1, **options} if options else {}
+            if disk:
+                opts["state_backend"] = "disk"
             with flow.activate(workers=1, backend="inline", **opts) as session:
                 handle.send(list(range(keys)))
                 handle.advance_to(1)
@@ -149,7 +151,7 @@ def touched(keys: int, fraction: float, epochs: int, rounds: int) -> dict[str, A
                     sizes.append(sum(p["size"] for p in parts))
         return elapsed, sizes
 
-    plain, whole, inc, deltas = [], [], [], []
+    plain, whole, inc, deltas, disk_plain, disk_inc = [], [], [], [], [], []
     whole_sizes: list[int] = []
     inc_sizes: list[int] = []
     for _ in range(rounds):
@@ -160,8 +162,16 @@ def touched(keys: int, fraction: float, epochs: int, rounds: int) -> dict[str, A
         inc.append(t)
         # Deltas only (no whole part after the first): what a delta itself costs.
         deltas.append(run(checkpoint_every=1, checkpoint_incremental=10_000)[0])
+        # The same on the disk state backend: checkpoints read the table from RocksDB.
+        disk_plain.append(run(disk=True)[0])
+        disk_inc.append(run(disk=True, checkpoint_every=1, checkpoint_incremental=True)[0])
     p, w, i, d = (statistics.median(x) for x in (plain, whole, inc, deltas))
+    dp, di = statistics.median(disk_plain), statistics.median(disk_inc)
     return {
+        "disk_plain_s": dp,
+        "disk_incremental_s": di,
+        "disk_incremental_slowdown": di / dp - 1,
+        "disk_vs_memory": dp / p,
         "keys": keys,
         "touched_per_epoch": per_epoch,
         "epochs": epochs,
@@ -418,6 +428,28 @@ def main() -> None:
                     f"{big['whole_bytes_per_epoch']:,.0f}",
                     f"{big['incremental_bytes_per_epoch']:,.0f}",
                 )
+            ],
+        )
+    )
+    print()
+    print(
+        markdown(
+            ["state backend", "none s", "incremental every epoch s", "slower by", "none / memory"],
+            [
+                (
+                    "memory",
+                    f"{big['plain_s']:.2f}",
+                    f"{big['incremental_s']:.2f}",
+                    f"{big['incremental_slowdown']:+.1%}",
+                    "1.00",
+                ),
+                (
+                    "disk",
+                    f"{big['disk_plain_s']:.2f}",
+                    f"{big['disk_incremental_s']:.2f}",
+                    f"{big['disk_incremental_slowdown']:+.1%}",
+                    f"{big['disk_vs_memory']:.2f}",
+                ),
             ],
         )
     )
