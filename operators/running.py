@@ -18,6 +18,7 @@ notification at ``(0,)`` finds nothing pending once epoch 0 is complete: harmles
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
@@ -270,15 +271,25 @@ class MapWithState(_Running):
             self.notify_at((epoch,))
 
     def restored(self, epoch: int) -> None:
-        """Ask again for the notifications at the epochs the held keys expire at (after a
-        restore from a checkpoint at ``epoch``, or keys installed by a migration)."""
-        if self.on_timeout is None or self.timeout is None:
+        """After a restore from a checkpoint at ``epoch``, or keys installed by a
+        migration: put the table back in order of last use (keys that came from several
+        workers' parts, or bins moved in, were added at its end, and expiry pops only the
+        front), and ask again for the notifications at the epochs the keys expire at."""
+        if self.timeout is None:
             return
         table = self.state.get(STATE_TIME)
         if table is None:
             return
-        for last in {entry[1] for _, entry in table.items()}:
-            self._due_at(max(last + self.timeout + 1, epoch + 1))
+        entries = list(table.items())
+        lasts = [entry[1] for _, entry in entries]
+        if any(a > b for a, b in itertools.pairwise(lasts)):
+            entries.sort(key=lambda kv: kv[1][1])  # stable: ties keep their order
+            table.clear()
+            table.update(entries)
+            self.state.touched(STATE_TIME, [k for k, _ in entries])
+        if self.on_timeout is not None:
+            for last in set(lasts):
+                self._due_at(max(last + self.timeout + 1, epoch + 1))
 
 
 @stream_method

@@ -28,7 +28,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +36,8 @@ import pyarrow.fs as pafs
 
 from timely.aimd import DEFAULT_BOUNDS, check_bounds
 from timely.errors import ConfigError, TimelyError
-from timely.routing import DEFAULT_BINS
-from timely.state import apply_deltas, repartition
+from timely.routing import DEFAULT_BINS, bins_of, default_table
+from timely.state import _keys, apply_deltas
 
 FORMAT = 1
 _PREFIX = "ckpt-"
@@ -305,6 +305,18 @@ class CheckpointStore:
 
     def _load(self, epoch: int) -> tuple[dict[str, Any], list[bytes], list[list[bytes]]]:
         """:meth:`load`, and each part's chain as read and verified, newest first."""
+        manifest = self._manifest(epoch)
+        datas = []
+        chains = []
+        for part in manifest["parts"]:
+            datas.append(self._verified(epoch, part))
+            # The parts its deltas are on: all must hold.
+            chains.append([self._verified(epoch, link) for link in part.get("chain", [])])
+        return manifest, datas, chains
+
+    def _manifest(self, epoch: int) -> dict[str, Any]:
+        """The committed manifest of the checkpoint at ``epoch``, checked for its format and
+        its number of parts."""
         try:
             manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
         except FileNotFoundError:
@@ -313,17 +325,19 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
         if manifest.get("format") != FORMAT:
             raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
-        datas = []
-        chains = []
-        for part in manifest["parts"]:
-            datas.append(self._verified(epoch, part))
-            # The parts its deltas are on: all must hold.
-            chains.append([self._verified(epoch, link) for link in part.get("chain", [])])
-        if len(datas) != manifest["workers"]:
+        if len(manifest["parts"]) != manifest["workers"]:
             raise CheckpointError(
-                f"checkpoint {epoch}: {len(datas)} parts for a run of {manifest['workers']} workers"
+                f"checkpoint {epoch}: {len(manifest['parts'])} parts for a run of "
+                f"{manifest['workers']} workers"
             )
-        return manifest, datas, chains
+        return manifest  # type: ignore[no-any-return]
+
+    def whole_part(self, epoch: int, part: dict[str, Any]) -> dict[str, Any]:
+        """One worker's part of the checkpoint at ``epoch`` (its manifest entry), read,
+        verified and decoded whole (its chain applied): what a worker restoring reads."""
+        data = self._verified(epoch, part)
+        chain = [self._verified(epoch, link) for link in part.get("chain", [])]
+        return self._whole(data, chain)
 
     def _verified(self, epoch: int, entry: dict[str, Any]) -> bytes:
         """The file a manifest entry names, if it has the recorded size and checksum."""
@@ -346,6 +360,31 @@ class CheckpointStore:
             return part
         return apply_chain([*(decode_part(d) for d in reversed(chain)), part])
 
+    def newest(self, fingerprint: str, name: str) -> tuple[int, dict[str, Any]] | None:
+        """The newest usable checkpoint: ``(epoch, manifest)``, every file it needs read
+        and checked but nothing decoded (each worker decodes its own share, :class:`Share`);
+        damaged or uncommitted ones are skipped. Refuses checkpoints of another dataflow."""
+        for epoch in reversed(self.epochs()):
+            try:
+                manifest = self._manifest(epoch)
+                for part in manifest["parts"]:
+                    for entry in (part, *part.get("chain", [])):
+                        self._verified(epoch, entry)  # read, hashed and let go
+            except CheckpointError:
+                continue
+            self._same_dataflow(manifest, fingerprint, name)
+            return epoch, manifest
+        return None
+
+    def _same_dataflow(self, manifest: dict[str, Any], fingerprint: str, name: str) -> None:
+        if manifest["fingerprint"] != fingerprint:
+            raise CheckpointError(
+                f"the checkpoints in {self.uri!r} are of dataflow "
+                f"{manifest.get('dataflow')!r} with a different graph (fingerprint "
+                f"{manifest['fingerprint']}, this one {fingerprint}); {name!r} cannot resume "
+                "from them: use another checkpoint directory, or delete this one to start over"
+            )
+
     def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
         """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
         ones are skipped. Refuses checkpoints of a different dataflow."""
@@ -354,13 +393,7 @@ class CheckpointStore:
                 manifest, datas, chains = self._load(epoch)
             except CheckpointError:
                 continue
-            if manifest["fingerprint"] != fingerprint:
-                raise CheckpointError(
-                    f"the checkpoints in {self.uri!r} are of dataflow "
-                    f"{manifest.get('dataflow')!r} with a different graph (fingerprint "
-                    f"{manifest['fingerprint']}, this one {fingerprint}); {name!r} cannot resume "
-                    "from them: use another checkpoint directory, or delete this one to start over"
-                )
+            self._same_dataflow(manifest, fingerprint, name)
             try:
                 parts = [self._whole(d, c) for d, c in zip(datas, chains)]
             except CheckpointError:
@@ -457,44 +490,71 @@ def apply_chain(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {**last, "base": None, "vertices": vertices}
 
 
-def split_parts(
-    parts: list[dict[str, Any]], workers: int, bins: int = DEFAULT_BINS
-) -> list[dict[int, Any]]:
-    """Each new worker's vertex snapshots, from the old workers' parts.
+@dataclass(frozen=True)
+class Share:
+    """Worker ``worker`` of ``workers``' share of the checkpoint at ``epoch``, which the
+    worker reads from the store itself: the driver only checks the files, so no process
+    holds more of the state than one old part and its own share, whatever the state's
+    size (the disk backend's point).
 
-    With the same number of workers and bins, part ``w`` goes to worker ``w``, with the
-    routing tables it had. Otherwise keyed state is re-partitioned by key over the
-    default table of ``workers`` (:func:`timely.state.repartition`; bins that had moved
-    start over from there) and source offsets by partition (worker ``w`` reads the
-    partitions ``p % workers == w``).
+    With the worker count and bins the checkpoint was written with, the share is the
+    worker's own part. Otherwise (a rescale) every old part is read in turn and the keys
+    whose bin the default table of ``workers`` gives to this worker are kept; sources'
+    offsets are merged (worker ``w`` reads the partitions ``p % workers == w``).
     """
-    parts = sorted(parts, key=lambda p: p["worker"])
-    if len(parts) == workers and all(
-        s.get("bins") == bins  # older parts, without bins, placed keys by hash % workers
-        for p in parts
-        for s in p["vertices"].values()
-        if isinstance(s, dict) and s.get("kind") == "keyed"
-    ):
-        return [{int(v): s for v, s in p["vertices"].items()} for p in parts]
-    out: list[dict[int, Any]] = [{} for _ in range(workers)]
-    vertices = sorted({int(v) for p in parts for v in p["vertices"]})
-    for v in vertices:
-        snaps = [p["vertices"][v] for p in parts if v in p["vertices"]]
-        kinds = {s["kind"] for s in snaps}
-        if kinds == {"keyed"}:
-            names = snaps[0]["tables"].keys()
-            split = {n: repartition([s["tables"][n] for s in snaps], workers, bins) for n in names}
-            for w in range(workers):
-                out[w][v] = {"kind": "keyed", "tables": {n: split[n][w] for n in names}}
-        elif kinds == {"offsets"}:
-            merged: dict[int, Any] = {}
-            for s in snaps:
-                merged.update({int(p): o for p, o in s["partitions"].items()})
-            for w in range(workers):
-                out[w][v] = {"kind": "offsets", "partitions": merged}
+
+    store: CheckpointStore
+    epoch: int
+    parts: tuple[dict[str, Any], ...]
+    worker: int
+    workers: int
+    bins: int = DEFAULT_BINS
+
+    def pieces(self) -> Iterator[dict[int, Any]]:
+        """The share, one old part at a time: per vertex, its snapshot (keyed ones with
+        only this worker's keys)."""
+        parts = sorted(self.parts, key=lambda p: p["worker"])
+        if len(parts) == self.workers:
+            own = self.store.whole_part(self.epoch, parts[self.worker])
+            if all(
+                s.get("bins") == self.bins  # older parts, without bins, placed keys by hash
+                for s in own["vertices"].values()
+                if isinstance(s, dict) and s.get("kind") == "keyed"
+            ):
+                yield {int(v): s for v, s in own["vertices"].items()}
+                return
+        table = default_table(self.bins, self.workers)
+        for i, p in enumerate(parts):
+            part = self.store.whole_part(self.epoch, p)
+            yield _share_of(part, self.worker, table, self.bins, first=i == 0, parts=len(parts))
+
+
+def _share_of(
+    part: dict[str, Any], worker: int, table: Any, bins: int, first: bool, parts: int
+) -> dict[int, Any]:
+    """What of one old worker's part belongs to ``worker`` under routing ``table``."""
+    out: dict[int, Any] = {}
+    for v, snap in part["vertices"].items():
+        kind = snap.get("kind") if isinstance(snap, dict) else None
+        if kind == "keyed":
+            tables = {}
+            for name, t in snap["tables"].items():
+                if t.get("replicated"):  # every worker had the same table: one copy
+                    tables[name] = t if first else {**t, "times": []}
+                    continue
+                times = []
+                for time, keys, values in t["times"]:
+                    keys = _keys(keys)
+                    mine = [i for i, b in enumerate(bins_of(keys, bins)) if table[b] == worker]
+                    if mine:
+                        times.append((time, [keys[i] for i in mine], [values[i] for i in mine]))
+                tables[name] = {"format": t["format"], "replicated": False, "times": times}
+            out[int(v)] = {"kind": "keyed", "tables": tables}
+        elif kind == "offsets":
+            out[int(v)] = snap
         else:
             raise CheckpointError(
-                f"vertex {v} keeps state of kind {sorted(kinds)}, which cannot be re-partitioned; "
-                f"restore it with the {len(parts)} workers it was written with"
+                f"vertex {v} keeps state of kind {kind!r}, which cannot be re-partitioned; "
+                f"restore it with the {parts} workers it was written with"
             )
     return out

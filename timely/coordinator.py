@@ -16,12 +16,13 @@ from typing import Any
 
 from timely.aimd import AIMD
 from timely.cadence import AutoCadence, Request
-from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, split_parts
+from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, Share
 from timely.messages import Advance, InputCommand, Send
 from timely.routing import DEFAULT_BINS
 from timely.sinks import Sink
 
-Restore = tuple[int, list[dict[int, Any]]]
+Restore = tuple[int, list[Share]]
+"""A checkpoint's epoch and each new worker's share of it (which the worker reads)."""
 """A checkpoint to start from: its epoch and each worker's vertex snapshots."""
 
 _MAX_LOOKAHEAD = 1 << 20
@@ -126,7 +127,7 @@ class CheckpointCoordinator:
     def load_restore(self) -> Restore | None:
         """The newest usable checkpoint, split over this run's workers; sinks drop what is
         after it (it is produced again)."""
-        found = self.store.latest(self.fingerprint, self.name)
+        found = self.store.newest(self.fingerprint, self.name)
         epoch = -1 if found is None else found[0]
         if epoch < self._trimmed:
             raise CheckpointError(
@@ -147,7 +148,10 @@ class CheckpointCoordinator:
             self._next_request = time.monotonic() + self.config.interval
         if found is None:
             return None
-        return epoch, split_parts(found[1], self.workers, self.bins)
+        parts = tuple(found[1]["parts"])
+        return epoch, [
+            Share(self.store, epoch, parts, w, self.workers, self.bins) for w in range(self.workers)
+        ]
 
     # -- commits ------------------------------------------------------------------------------
     def part_written(self, epoch: int, info: dict[str, Any]) -> None:

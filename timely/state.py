@@ -753,6 +753,15 @@ class StatefulVertex(Vertex):
             self._ctx.worker.routing.restore([(int(e), tuple(t)) for e, t in configs])
         self.restored(epoch)
 
+    def add_piece(self, snapshot: dict[str, Any], epoch: int) -> None:
+        """Add the keys of another piece of this worker's share of a checkpoint (a
+        rescale reads the old workers' parts one at a time): ``restore_at`` took the
+        first; replicated tables came whole with it."""
+        for name, snap in snapshot["tables"].items():
+            state = self._states[name]
+            if not state.replicated:
+                state.install(snap)
+
     def restored(self, epoch: int) -> None:
         """Called after a restore from a checkpoint at ``epoch``: request again the
         notifications later times need (``notify_at`` may use any time after ``epoch``).

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from progress import (
@@ -28,6 +29,7 @@ from progress import (
     target,
 )
 from timely.channels import Exchange
+from timely.checkpoint import Share
 from timely.context import ProtocolError, VertexContext
 from timely.diskstate import StateStore
 from timely.errors import (
@@ -61,7 +63,7 @@ class Worker:
         peers: int,
         accumulate: bool = True,
         checkpoint_every: int | None = None,
-        restore: tuple[int, dict[int, Any]] | None = None,
+        restore: tuple[int, Share] | None = None,
         checkpoint_on_request: bool = False,
         log: EventLog | None = None,
         checkpoint_incremental: int = 0,
@@ -504,14 +506,42 @@ class Worker:
         each vertex's snapshot in a part is already encoded."""
         return [] if self.snapshots is None else self.snapshots.take_parts()
 
-    def _restore(self, epoch: int, snapshots: dict[int, Any]) -> None:
+    def _restore(self, epoch: int, share: Share) -> None:
+        """Restore every vertex from this worker's share of the checkpoint at ``epoch``,
+        read one old part at a time: a vertex's first piece restores it, later ones
+        (a rescale) add their keys, and sources get every part's offsets."""
+        started: dict[int, int] = {}
+        offsets: dict[int, dict[Any, Any]] = {}
+        for piece in share.pieces():
+            for v, snap in piece.items():
+                if isinstance(snap, dict) and snap.get("kind") == "offsets":
+                    offsets.setdefault(v, {}).update(snap["partitions"])
+                elif v not in started:
+                    started[v] = 1
+                    self._restore_vertices(epoch, {v: snap})
+                else:
+                    started[v] += 1
+                    vertex = self.vertices[v]
+                    assert isinstance(vertex, StatefulVertex)
+                    self._restore_vertices(epoch, {v: snap}, vertex.add_piece)
+        self._restore_vertices(
+            epoch, {v: {"kind": "offsets", "partitions": p} for v, p in offsets.items()}
+        )
+        for v, n in started.items():  # keys came from several parts: ask again for them all
+            vertex = self.vertices[v]
+            if n > 1 and isinstance(vertex, StatefulVertex):
+                self._restore_vertices(epoch, {v: None}, lambda _, e, x=vertex: x.restored(e))
+
+    def _restore_vertices(
+        self, epoch: int, snapshots: dict[int, Any], how: Callable[..., None] | None = None
+    ) -> None:
         for v, snap in snapshots.items():
             spec = self.plan.vertices[v]
             depth = (spec.output_depths or spec.input_depths or (0,))[0]
             ctx = self.contexts[v]
             ctx.now = (-1, (epoch + 1,) + (0,) * depth)
             try:
-                self.vertices[v].restore_at(snap, epoch)
+                (how or self.vertices[v].restore_at)(snap, epoch)
             except Exception as e:
                 ctx.user_error(e, (epoch,), None, type(self.vertices[v]).restore_at)
             finally:

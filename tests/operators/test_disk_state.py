@@ -506,3 +506,43 @@ def test_a_full_disk_under_the_store_fails_naming_the_store_and_the_file(tmp_pat
         done.stdout + done.stderr
     )
     assert ".sst: File too large" in done.stdout
+
+
+@pytest.mark.parametrize("new_workers", [1, 3])
+def test_a_rescale_on_disk_is_read_by_each_worker_one_old_part_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_workers: int
+) -> None:
+    """The driver checks the checkpoint's files but decodes none (``whole_part`` is the
+    only decoding read, and the workers make it): each new worker reads every old part
+    itself, one at a time, keeps its bins' keys (into its store, on disk), and the run
+    goes on with the outputs of a run without a stop."""
+    from tests.checkpoint.pipelines import build
+    from tests.checkpoint.sweep import epochs_for
+    from timely import checkpoint
+
+    epochs = epochs_for(10, 3)
+    flow, expected = build("session_ends", epochs)
+    flow.run(workers=2, backend="inline")
+    ckpt, disk = str(tmp_path / "ckpt"), {"state_backend": "disk", "state_dir": str(tmp_path)}
+    flow, _ = build("session_ends", epochs[:6])
+    flow._inputs[0].advance_to(6)
+    session = flow.activate(workers=2, backend="inline", checkpoint=ckpt, **disk)
+    assert session.committed[-1] == 5
+    session.close()  # the driver stops with the sessions open
+
+    reads: list[tuple[int, int]] = []  # (reading worker, old part)
+    whole_part = checkpoint.CheckpointStore.whole_part
+
+    def counted(self: Any, epoch: int, part: dict[str, Any]) -> Any:
+        reads.append(part["worker"])
+        return whole_part(self, epoch, part)
+
+    monkeypatch.setattr(checkpoint.CheckpointStore, "whole_part", counted)
+    flow, got = build("session_ends", epochs)
+    session = flow.activate(workers=new_workers, backend="inline", checkpoint=ckpt, **disk)
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    assert session.restored_epoch == 5
+    assert got == {e: r for e, r in expected.items() if e > 5}
+    assert sorted(reads) == sorted([0, 1] * new_workers)  # every old part, once per worker

@@ -443,12 +443,13 @@ def test_a_checkpoint_keeps_where_the_bins_are(tmp_path: Path) -> None:
     assert session.coordinator is not None
     restore = session.coordinator.load_restore()
     assert restore is not None
-    epoch, parts = restore
+    epoch, shares = restore
     assert epoch == len(epochs) - 1
     keyed = [
         (w, snap)
-        for w, part in enumerate(parts)
-        for snap in part.values()
+        for w, share in enumerate(shares)
+        for piece in share.pieces()  # what the worker reads: its own part
+        for snap in piece.values()
         if snap.get("kind") == "keyed" and snap["tables"].get("state", {}).get("times")
     ]
     assert keyed, "the running state is in the checkpoint"

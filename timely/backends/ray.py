@@ -67,7 +67,7 @@ from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
 from timely import serialization
 from timely.backends.ray_pool import POOL, kill
-from timely.checkpoint import CheckpointConfig, CheckpointStore
+from timely.checkpoint import CheckpointConfig, CheckpointStore, Share
 from timely.comm import Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
 from timely.errors import ConfigError, TimelyError, WorkerDied
@@ -139,7 +139,7 @@ class WorkerActor:
         tcp: bool,
         store: CheckpointStore | None = None,
         every: int | None = None,
-        restore: tuple[int, dict[int, Any]] | None = None,
+        restore: tuple[int, Share] | None = None,
         trace: tuple[str, int] | None = None,
         incremental: int = 0,
     ) -> tuple[str, int, Address]:
