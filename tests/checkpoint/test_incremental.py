@@ -154,9 +154,9 @@ def stopped_run(root: Path, pipeline: str, last: int, **options: Any) -> dict[in
     return out
 
 
-def resumed(root: Path, pipeline: str) -> tuple[int, dict[int, Any]]:
+def resumed(root: Path, pipeline: str, **options: Any) -> tuple[int, dict[int, Any]]:
     flow, got = build(pipeline, EPOCHS)
-    session = flow.activate(workers=2, backend="inline", checkpoint=str(root))
+    session = flow.activate(workers=2, backend="inline", checkpoint=str(root), **options)
     for h in flow._inputs:
         h.close()
     session.join()
@@ -187,13 +187,20 @@ def test_a_chain_restores_what_a_whole_checkpoint_would(tmp_path: Path, pipeline
     assert got == {e: r for e, r in expected.items() if e > 7}
 
 
-def test_a_torn_increment_falls_back_to_the_chain_before(tmp_path: Path) -> None:
+STATE = {"memory": {}, "disk": {"state_backend": "disk", "state_cache": 1}}
+"""The runs of the fault tests on both state backends."""
+
+
+@pytest.mark.parametrize("state", sorted(STATE))
+def test_a_torn_increment_falls_back_to_the_chain_before(tmp_path: Path, state: str) -> None:
     """A link of the newest chain fails its checksum: loading that checkpoint names the
     file, and a resume falls back to the newest checkpoint whose chain holds (one whose
-    chain ends before the torn part), with nothing lost."""
+    chain ends before the torn part), with nothing lost; the state on either backend."""
     flow, expected = build("running", EPOCHS)
     flow.run(workers=2, backend="inline")
-    stopped_run(tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8)
+    stopped_run(
+        tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8, **STATE[state]
+    )
     torn = tmp_path / "ckpt-000000000005" / "part-1-of-2.bin"
     data = bytearray(torn.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -202,32 +209,38 @@ def test_a_torn_increment_falls_back_to_the_chain_before(tmp_path: Path) -> None
     for epoch in (5, 6, 7):
         with pytest.raises(CheckpointError, match=r"ckpt-000000000005/part-1-of-2\.bin"):
             store.load(epoch)
-    restored, got = resumed(tmp_path, "running")
+    restored, got = resumed(tmp_path, "running", **STATE[state])
     assert restored == 4
     assert got == {e: r for e, r in expected.items() if e > 4}
 
 
-def test_a_missing_increment_falls_back_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("state", sorted(STATE))
+def test_a_missing_increment_falls_back_too(tmp_path: Path, state: str) -> None:
     flow, expected = build("running", EPOCHS)
     flow.run(workers=2, backend="inline")
-    stopped_run(tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8)
+    stopped_run(
+        tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8, **STATE[state]
+    )
     (tmp_path / "ckpt-000000000004" / "part-0-of-2.bin").unlink()
     with pytest.raises(CheckpointError, match=r"ckpt-000000000004/part-0-of-2\.bin"):
         CheckpointStore(str(tmp_path)).load(6)
-    restored, got = resumed(tmp_path, "running")
+    restored, got = resumed(tmp_path, "running", **STATE[state])
     assert restored == 3  # 4..7 all need the missing part
     assert got == {e: r for e, r in expected.items() if e > 3}
 
 
+@pytest.mark.parametrize("state", sorted(STATE))
 @pytest.mark.parametrize("workers", [1, 3])
-def test_a_chain_restores_on_another_worker_count(tmp_path: Path, workers: int) -> None:
+def test_a_chain_restores_on_another_worker_count(tmp_path: Path, workers: int, state: str) -> None:
     """A rescale on restore makes each old worker's chain whole before re-partitioning."""
     flow, expected = build("running", EPOCHS)
     flow.run(workers=2, backend="inline")
-    stopped_run(tmp_path, "running", 6, checkpoint_incremental=True)
+    stopped_run(tmp_path, "running", 6, checkpoint_incremental=True, **STATE[state])
     assert manifests(tmp_path)[6]["parts"][0]["chain"]  # a delta
     flow, got = build("running", EPOCHS)
-    session = flow.activate(workers=workers, backend="inline", checkpoint=str(tmp_path))
+    session = flow.activate(
+        workers=workers, backend="inline", checkpoint=str(tmp_path), **STATE[state]
+    )
     for h in flow._inputs:
         h.close()
     session.join()

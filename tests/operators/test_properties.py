@@ -118,8 +118,10 @@ def test_stateless_operators_match_reference(feed: Feed, w: int, seed: int) -> N
     assert set(got) <= set(data)
 
 
-@given(feed=feeds(pairs), w=workers, seed=seeds)
-def test_keyed_operators_match_reference(feed: Feed, w: int, seed: int) -> None:
+@given(feed=feeds(pairs), w=workers, seed=seeds, state=state_backends)
+def test_keyed_operators_match_reference(feed: Feed, w: int, seed: int, state: str) -> None:
+    """On both state backends (per-time tables stay in memory on either: nothing of a
+    run on disk may differ)."""
     flow = Dataflow("keyed")
     inp = flow.new_input()
     s = inp.stream
@@ -138,7 +140,7 @@ def test_keyed_operators_match_reference(feed: Feed, w: int, seed: int) -> None:
     s.min_by(lambda r: r[0], lambda r: r[1]).collect("min_by")
     s.max_by(lambda r: r[0], lambda r: r[1]).collect("max_by")
     send(inp, feed)
-    out = flow.run(workers=w, backend="inline", seed=seed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
     data = by_epoch(feed)
 
     assert per_epoch(out["group_by"]) == expect(
@@ -190,8 +192,9 @@ def test_min_by_on_ties_picks_a_least_record(feed: Feed, w: int) -> None:
     right=feeds(st.tuples(st.integers(0, 4), st.integers(10, 19))),
     w=workers,
     seed=seeds,
+    state=state_backends,
 )
-def test_join_matches_reference(left: Feed, right: Feed, w: int, seed: int) -> None:
+def test_join_matches_reference(left: Feed, right: Feed, w: int, seed: int, state: str) -> None:
     flow = Dataflow("join")
     a = flow.new_input("left")
     b = flow.new_input("right")
@@ -201,7 +204,7 @@ def test_join_matches_reference(left: Feed, right: Feed, w: int, seed: int) -> N
     a.stream.join(b.stream, lambda x: x[1] % 2, lambda y: y[1] % 2).collect("pairs")
     send(a, left)
     send(b, right)
-    out = flow.run(workers=w, backend="inline", seed=seed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
     ls, rs = by_epoch(left), by_epoch(right)
     epochs = set(ls) | set(rs)
     data = {e: (ls.get(e, []), rs.get(e, [])) for e in epochs}

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the Stream methods
 from operators.windows import window_ends
-from tests.operators.test_properties import Feed, by_epoch, per_epoch, send
+from tests.operators.test_properties import Feed, by_epoch, on, per_epoch, send, state_backends
 from timely import Dataflow, GraphBuildError
 
 workers = st.integers(1, 4)
@@ -60,9 +60,9 @@ def test_window_ends_cover_each_epoch_in_size_windows() -> None:
                 assert ends == [w for w in range(0, 20, slide) if w - size < e <= w]
 
 
-@given(feed=long_feeds(pairs), shape=shapes(), w=workers, seed=seeds)
+@given(feed=long_feeds(pairs), shape=shapes(), w=workers, seed=seeds, state=state_backends)
 def test_window_resends_records_at_every_window_end(
-    feed: Feed, shape: tuple[int, int], w: int, seed: int
+    feed: Feed, shape: tuple[int, int], w: int, seed: int, state: str
 ) -> None:
     size, slide = shape
     flow = Dataflow("window")
@@ -72,7 +72,7 @@ def test_window_resends_records_at_every_window_end(
     win.count_by(lambda r: r[0]).collect("counts")
     inp.stream.window(size).collect("tumbling")
     send(inp, feed)
-    out = flow.run(workers=w, backend="inline", seed=seed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
     ref = windows(by_epoch(feed), size, slide)
     assert per_epoch(out["records"]) == {e: Counter(rs) for e, rs in ref.items()}
     assert per_epoch(out["counts"]) == {
@@ -82,9 +82,9 @@ def test_window_resends_records_at_every_window_end(
     assert per_epoch(out["tumbling"]) == {e: Counter(rs) for e, rs in tumbling.items()}
 
 
-@given(feed=long_feeds(pairs), shape=shapes(), w=workers, seed=seeds)
+@given(feed=long_feeds(pairs), shape=shapes(), w=workers, seed=seeds, state=state_backends)
 def test_reduce_by_window_incremental_equals_recomputation(
-    feed: Feed, shape: tuple[int, int], w: int, seed: int
+    feed: Feed, shape: tuple[int, int], w: int, seed: int, state: str
 ) -> None:
     size, slide = shape
     flow = Dataflow("reduce_by_window")
@@ -103,7 +103,7 @@ def test_reduce_by_window_incremental_equals_recomputation(
         "identity_value"
     )
     send(inp, feed)
-    out = flow.run(workers=w, backend="inline", seed=seed)
+    out = flow.run(workers=w, backend="inline", seed=seed, **on(state))
     ref = windows(by_epoch(feed), size, slide)
 
     def reduced(f: Any, v: Any = value, k: Any = key) -> dict[int, Counter[Any]]:
