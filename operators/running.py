@@ -18,7 +18,6 @@ notification at ``(0,)`` finds nothing pending once epoch 0 is complete: harmles
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
@@ -153,11 +152,17 @@ def running_reduce(
 
 
 class _Marks(Vertex):
-    """One mark per batch, so that every worker's ``running_reduce(every_key=True)`` hears
-    of each epoch with records (broadcast: a worker with no key of the epoch too)."""
+    """One mark per epoch seen (per run of batches at one time), so that every worker's
+    ``running_reduce(every_key=True)`` hears of each epoch with records (broadcast: a
+    worker with no key of the epoch too)."""
+
+    def __init__(self) -> None:
+        self.last: Timestamp | None = None
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        self.send_by(0, [None], time)
+        if time != self.last:
+            self.last = time
+            self.send_by(0, [None], time)
 
 
 def _initial_states(op: str, given: Any) -> dict[Any, Any] | None:
@@ -280,15 +285,20 @@ class MapWithState(_Running):
         table = self.state.get(STATE_TIME)
         if table is None:
             return
-        entries = list(table.items())
-        lasts = [entry[1] for _, entry in entries]
-        if any(a > b for a, b in itertools.pairwise(lasts)):
-            entries.sort(key=lambda kv: kv[1][1])  # stable: ties keep their order
+        lasts: set[int] = set()
+        in_order, before = True, -1
+        for entry in table.values():  # one pass; the table is read whole only to sort it
+            last = entry[1]
+            lasts.add(last)
+            in_order = in_order and last >= before
+            before = last
+        if not in_order:
+            entries = sorted(table.items(), key=lambda kv: kv[1][1])  # stable: ties keep order
             table.clear()
             table.update(entries)
             self.state.touched(STATE_TIME, [k for k, _ in entries])
         if self.on_timeout is not None:
-            for last in set(lasts):
+            for last in lasts:
                 self._due_at(max(last + self.timeout + 1, epoch + 1))
 
 

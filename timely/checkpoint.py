@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -368,6 +369,7 @@ class CheckpointStore:
             try:
                 manifest = self._manifest(epoch)
                 for part in manifest["parts"]:
+                    _check_chain(epoch, part)
                     for entry in (part, *part.get("chain", [])):
                         self._verified(epoch, entry)  # read, hashed and let go
             except CheckpointError:
@@ -490,6 +492,25 @@ def apply_chain(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {**last, "base": None, "vertices": vertices}
 
 
+def _check_chain(epoch: int, part: dict[str, Any]) -> None:
+    """A manifest entry's chain is the one its base says, newest first, epochs falling
+    (what the worker will apply without the driver decoding anything)."""
+    chain = part.get("chain") or []
+    epochs = [link.get("epoch") for link in chain]
+    base = part.get("base")
+    if (
+        (base is None) != (not chain)
+        or (chain and epochs[0] != base)
+        or any(
+            not isinstance(a, int) or not isinstance(b, int) or a <= b
+            for a, b in itertools.pairwise(epochs)
+        )
+    ):
+        raise CheckpointError(
+            f"checkpoint {epoch}: {part.get('path')} has base {base!r} but its chain is {epochs!r}"
+        )
+
+
 @dataclass(frozen=True)
 class Share:
     """Worker ``worker`` of ``workers``' share of the checkpoint at ``epoch``, which the
@@ -558,3 +579,25 @@ def _share_of(
                 f"restore it with the {parts} workers it was written with"
             )
     return out
+
+
+def merge_pieces(snaps: list[Any]) -> Any:
+    """One vertex's snapshots from several old parts (a rescale), as one: keyed tables
+    with every piece's keys (replicated ones from the first). For a vertex that restores
+    with its own code, which must see the share whole."""
+    if len(snaps) == 1:
+        return snaps[0]
+    first = snaps[0]
+    tables: dict[str, Any] = {}
+    for name, t in first["tables"].items():
+        if t.get("replicated"):
+            tables[name] = t
+            continue
+        times: dict[Any, tuple[list[Any], list[Any]]] = {}
+        for snap in snaps:
+            for at, keys, values in snap["tables"][name]["times"]:
+                ks, vs = times.setdefault(tuple(at), ([], []))
+                ks.extend(keys)
+                vs.extend(values)
+        tables[name] = {**t, "times": [(t_, k, v) for t_, (k, v) in sorted(times.items())]}
+    return {**first, "tables": tables}

@@ -22,8 +22,8 @@ from timely.routing import DEFAULT_BINS
 from timely.sinks import Sink
 
 Restore = tuple[int, list[Share]]
-"""A checkpoint's epoch and each new worker's share of it (which the worker reads)."""
-"""A checkpoint to start from: its epoch and each worker's vertex snapshots."""
+"""A checkpoint to start from: its epoch and each new worker's share of it (which the
+worker reads itself)."""
 
 _MAX_LOOKAHEAD = 1 << 20
 """Bounds the checkpoint request's lookahead (in epochs)."""

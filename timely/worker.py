@@ -29,7 +29,7 @@ from progress import (
     target,
 )
 from timely.channels import Exchange
-from timely.checkpoint import Share
+from timely.checkpoint import Share, merge_pieces
 from timely.context import ProtocolError, VertexContext
 from timely.diskstate import StateStore
 from timely.errors import (
@@ -508,22 +508,27 @@ class Worker:
 
     def _restore(self, epoch: int, share: Share) -> None:
         """Restore every vertex from this worker's share of the checkpoint at ``epoch``,
-        read one old part at a time: a vertex's first piece restores it, later ones
-        (a rescale) add their keys, and sources get every part's offsets."""
+        read one old part at a time: a keyed vertex's first piece restores it and later
+        ones (a rescale) add their keys; a vertex with its own ``restore_at`` or
+        ``restore`` gets its pieces merged, once; sources get every part's offsets."""
         started: dict[int, int] = {}
+        merged: dict[int, list[Any]] = {}
         offsets: dict[int, dict[Any, Any]] = {}
         for piece in share.pieces():
             for v, snap in piece.items():
+                vertex = self.vertices[v]
                 if isinstance(snap, dict) and snap.get("kind") == "offsets":
                     offsets.setdefault(v, {}).update(snap["partitions"])
+                elif not _piecewise(vertex):
+                    merged.setdefault(v, []).append(snap)
                 elif v not in started:
                     started[v] = 1
                     self._restore_vertices(epoch, {v: snap})
                 else:
                     started[v] += 1
-                    vertex = self.vertices[v]
                     assert isinstance(vertex, StatefulVertex)
                     self._restore_vertices(epoch, {v: snap}, vertex.add_piece)
+        self._restore_vertices(epoch, {v: merge_pieces(snaps) for v, snaps in merged.items()})
         self._restore_vertices(
             epoch, {v: {"kind": "offsets", "partitions": p} for v, p in offsets.items()}
         )
@@ -540,10 +545,11 @@ class Worker:
             depth = (spec.output_depths or spec.input_depths or (0,))[0]
             ctx = self.contexts[v]
             ctx.now = (-1, (epoch + 1,) + (0,) * depth)
+            fn = how or self.vertices[v].restore_at
             try:
-                (how or self.vertices[v].restore_at)(snap, epoch)
+                fn(snap, epoch)
             except Exception as e:
-                ctx.user_error(e, (epoch,), None, type(self.vertices[v]).restore_at)
+                ctx.user_error(e, (epoch,), None, fn)
             finally:
                 ctx.now = None
 
@@ -581,3 +587,13 @@ def _first_unroutable(channel: Any, records: list[Any]) -> Any:
         except Exception:
             return r
     return None
+
+
+def _piecewise(vertex: Vertex) -> bool:
+    """Whether ``vertex`` restores piece by piece (the keyed state's own ``restore_at``
+    and ``restore``, which :meth:`StatefulVertex.add_piece` continues)."""
+    return (
+        isinstance(vertex, StatefulVertex)
+        and type(vertex).restore_at is StatefulVertex.restore_at
+        and type(vertex).restore is StatefulVertex.restore
+    )

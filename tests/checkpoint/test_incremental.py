@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import timely.state
+from tests.checkpoint import mutable
 from tests.checkpoint.pipelines import build
-from timely import ConfigError, Dataflow
+from timely import ConfigError, Dataflow, exchange
 from timely.checkpoint import CheckpointError, CheckpointStore
 from timely.state import KeyedState, apply_delta
 
@@ -402,3 +403,51 @@ def test_a_restore_that_would_need_inputs_no_longer_kept_fails_clearly(tmp_path:
     (tmp_path / "ckpt-000000000002" / "part-0-of-1.bin").write_bytes(b"torn")
     with pytest.raises(CheckpointError, match="keep_checkpoints="):
         coordinator.load_restore()
+
+
+class _Watched(mutable.Tally):
+    """A user's vertex with its own ``restore_at``: it must see its share whole."""
+
+    restored_keys: ClassVar[list[int]] = []
+
+    def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
+        super().restore_at(snapshot, epoch)
+        table = self.lists.get((0,))
+        _Watched.restored_keys.append(0 if table is None else len(table))
+
+
+def test_a_rescale_gives_a_vertex_with_its_own_restore_its_share_at_once(tmp_path: Path) -> None:
+    """Keyed vertices restore piece by piece on a rescale (each old part in turn); one
+    that restores with its own code gets the pieces merged, in one call."""
+    builders = {"watched": lambda s: s.flow.vertex([(s, exchange(lambda x: x % 4))], _Watched)[0]}
+    flow, expected = build("watched", EPOCHS, builders=builders)
+    flow.run(workers=2, backend="inline")
+    flow, _ = build("watched", EPOCHS[:6], builders=builders)
+    flow._inputs[0].advance_to(6)
+    flow.activate(workers=2, backend="inline", checkpoint=str(tmp_path)).close()
+    _Watched.restored_keys = []
+    flow, got = build("watched", EPOCHS, builders=builders)
+    session = flow.activate(workers=1, backend="inline", checkpoint=str(tmp_path))
+    for h in flow._inputs:
+        h.close()
+    session.join()
+    assert _Watched.restored_keys == [4]  # every key, from both old parts, in one call
+    assert got == {e: r for e, r in expected.items() if e > session.restored_epoch}
+
+
+def test_a_chain_that_is_not_its_base_s_is_skipped_for_the_one_before(tmp_path: Path) -> None:
+    """The driver checks each part's chain against its base without decoding (the workers
+    decode): a manifest whose chain does not match falls back to an older checkpoint."""
+    stopped_run(tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8)
+    store = CheckpointStore(str(tmp_path))
+    assert store.newest(*fingerprint_of(tmp_path))[0] == 7  # type: ignore[index]
+    path = tmp_path / "ckpt-000000000007" / "MANIFEST.json"
+    manifest = json.loads(path.read_text())
+    manifest["parts"][0]["chain"] = manifest["parts"][0]["chain"][1:]  # skips its base
+    path.write_text(json.dumps(manifest))
+    assert store.newest(*fingerprint_of(tmp_path))[0] == 6  # type: ignore[index]
+
+
+def fingerprint_of(root: Path) -> tuple[str, str]:
+    manifest = next(iter(manifests(root).values()))
+    return manifest["fingerprint"], manifest["dataflow"]
