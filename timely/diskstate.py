@@ -36,6 +36,7 @@ import functools
 import itertools
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
@@ -394,17 +395,14 @@ class DiskTable(MutableMapping[Any, Any]):
             try:
                 it = db.iter()
                 it.seek(start)
-                raws: list[bytes] = []
+                suffixes, stored = _read(it, order, chunk)
                 seqs: list[int] = []
-                while it.valid() and len(raws) < chunk:
-                    k = it.key()
-                    if not k.startswith(order):
-                        break
-                    seq = int.from_bytes(k[len(order) :], "big")
+                raws: list[bytes] = []
+                for suffix, raw in zip(suffixes, stored):
+                    seq = int.from_bytes(suffix, "big")
                     if seq not in stale:
-                        raws.append(it.value())
                         seqs.append(seq)
-                    it.next()
+                        raws.append(raw)
                 more = it.valid() and it.key().startswith(order)
                 if more:
                     start = it.key()
@@ -479,24 +477,13 @@ class DiskTable(MutableMapping[Any, Any]):
         self._sync()
         db = self._db
         prefix = self._order if self.ordered else self._data
-        skip = len(prefix)
         it = db.iter()
         try:
             it.seek(prefix)
             while True:
-                raw_keys: list[bytes] = []
-                raw_values: list[bytes] = []
-                while it.valid() and len(raw_keys) < _CHUNK:
-                    k = it.key()
-                    if not k.startswith(prefix):
-                        break
-                    if self.ordered:  # seq -> stored key
-                        raw_keys.append(it.value())
-                    else:
-                        raw_keys.append(k[skip:])
-                        if values:
-                            raw_values.append(it.value())
-                    it.next()
+                raw_keys, raw_values = _read(it, prefix, _CHUNK)
+                if self.ordered:  # seq -> stored key
+                    raw_keys = raw_values
                 if not raw_keys:
                     return
                 if values and self.ordered:
@@ -626,14 +613,10 @@ class DiskTable(MutableMapping[Any, Any]):
             n = len(keys)
             it = db.iter()
             it.seek(lo)
-            while it.valid():
-                k = it.key()
-                if not k.startswith(lo):
-                    break
-                keys.append(k[len(lo) :])
-                values.append(it.value())
-                it.next()
+            ks, vs = _read(it, lo, sys.maxsize)
             del it
+            keys.extend(ks)
+            values.extend(vs)
             if len(keys) > n:
                 runs.append((b, len(keys) - n))
                 batch.delete_range(lo, data + (b + 1).to_bytes(_BIN, "big"))
@@ -697,6 +680,23 @@ class DiskTable(MutableMapping[Any, Any]):
             self._store.dropped(self)
             self._store = None
         self._len = 0
+
+
+def _read(it: Any, prefix: bytes, limit: int) -> tuple[list[bytes], list[bytes]]:
+    """From a RocksDB iterator's position, up to ``limit`` entries whose keys start with
+    ``prefix``: their keys (``prefix`` cut off) and values; the iterator is left on the
+    entry after them."""
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    cut = len(prefix)
+    while it.valid() and len(keys) < limit:
+        k = it.key()
+        if not k.startswith(prefix):
+            break
+        keys.append(k[cut:])
+        values.append(it.value())
+        it.next()
+    return keys, values
 
 
 def _plain(obj: Any) -> bool:
