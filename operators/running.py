@@ -25,7 +25,7 @@ from operators.state import StatefulVertex
 from operators.stateless import _check, _identity
 from operators.windows import _first, _top_level, pre_reduced
 from progress import Timestamp
-from timely import GraphBuildError, Stream, Vertex, broadcast, exchange, pipeline, stream_method
+from timely import GraphBuildError, Marks, Stream, broadcast, exchange, pipeline, stream_method
 from timely.errors import function_location
 
 STATE_TIME: Timestamp = (0,)
@@ -139,7 +139,7 @@ def running_reduce(
     if every_key:
         inputs.append(
             (
-                stream.flow.vertex([(stream, pipeline())], _Marks, name=f"{name}:epochs")[0],
+                stream.flow.vertex([(stream, pipeline())], Marks, name=f"{name}:epochs")[0],
                 broadcast(),
             )
         )
@@ -149,20 +149,6 @@ def running_reduce(
         name=name,
         where=function_location(f),
     )[0]
-
-
-class _Marks(Vertex):
-    """One mark per epoch seen (per run of batches at one time), so that every worker's
-    ``running_reduce(every_key=True)`` hears of each epoch with records (broadcast: a
-    worker with no key of the epoch too)."""
-
-    def __init__(self) -> None:
-        self.last: Timestamp | None = None
-
-    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        if time != self.last:
-            self.last = time
-            self.send_by(0, [None], time)
 
 
 def _initial_states(op: str, given: Any) -> dict[Any, Any] | None:

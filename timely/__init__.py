@@ -25,6 +25,7 @@ from timely.runtime import Results, Session
 from timely.sinks import Sink
 from timely.sources import Source
 from timely.state import KeyedState, StatefulVertex
+from timely.system import Marks
 from timely.vertex import Capability, Vertex
 
 __version__ = "0.1.0"
@@ -38,6 +39,7 @@ __all__ = [
     "InputHandle",
     "InternalError",
     "KeyedState",
+    "Marks",
     "Probe",
     "Results",
     "Scope",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect as _inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -112,11 +113,15 @@ def _stream_method(name: str) -> Callable[..., Any] | None:
 class Stream:
     """Batches of timestamped records flowing out of one vertex output."""
 
-    def __init__(self, flow: Dataflow, vertex: int, port: int, scope: Scope) -> None:
+    def __init__(
+        self, flow: Dataflow, vertex: int, port: int, scope: Scope, invariant: bool = False
+    ) -> None:
         self.flow = flow
         self.vertex = vertex
         self.port = port
         self.scope = scope
+        self.invariant = invariant
+        """Entered into its loop as loop-invariant (:meth:`enter`)."""
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -195,8 +200,12 @@ class Stream:
         )[0]
 
     # -- loops ----------------------------------------------------------------------------
-    def enter(self, scope: Scope) -> Stream:
-        """This stream inside the loop ``scope`` (its records start at iteration 0)."""
+    def enter(self, scope: Scope, invariant: bool = False) -> Stream:
+        """This stream inside the loop ``scope``: its records come at iteration 0; with
+        ``invariant=True`` a step fed by it sees them at every iteration of their outer
+        time (epoch) too, as if sent again at each (what a table used in a loop body
+        wants: edges joined with each round's frontier). A stream of an enclosing scope
+        used by a step inside a loop is entered so for you."""
         from timely.system import Forward
 
         if scope.parent is None or self.scope is not scope.parent:
@@ -216,7 +225,7 @@ class Stream:
             kind="ingress",
         )
         self.flow._edges.append(EdgeSpec(self.vertex, self.port, v, 0, pipeline()))
-        return Stream(self.flow, v, 0, scope)
+        return Stream(self.flow, v, 0, scope, invariant)
 
     def leave(self) -> Stream:
         """This stream outside its loop (the loop counter is dropped)."""
@@ -469,25 +478,53 @@ class Dataflow:
         """Place a vertex fed by ``inputs`` (each with its channel); return its outputs."""
         if not inputs:
             raise GraphBuildError("a vertex needs at least one input; use new_input() or source()")
-        scope = inputs[0][0].scope
+        scope = max((s.scope for s, _ in inputs), key=lambda sc: sc.depth)
+        inputs = [(_entered(s, scope), channel) for s, channel in inputs]
         for stream, _ in inputs:
             stream._check_scope(scope, f"place {name or 'vertex'!r}")
         factory, default_where, label = _factory(vertex)
+        marks: list[tuple[Stream, Channel | None]] = []
+        if any(s.invariant for s, _ in inputs):
+            from timely.system import Marks
+
+            # Every worker must hear of each iteration its other inputs have records at,
+            # to see the invariant records there too.
+            marks = [
+                (
+                    self.vertex([(s, pipeline())], Marks, name=f"{name or label}.marks")[0],
+                    broadcast(),
+                )
+                for s, _ in inputs
+                if not s.invariant
+            ]
         d = scope.depth
         v = self._add_vertex(
             name or label,
             factory,
-            (d,) * len(inputs),
+            (d,) * (len(inputs) + len(marks)),
             (d,) * outputs,
             where=where or default_where,
         )
+        if marks:
+            ports = frozenset(range(len(inputs), len(inputs) + len(marks)))
+            self._vertices[v] = dataclasses.replace(self._vertices[v], marks_ports=ports)
+            inputs = [*inputs, *marks]
         for port, (stream, channel) in enumerate(inputs):
             if channel is not None and not isinstance(channel, Channel):
                 raise GraphBuildError(
                     f"input {port} of {name or label!r}: channel must be pipeline(), "
                     f"exchange(key) or broadcast(), got {channel!r}"
                 )
-            self._edges.append(EdgeSpec(stream.vertex, stream.port, v, port, channel or pipeline()))
+            self._edges.append(
+                EdgeSpec(
+                    stream.vertex,
+                    stream.port,
+                    v,
+                    port,
+                    channel or pipeline(),
+                    invariant=stream.invariant,
+                )
+            )
         return [Stream(self, v, o, scope) for o in range(outputs)]
 
     def _add_vertex(
@@ -591,6 +628,22 @@ class Dataflow:
         if self._session is None:
             raise RuntimeError(f"cannot {what}: the dataflow is not running (use flow.activate())")
         return self._session
+
+
+def _entered(stream: Stream, scope: Scope) -> Stream:
+    """``stream`` brought into ``scope`` when it comes from an enclosing scope: entered
+    loop by loop, loop-invariant (each iteration sees it). Others are left as they are
+    (``_check_scope`` then says what is wrong)."""
+    path: list[Scope] = []
+    at: Scope | None = scope
+    while at is not None and at is not stream.scope:
+        path.append(at)
+        at = at.parent
+    if at is None or not path:
+        return stream
+    for inner in reversed(path):
+        stream = stream.enter(inner, invariant=True)
+    return stream
 
 
 def _factory(vertex: VertexFactory | type[Vertex]) -> tuple[VertexFactory, str, str]:

@@ -35,6 +35,10 @@ class VertexSpec:
     control_port: int | None = None
     """The input on which a keyed vertex receives the run's routing configurations
     (reconfigurable runs; :meth:`Plan.with_control`), hidden from the vertex."""
+    marks_ports: frozenset[int] = frozenset()
+    """Inputs carrying, from every worker, a mark per time its other inputs had records
+    at (a vertex with loop-invariant inputs: each iteration that happens anywhere gets
+    the invariant records on every worker), hidden from the vertex."""
 
     @property
     def inputs(self) -> int:
@@ -54,6 +58,9 @@ class EdgeSpec:
     dst: int
     dst_port: int
     channel: Channel
+    invariant: bool = False
+    """The edge carries a stream entered into a loop as loop-invariant: the receiving
+    vertex sees its records of an outer time at every iteration of it (``Stream.enter``)."""
 
 
 class Plan:
@@ -89,6 +96,11 @@ class Plan:
         for e in edges:
             self.out_edges[e.src][e.src_port].append(e)
         self.roots = [s.index for s in vertices if s.kind in ("input", "source")]
+        self.invariant: dict[int, frozenset[int]] = {}
+        """Per vertex, its input ports fed by loop-invariant streams."""
+        for e in edges:
+            if e.invariant:
+                self.invariant[e.dst] = self.invariant.get(e.dst, frozenset()) | {e.dst_port}
 
     def with_control(self, bins: int = DEFAULT_BINS, reconfigurable: bool = False) -> Plan:
         """This plan with ``bins`` bins and, if ``reconfigurable``, a control input

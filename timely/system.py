@@ -25,6 +25,20 @@ class Forward(Vertex):
             self.send_by(0, records, time)
 
 
+class Marks(Vertex):
+    """One mark (``None``) per time it receives records at (a run of batches at one time
+    sends one): what a step broadcasts so that every worker hears of the times that had
+    records anywhere."""
+
+    def __init__(self) -> None:
+        self.last: Timestamp | None = None
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        if time != self.last:
+            self.last = time
+            self.send_by(0, [None], time)
+
+
 class Concat(Vertex):
     """Merges its inputs into one output."""
 

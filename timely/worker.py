@@ -112,6 +112,11 @@ class Worker:
                     table = functools.partial(self.store.table, vertex=v)
                     vertex.use_store(table, f"step {plan.vertices[v].name!r}")
         self.inbox: list[deque[tuple[int, Timestamp, list[Any]]]] = [deque() for _ in plan.vertices]
+        self._invariant: dict[
+            int, dict[Timestamp, tuple[list[tuple[int, list[Any]]], set[Timestamp]]]
+        ] = {}
+        """Per vertex with loop-invariant inputs, per outer time: the invariant batches
+        received, and the iteration times they were delivered at."""
         self._ready: deque[int] = deque()
         self._out: dict[tuple[int, int, int, Timestamp], list[Any]] = {}
         self._seq = [0] * peers
@@ -293,7 +298,53 @@ class Worker:
             if port == self.plan.vertices[v].control_port:
                 self.migration.configure(v, records, time)
                 continue
+            if v in self.plan.invariant:
+                self._recv_in_loop(v, port, time, records)
+                continue
             self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
+
+    def _recv_in_loop(self, v: int, port: int, time: Timestamp, records: list[Any]) -> None:
+        """Deliver a batch to a vertex with loop-invariant inputs (``Stream.enter``): the
+        invariant records of an outer time are kept (once, here) and delivered again at
+        every iteration time of it that had records on any worker (the marks, broadcast
+        from the other inputs, say which), and those that arrive later go to the times
+        already seen. Delivering at a later time than a batch's own is allowed: a vertex
+        may send at any time at or after the one it holds."""
+        kept = self._invariant.setdefault(v, {})
+        outer = time[:-1]
+        if outer not in kept:
+            self._forget_invariant(v, outer)
+            kept[outer] = ([], set())
+        batches, seen = kept[outer]
+        on_recv = self.vertices[v].on_recv
+        if port in self.plan.vertices[v].marks_ports:  # records at ``time`` somewhere
+            if time not in seen:
+                seen.add(time)
+                for p, kept_records in batches:
+                    self._activate(v, port, time, on_recv, p, kept_records, time)
+            return
+        if port in self.plan.invariant[v]:
+            batches.append((port, records))
+            for t in sorted(seen | {time}):
+                self._activate(v, port, time, on_recv, port, records, t)
+            seen.add(time)
+            return
+        if time not in seen:  # an iteration not seen yet: the invariant records first
+            seen.add(time)
+            for p, kept_records in batches:
+                self._activate(v, port, time, on_recv, p, kept_records, time)
+        self._activate(v, port, time, on_recv, port, records, time)
+
+    def _forget_invariant(self, v: int, current: Timestamp) -> None:
+        """Drop the invariant records of the outer times the loop is done with at ``v``
+        (no input of it can still receive a time of them)."""
+        ports = range(len(self.plan.vertices[v].input_depths))
+        kept = self._invariant[v]
+        for outer in list(kept):
+            if outer != current and not any(
+                less_equal(f[:-1], outer) for p in ports for f in self.frontier(v, p)
+            ):
+                del kept[outer]
 
     def _ready_now(self, v: int, t: Timestamp) -> bool:
         """No input of ``v`` can still see a time ``<= t``, and none is waiting in its inbox."""

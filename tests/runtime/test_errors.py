@@ -107,8 +107,10 @@ def test_scope_mismatch_and_unconnected_feedback() -> None:
     s = flow.new_input().stream
     loop = flow.loop("l")
     inner = s.enter(loop)
-    with pytest.raises(GraphBuildError, match=r"\.enter\(loop\)"):
-        inner.concat(s)
+    assert inner.concat(s).scope is loop  # a stream from outside is entered for you
+    other = flow.loop("m")
+    with pytest.raises(GraphBuildError, match=r"is in scope 'm1' but the step is in 'l0'"):
+        inner.concat(s.enter(other))  # a sibling loop's stream: leave it first
     with pytest.raises(GraphBuildError, match=r"call \.leave\(\)"):
         inner.collect("x")
     loop.feedback()
