@@ -247,4 +247,5 @@ def join_streaming(
         lambda: StreamingJoin(left_key, right_key, result, within),
         name=name,
         where=function_location(result),
+        loop_invariant=False,  # it keeps every record across times itself
     )[0]

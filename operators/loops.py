@@ -119,8 +119,8 @@ def fixpoint(
     ``max_iters`` bounds the applications of ``body``: the result then holds what is
     reached within ``max_iters`` of them. Records must be hashable with a stable hash
     (see ``timely.exchange``), as they are exchanged by value. A stream from outside the
-    loop can be used inside ``body`` with ``s.enter(loop_stream.scope)`` -- but note it
-    is only present at round 0.
+    loop can be used inside ``body`` as it is: it is entered for you, loop-invariant (every
+    round of its epoch sees it).
     """
     if not callable(body):
         raise GraphBuildError(f"fixpoint: body must be a function of a stream, got {body!r}")

@@ -474,12 +474,25 @@ class Dataflow:
         name: str | None = None,
         outputs: int = 1,
         where: str | None = None,
+        loop_invariant: bool = True,
     ) -> list[Stream]:
-        """Place a vertex fed by ``inputs`` (each with its channel); return its outputs."""
+        """Place a vertex fed by ``inputs`` (each with its channel); return its outputs.
+
+        An input from an enclosing scope is entered into the deepest input's loop for
+        you: loop-invariant (seen at every iteration) unless ``loop_invariant=False``, for
+        a step that keeps records across times itself (``join_streaming``), which gets
+        them once, at iteration 0."""
         if not inputs:
             raise GraphBuildError("a vertex needs at least one input; use new_input() or source()")
         scope = max((s.scope for s, _ in inputs), key=lambda sc: sc.depth)
-        inputs = [(_entered(s, scope), channel) for s, channel in inputs]
+        inputs = [(_entered(s, scope, loop_invariant), channel) for s, channel in inputs]
+        if inputs and all(s.invariant for s, _ in inputs):
+            raise GraphBuildError(
+                f"cannot place {name or 'vertex'!r}: its inputs are all loop-invariant streams, "
+                "which a step sees at every iteration only beside a stream of the loop; use "
+                "the stream outside the loop directly in the step that combines it with the "
+                "loop's stream (it is entered for you), transforming it before the loop"
+            )
         for stream, _ in inputs:
             stream._check_scope(scope, f"place {name or 'vertex'!r}")
         factory, default_where, label = _factory(vertex)
@@ -630,20 +643,26 @@ class Dataflow:
         return self._session
 
 
-def _entered(stream: Stream, scope: Scope) -> Stream:
-    """``stream`` brought into ``scope`` when it comes from an enclosing scope: entered
-    loop by loop, loop-invariant (each iteration sees it). Others are left as they are
-    (``_check_scope`` then says what is wrong)."""
-    path: list[Scope] = []
-    at: Scope | None = scope
-    while at is not None and at is not stream.scope:
-        path.append(at)
-        at = at.parent
-    if at is None or not path:
+def _entered(stream: Stream, scope: Scope, invariant: bool = True) -> Stream:
+    """``stream`` brought into ``scope`` when it comes from the scope just outside it:
+    entered, loop-invariant (each iteration sees it) unless ``invariant`` is False.
+    From further out (nested loops) it is refused: the outer loop's iterations would
+    not see it. Others are left as they are (``_check_scope`` then says what is wrong)."""
+    if scope.parent is None or stream.scope is scope or stream.flow is not scope.flow:
         return stream
-    for inner in reversed(path):
-        stream = stream.enter(inner, invariant=True)
-    return stream
+    if stream.scope is not scope.parent:
+        at: Scope | None = scope.parent
+        while at is not None and at is not stream.scope:
+            at = at.parent
+        if at is not None:
+            raise GraphBuildError(
+                f"stream {stream.name!r} of scope {stream.scope.name!r} is used in loop "
+                f"{scope.name!r}, nested more than one loop deeper: bring it into each "
+                "enclosing loop as a stream of that loop (for example joined or concatenated "
+                "there), one level at a time"
+            )
+        return stream
+    return stream.enter(scope, invariant=invariant)
 
 
 def _factory(vertex: VertexFactory | type[Vertex]) -> tuple[VertexFactory, str, str]:

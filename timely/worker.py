@@ -325,8 +325,8 @@ class Worker:
             return
         if port in self.plan.invariant[v]:
             batches.append((port, records))
-            for t in sorted(seen | {time}):
-                self._activate(v, port, time, on_recv, port, records, t)
+            for t in sorted(seen | {time}):  # at or after the batch's time: allowed
+                self._activate(v, port, t, on_recv, port, records, t)
             seen.add(time)
             return
         if time not in seen:  # an iteration not seen yet: the invariant records first
