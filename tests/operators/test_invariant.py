@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
 import timely.worker
+from tests.examples.test_connected_components import union_find_labels
 from timely import Dataflow
 
 graphs = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30)
@@ -37,9 +38,9 @@ def reachable(edges: list[tuple[int, int]], roots: set[int]) -> set[int]:
     return seen
 
 
-def reach_run(epochs: list[list[tuple[int, int]]], w: int, seed: int) -> dict[int, set[int]]:
-    """Per epoch, the nodes reachable from node 0 over that epoch's edges: the body
-    joins each round's new nodes with the edges, which come from outside the loop."""
+def reach_flow() -> tuple[Dataflow, Any]:
+    """Reachability from node 0 over each epoch's edges: the body joins each round's
+    new nodes with the edges, which come from outside the loop."""
     flow = Dataflow("reach")
     edges = flow.new_input("edges")
     roots = edges.stream.where(lambda e: e[0] == 0).select(lambda e: 0).distinct()
@@ -47,6 +48,12 @@ def reach_run(epochs: list[list[tuple[int, int]]], w: int, seed: int) -> dict[in
         lambda reached: reached.join(edges.stream, lambda x: x, lambda e: e[0], lambda x, e: e[1]),
         until="fixpoint",
     ).collect("reach")
+    return flow, edges
+
+
+def reach_run(epochs: list[list[tuple[int, int]]], w: int, seed: int) -> dict[int, set[int]]:
+    """Per epoch, the nodes reachable from node 0 over that epoch's edges."""
+    flow, edges = reach_flow()
     for e, batch in enumerate(epochs):
         edges.advance_to(e)
         edges.send(batch)
@@ -88,22 +95,6 @@ def test_mutation_entered_records_seen_at_iteration_0_only_are_caught(
     assert reach_run(chain, 1, 0) != reach_reference(chain)
 
 
-def components_reference(nodes: set[int], edges: list[tuple[int, int]]) -> dict[int, int]:
-    parent = {n: n for n in nodes}
-
-    def find(n: int) -> int:
-        while parent[n] != n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    for a, b in edges:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return {n: min(m for m in nodes if find(m) == find(n)) for n in nodes}
-
-
 @settings(max_examples=100, deadline=None)
 @given(graphs, workers, seeds)
 def test_connected_components_by_label_propagation_in_plain_linq(
@@ -123,8 +114,7 @@ def test_connected_components_by_label_propagation_in_plain_linq(
     spread.min_by(lambda lb: lb[0], lambda lb: lb[1]).collect("cc")
     inp.send(edges)
     out = flow.run(workers=w, backend="inline", seed=seed)
-    nodes = {n for e in edges for n in e}
-    assert dict(r for _, r in out["cc"]) == components_reference(nodes, edges)
+    assert dict(r for _, r in out["cc"]) == union_find_labels(edges)
 
 
 @settings(max_examples=100, deadline=None)
@@ -168,13 +158,7 @@ def test_the_entered_stream_is_kept_once_per_epoch_and_dropped_after() -> None:
     """Each worker keeps one copy of an epoch's entered records per vertex, and lets
     an epoch's copy go once the loop is done with it."""
     epochs = [[(0, 1), (1, 2), (2, 3)], [(0, 4), (4, 5)], [(0, 6)]]
-    flow = Dataflow("kept")
-    edges = flow.new_input("edges")
-    roots = edges.stream.where(lambda e: e[0] == 0).select(lambda e: 0).distinct()
-    roots.iterate(
-        lambda r: r.join(edges.stream, lambda x: x, lambda e: e[0], lambda x, e: e[1]),
-        until="fixpoint",
-    ).collect("reach")
+    flow, edges = reach_flow()
     with flow.activate(workers=2, backend="inline") as session:
         for e, batch in enumerate(epochs):
             edges.advance_to(e)
