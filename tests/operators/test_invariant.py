@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import operators  # noqa: F401 - registers the stream methods
 import timely.worker
 from tests.examples.test_connected_components import union_find_labels
+from tests.operators.test_properties import counter_loop
 from timely import Dataflow
 
 graphs = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30)
@@ -133,11 +134,8 @@ def test_per_time_operators_in_a_loop_see_the_entered_stream_at_every_round(
     flow = Dataflow("rounds")
     a = flow.new_input("starts")
     b = flow.new_input("table")
-    loop = flow.loop("rounds")
-    handle, again = loop.feedback()
-    head = a.stream.enter(loop).concat(again)
-    handle.connect(head.select(lambda x: x + 1).where(lambda x: x < 6))
-    counted = head.concat(b.stream.enter(loop, invariant=True)).count_by(lambda x: x % 3)
+    head = counter_loop(flow, a.stream, 6)
+    counted = head.concat(b.stream.enter(head.scope, invariant=True)).count_by(lambda x: x % 3)
     counted.leave().collect("counts")
     a.send(starts)
     b.send(table)

@@ -22,6 +22,7 @@ from operators.join import StreamingJoin
 from tests.operators.test_properties import (
     Feed,
     by_epoch,
+    counter_loop,
     feeds,
     on,
     per_epoch,
@@ -146,11 +147,8 @@ def test_join_streaming_in_a_loop_matches_at_the_least_upper_bound(
     flow = Dataflow("loop_join")
     a = flow.new_input("counters")
     b = flow.new_input("table")
-    loop = flow.loop("loop")
-    handle, again = loop.feedback()
-    head = a.stream.enter(loop).concat(again)
-    handle.connect(head.select(lambda x: x + 1).where(lambda x: x < 8))
-    joined = head.join_streaming(b.stream.enter(loop), lambda x: x, lambda t: t[1])
+    head = counter_loop(flow, a.stream, 8)
+    joined = head.join_streaming(b.stream.enter(head.scope), lambda x: x, lambda t: t[1])
     joined.leave().collect("out")
     a.send(starts)  # epoch 0
     b.advance_to(1)

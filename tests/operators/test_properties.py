@@ -28,6 +28,16 @@ state_backends = st.sampled_from(["memory", "disk"])
 """Where the tables kept across epochs live: half the runs put them on disk."""
 
 
+def counter_loop(flow: Dataflow, starts: Any, limit: int) -> Any:
+    """A loop in which each start goes round as a counter, x -> x + 1 while below
+    ``limit``; returns the loop's head stream (every round's counters)."""
+    loop = flow.loop("rounds")
+    handle, again = loop.feedback()
+    head = starts.enter(loop).concat(again)
+    handle.connect(head.select(lambda x: x + 1).where(lambda x: x < limit))
+    return head
+
+
 def on(backend: str) -> dict[str, Any]:
     """A run's options for a state backend; on disk, every activation's values are
     written back (``state_cache=1``) so that every read after it comes from disk."""
