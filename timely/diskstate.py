@@ -162,8 +162,7 @@ class StateStore:
                 self._db = _open(self.path)
             except Exception as e:
                 raise StateStoreError(f"cannot open the state store {self.path}: {e}") from e
-        t = DiskTable(self._db, next(self._ids), ordered, name, self, nbins)
-        t.vertex = vertex
+        t = DiskTable(self._db, next(self._ids), ordered, name, self, nbins, vertex)
         self._tables[t.tid] = t
         return t
 
@@ -273,6 +272,7 @@ class DiskTable(MutableMapping[Any, Any]):
         name: str = "",
         store: StateStore | None = None,
         nbins: int = 0,
+        vertex: int = -1,
     ) -> None:
         self.tid = tid
         prefix = tid.to_bytes(4, "big")
@@ -285,7 +285,7 @@ class DiskTable(MutableMapping[Any, Any]):
         keys are one range of the store, which a migration takes out whole."""
         self._skip = _BIN if nbins else 0
         self.name = name
-        self.vertex = -1
+        self.vertex = vertex
         """The vertex whose table this is (its errors name its step)."""
         self._db = db
         self._store = store
@@ -350,13 +350,7 @@ class DiskTable(MutableMapping[Any, Any]):
             v[1] = value
 
     def __delitem__(self, key: Any) -> None:
-        v = self._load(key)
-        if v is _ABSENT or v is _DELETED:
-            raise KeyError(key)
-        self._len -= 1
-        self._cache[key] = _DELETED
-        if self.ordered:
-            self._stale.append(v[0])
+        self.pop(key)
 
     def pop(self, key: Any, *default: Any) -> Any:
         v = self._load(key)
@@ -387,7 +381,7 @@ class DiskTable(MutableMapping[Any, Any]):
         sequence numbers (all later than those on disk). Starts at ``_front``, below which
         every order entry is gone, and reads in chunks that grow from a few keys."""
         stale = set(self._stale)
-        db, order, skip = self._db, self._order, self._skip
+        db, order = self._db, self._order
         chunk = 16
         start = order + self._front.to_bytes(_SEQ, "big")
         first = True
@@ -414,15 +408,18 @@ class DiskTable(MutableMapping[Any, Any]):
             if first and seqs:
                 self._front = seqs[0]  # every entry before it is deleted or stale
             first = False
-            yield from decode_plain([r[skip:] for r in raws] if skip else raws)
+            yield from self._decode_keys(raws)
             if not more:
                 break
             chunk = min(chunk * 4, _CHUNK)
-        synced = self._synced_seq
-        fresh = [(v[0], k) for k, v in self._cache.items() if type(v) is list and v[0] >= synced]
-        fresh.sort(key=lambda e: e[0])
-        for _, k in fresh:
+        for _, k in sorted(self._fresh(), key=lambda e: e[0]):
             yield k
+
+    def _fresh(self) -> list[tuple[int, Any]]:
+        """Ordered: ``(seq, key)`` of the keys set since the last sync (none has an order
+        entry on disk yet; all come after those that do)."""
+        synced = self._synced_seq
+        return [(v[0], k) for k, v in self._cache.items() if type(v) is list and v[0] >= synced]
 
     def popitem(self) -> tuple[Any, Any]:
         """The last key and its value, taken out (as a dict's ``popitem``, in an ordered
@@ -433,8 +430,7 @@ class DiskTable(MutableMapping[Any, Any]):
         return key, self.pop(key)
 
     def _last(self) -> Any:
-        synced = self._synced_seq
-        fresh = [(v[0], k) for k, v in self._cache.items() if type(v) is list and v[0] >= synced]
+        fresh = self._fresh()
         if fresh:
             return max(fresh, key=lambda e: e[0])[1]
         stale = set(self._stale)
@@ -444,8 +440,7 @@ class DiskTable(MutableMapping[Any, Any]):
             it.seek_for_prev(order + b"\xff" * _SEQ)
             while it.valid() and it.key().startswith(order):
                 if int.from_bytes(it.key()[len(order) :], "big") not in stale:
-                    raw: bytes = it.value()
-                    return decode_plain([raw[self._skip :]])[0]
+                    return self._decode_keys([it.value()])[0]
                 it.prev()
         finally:
             del it
@@ -489,8 +484,7 @@ class DiskTable(MutableMapping[Any, Any]):
                 if values and self.ordered:
                     data = self._data
                     raw_values = [db.get(data + k)[_SEQ:] for k in raw_keys]
-                keys = decode_plain([k[self._skip :] for k in raw_keys] if self._skip else raw_keys)
-                yield keys, decode_plain(raw_values) if values else []
+                yield self._decode_keys(raw_keys), decode_plain(raw_values) if values else []
                 if len(raw_keys) < _CHUNK:
                     return
         finally:
@@ -577,6 +571,11 @@ class DiskTable(MutableMapping[Any, Any]):
         if not self.nbins:
             return raw
         return [b.to_bytes(_BIN, "big") + k for b, k in zip(bins_of(keys, self.nbins), raw)]
+
+    def _decode_keys(self, stored: list[bytes]) -> list[Any]:
+        """Keys as stored (:meth:`_stored`) decoded: their bins, if any, cut off."""
+        skip = self._skip
+        return decode_plain([k[skip:] for k in stored] if skip else stored)
 
     def _failed(self, error: Exception) -> StateStoreError:
         """RocksDB's failure, as the worker's loss (:class:`StateStoreError`)."""

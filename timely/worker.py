@@ -317,12 +317,6 @@ class Worker:
             kept[outer] = ([], set())
         batches, seen = kept[outer]
         on_recv = self.vertices[v].on_recv
-        if port in self.plan.vertices[v].marks_ports:  # records at ``time`` somewhere
-            if time not in seen:
-                seen.add(time)
-                for p, kept_records in batches:
-                    self._activate(v, port, time, on_recv, p, kept_records, time)
-            return
         if port in self.plan.invariant[v]:
             batches.append((port, records))
             for t in sorted(seen | {time}):  # at or after the batch's time: allowed
@@ -333,7 +327,8 @@ class Worker:
             seen.add(time)
             for p, kept_records in batches:
                 self._activate(v, port, time, on_recv, p, kept_records, time)
-        self._activate(v, port, time, on_recv, port, records, time)
+        if port not in self.plan.vertices[v].marks_ports:  # a mark: records somewhere
+            self._activate(v, port, time, on_recv, port, records, time)
 
     def _forget_invariant(self, v: int, current: Timestamp) -> None:
         """Drop the invariant records of the outer times the loop is done with at ``v``
