@@ -192,8 +192,6 @@ class MapWithState(_Running):
         self.update = update
         self.timeout = timeout
         self.on_timeout = on_timeout
-        self._due: set[int] = set()
-        """Epochs whose notification was asked for, for expiries due then."""
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         self.group_into(self.table_at(self.pending, time), self.key, records, time)
@@ -205,7 +203,6 @@ class MapWithState(_Running):
         timeout = self.timeout
         out: list[Any] = []
         if timeout is not None:  # forget the keys idle for more than `timeout` epochs
-            self._due.discard(epoch)
             expired = []
             ended = []
             while state:
@@ -257,9 +254,8 @@ class MapWithState(_Running):
             self.fail(e, time, pair, on_timeout)
 
     def _due_at(self, epoch: int) -> None:
-        if epoch not in self._due:
-            self._due.add(epoch)
-            self.notify_at((epoch,))
+        """Expiries are due at ``epoch``: a notification there (asking twice is once)."""
+        self.notify_at((epoch,))
 
     def restored(self, epoch: int) -> None:
         """After a restore from a checkpoint at ``epoch``, or keys installed by a
