@@ -14,6 +14,12 @@ node id in its component; only nodes that have an edge are labelled.
   neighbour per round (the least). Each improvement also leaves the loop, where
   ``LeastLabel`` keeps each node's least label per epoch (on the node's worker).
 
+- **timely, plain LINQ**: the same label propagation with no vertex of its own
+  (``examples/linq_graphs.py``'s ``components``): labels go round in
+  ``iterate(until="fixpoint", min_by=(node, label))``, which lets through only a
+  node's improvements, and each round ``join``s them with the edges from outside the
+  loop (indexed once per epoch).
+
 - **timely, union-find vertex**: the approach of timely-dataflow's ``unionfind``
   example. Each worker runs union-find in a vertex over the edges it reads and sends on
   only the edges that join two of its components (a spanning forest); those meet on
@@ -281,6 +287,35 @@ def timely_cc(edges: list[Edge], workers: int, backend: str) -> dict[int, int]:
     return dict(r for _, r in result["labels"])
 
 
+def _linq_graphs() -> Any:
+    """``examples/linq_graphs.py`` (the examples folder is not a package), shipped to Ray
+    workers by value."""
+    import importlib.util
+
+    from ray import cloudpickle
+
+    path = os.path.join(os.path.dirname(__file__), "..", "examples")
+    if path not in sys.path:
+        sys.path.insert(0, path)  # it imports _cli beside it
+    where = os.path.join(path, "linq_graphs.py")
+    spec = importlib.util.spec_from_file_location("linq_graphs", where)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get("linq_graphs")
+    if module is None:
+        module = sys.modules["linq_graphs"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def timely_cc_linq(edges: list[Edge], workers: int, backend: str) -> dict[int, int]:
+    components = _linq_graphs().components
+    flow = Dataflow("cc_linq")
+    components(flow.source(EdgeSource(edges, max(2, workers)))).collect("labels")
+    result = flow.run(workers=workers, backend=backend)
+    return dict(r for _, r in result["labels"])
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     walls, result = [], None
     for _ in range(repeat):
@@ -322,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
     wall, got = timed(lambda: timely_cc(edges, 1, "inline"), repeat)
     assert got == expected, "timely labels differ from union-find"
     row("timely inline, label propagation", 1, wall)
+    wall, got = timed(lambda: timely_cc_linq(edges, 1, "inline"), repeat)
+    assert got == expected, "timely (LINQ) labels differ from union-find"
+    row("timely inline, plain LINQ", 1, wall)
     wall, got = timed(lambda: timely_cc_forest(edges, 1, "inline"), repeat)
     assert got == expected, "timely (forest) labels differ from union-find"
     row("timely inline, union-find vertex", 1, wall)
@@ -330,6 +368,9 @@ def main(argv: list[str] | None = None) -> None:
         wall, got = timed(lambda: timely_cc(edges, 2, "ray"), repeat)
         assert got == expected, "timely Ray labels differ from union-find"
         row("timely ray, label propagation", 2, wall)
+        wall, got = timed(lambda: timely_cc_linq(edges, 2, "ray"), repeat)
+        assert got == expected, "timely Ray (LINQ) labels differ from union-find"
+        row("timely ray, plain LINQ", 2, wall)
         wall, got = timed(lambda: timely_cc_forest(edges, 2, "ray"), repeat)
         assert got == expected, "timely Ray (forest) labels differ from union-find"
         row("timely ray, union-find vertex", 2, wall)

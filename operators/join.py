@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from operators.loops import loop_finished
 from operators.state import StatefulVertex
 from operators.stateless import _check
 from progress import Timestamp
@@ -22,6 +23,15 @@ class Join(StatefulVertex):
 
     The table's value for a key is ``(lefts, rights)``; one table, so that a key's two
     sides move together when state is re-partitioned.
+
+    In a loop, a side from outside it (``outer``, its port) is loop-invariant: every
+    round of its outer time ``o`` (its own timestamp, of ``depth`` coordinates: an
+    epoch, for a stream of the top level) joins with it. It comes in once, at round 0
+    (``(*o, 0)``; ``(*o, 0, 0)`` two loops in), and is kept indexed by key in
+    ``arranged``, in one table at that time, instead of being delivered and indexed
+    again every round; the table goes once the loop is done with ``o`` on both inputs.
+    A round ``(*o, i)`` is notified only after its inputs' frontiers pass it, so after
+    every record of ``(*o, 0)``: the index is complete then.
     """
 
     def __init__(
@@ -29,13 +39,26 @@ class Join(StatefulVertex):
         left_key: Callable[[Any], Any],
         right_key: Callable[[Any], Any],
         result: Callable[[Any, Any], Any],
+        outer: int | None = None,
+        depth: int = 1,
     ) -> None:
         super().__init__()
         self.keys = (left_key, right_key)
         self.result = result
         self.sides = self.keyed_state("sides")
+        self.outer = outer
+        self.depth = depth
+        self.arranged = self.keyed_state("arranged") if outer is not None else None
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        if self.arranged is not None:  # a loop-invariant side: one list per key, per side
+            table = (
+                self.arranged.table(self._round_0(time))
+                if input == self.outer
+                else self.table_at(self.sides, time)
+            )
+            self.group_into(table, self.keys[input], records, time)
+            return
         sides = self.table_at(self.sides, time)
         key = self.keys[input]
         record = None
@@ -50,6 +73,9 @@ class Join(StatefulVertex):
             self.fail(e, time, record, key)
 
     def on_notify(self, time: Timestamp) -> None:
+        if self.outer is not None:
+            self._notify_arranged(time)
+            return
         result = self.result
         out: list[Any] = []
         append = out.append
@@ -63,6 +89,54 @@ class Join(StatefulVertex):
         except Exception as e:
             self.fail(e, time, pair, result)
         self.send_by(0, out, time)
+
+    def _notify_arranged(self, time: Timestamp) -> None:
+        """A round's records joined with the loop-invariant side's index."""
+        assert self.arranged is not None
+        base = self._round_0(time)
+        index = self.arranged.get(base) or {}
+        result = self.result
+        out: list[Any] = []
+        append = out.append
+        a: Any = None
+        b: Any = None
+        try:
+            if self.outer == 1:  # this round's records on the left
+                for k, lefts in self.sides.pop(time).items():
+                    rights = index.get(k)
+                    if rights:
+                        for a in lefts:
+                            for b in rights:
+                                append(result(a, b))
+            else:
+                for k, rights in self.sides.pop(time).items():
+                    lefts = index.get(k)
+                    if lefts:
+                        for b in rights:
+                            for a in lefts:
+                                append(result(a, b))
+        except Exception as e:
+            self.fail(e, time, (a, b), result)
+        self.send_by(0, out, time)
+        self._forget_arranged(base)
+
+    def _round_0(self, time: Timestamp) -> Timestamp:
+        """The time the outer side's records of ``time``'s outer time came at."""
+        d = self.depth
+        return (*time[:d], *(0,) * (len(time) - d))
+
+    def _forget_arranged(self, current: Timestamp) -> None:
+        """Drop the index of each outer time the loop is done with: no record of it can
+        come on either input, and no round of it waits for its notification (rounds of
+        two epochs are incomparable, so one may be notified after a later epoch's)."""
+        assert self.arranged is not None
+        d = self.depth
+        waiting = {t[:d] for t in self.sides.times()}
+        for t in self.arranged.times():
+            outer = t[:d]
+            done = t != current and outer not in waiting
+            if done and all(loop_finished(self, outer, p) for p in (0, 1)):
+                self.arranged.pop(t)
 
 
 @stream_method
@@ -78,15 +152,24 @@ def join(
     at that time with ``left_key(l) == right_key(r)`` (``(l, r)`` by default).
 
     Both inputs are exchanged by key; the matches are sent once the time is complete.
+    Inside a loop, a stream from outside it is loop-invariant (joined at every round
+    of its epoch, or of its outer loop's iteration) and indexed once for all of them,
+    not once per round.
     """
     _check("join", "left_key", left_key)
     _check("join", "right_key", right_key)
     _check("join", "result", result)
+    outer: int | None = None
+    depth = 1
+    if stream.scope.depth != other.scope.depth and stream.flow is other.flow:
+        outer = 1 if other.scope.depth < stream.scope.depth else 0
+        depth = 1 + (stream, other)[outer].scope.depth  # its timestamps' length
     return stream.flow.vertex(
         [(stream, exchange(left_key)), (other, exchange(right_key))],
-        lambda: Join(left_key, right_key, result),
+        lambda: Join(left_key, right_key, result, outer, depth),
         name=name,
         where=function_location(result),
+        loop_invariant=outer is None,  # the outer side comes once; Join keeps it per epoch
     )[0]
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from operators.keyed import min_by as least_by
 from operators.state import StatefulVertex
 from operators.stateless import Distinct, _identity
 from progress import Timestamp, less_equal
@@ -98,7 +99,8 @@ def loop_finished(vertex: Vertex, outer: Timestamp, input: int = 0) -> bool:
     ``examples/connected_components.py``).
     """
     frontier = vertex.frontier(input)
-    return not any(less_equal(f[:-1], outer) for f in frontier)
+    k = len(outer)
+    return not any(less_equal(f[:k], outer) for f in frontier)
 
 
 @stream_method
@@ -107,13 +109,18 @@ def fixpoint(
     body: Callable[[Stream], Stream],
     max_iters: int | None = None,
     name: str = "fixpoint",
+    min_by: tuple[Callable[[Any], Any], Callable[[Any], Any]] | None = None,
 ) -> Stream:
     """Per epoch, the set reached by applying ``body`` to new records until none is new.
 
     The same as ``stream.iterate(body, until="fixpoint", max_iters=...)``.
     ``body`` gets a stream inside a loop scope carrying the records that are new in a
     round, and returns a stream (in that scope) of records derived from them; those not
-    seen before in the epoch go round again. The result, at each epoch, holds each
+    seen before in the epoch go round again. With ``min_by=(key, value)``, only those
+    whose ``value`` is less than every earlier one of their ``key`` in the epoch go round
+    again, and the result holds each key's least record (a min-monotone fixpoint, as
+    Datalog's ``min`` aggregates: label propagation, shortest paths); records need not be
+    hashable then, their keys must. The result, at each epoch, holds each
     distinct record of the input and of everything derived once (a set, unordered): the
     least fixpoint of ``X = input | body(X)`` when ``body`` works record by record.
     ``max_iters`` bounds the applications of ``body``: the result then holds what is
@@ -125,6 +132,8 @@ def fixpoint(
     if not callable(body):
         raise GraphBuildError(f"fixpoint: body must be a function of a stream, got {body!r}")
     _check_max_iters("fixpoint", max_iters)
+    if min_by is not None:
+        return _least_fixpoint(stream, body, max_iters, name, min_by)
     flow = stream.flow
     # One round more than applications: round ``max_iters`` only lets the records that
     # the last application derived leave (``BelowRound`` keeps them from ``body``).
@@ -152,6 +161,102 @@ def fixpoint(
         # A record resent at an earlier round leaves twice: keep one per epoch. It is on
         # its owner worker already (``new`` exchanged by value), so no exchange is needed.
         out = flow.vertex([(out, None)], lambda: Distinct(_identity), name=f"{name}.set")[0]
+    return out
+
+
+class LeastOnly(StatefulVertex):
+    """Sends the records that improve on their key's least value so far in the epoch.
+
+    Exchanged by key; ``best`` holds one table per epoch (outer time), at round 0,
+    mapping each key to its least value, dropped once the loop is done with the epoch
+    (as :class:`NewOnly`'s). A batch is first folded to its least record per key.
+    """
+
+    def __init__(self, key: Callable[[Any], Any], value: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.key = key
+        self.value = value
+        self.best = self.keyed_state("best")
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        base = (*time[:-1], 0)
+        best = self.best.get(base)
+        if best is None:
+            best = self.best.table(base)
+        if len(self.best.times()) > 1:
+            self._forget_finished(base)
+        key, value = self.key, self.value
+        least: dict[Any, Any] = {}  # this batch's least value per key ...
+        chosen: dict[Any, Any] = {}  # ... and its record
+        get = least.get
+        record: Any = None
+        fn: Any = key
+        try:
+            for record in records:
+                k = key(record)
+                fn = value
+                v = value(record)
+                fn = key
+                here = get(k)
+                if here is None or v < here:
+                    least[k] = v
+                    chosen[k] = record
+        except Exception as e:
+            self.fail(e, time, record, fn)
+        old = best.get
+        out = []
+        for k, v in least.items():
+            was = old(k)
+            if was is None or v < was:
+                best[k] = v
+                out.append(chosen[k])
+        self.send_by(0, out, time)
+
+    def _forget_finished(self, current: Timestamp) -> None:
+        for t in self.best.times():
+            if t != current and loop_finished(self, t[:-1]):
+                self.best.pop(t)
+
+
+def _least_fixpoint(
+    stream: Stream,
+    body: Callable[[Stream], Stream],
+    max_iters: int | None,
+    name: str,
+    min_by: tuple[Callable[[Any], Any], Callable[[Any], Any]],
+) -> Stream:
+    """``fixpoint`` keeping each key's least record (see its docstring)::
+
+    input ─enter─▶ head ─▶ LeastOnly ─┬─▶ body ─▶ feedback ─▶ head
+                                      └─leave─▶ min_by(key, value) per epoch ─▶ result
+    """
+    if not (isinstance(min_by, tuple) and len(min_by) == 2 and all(map(callable, min_by))):
+        raise GraphBuildError(
+            f"{name}: min_by must be a pair of functions (key, value), as Stream.min_by "
+            f"takes, for example min_by=(lambda r: r[0], lambda r: r[1]); got {min_by!r}"
+        )
+    if max_iters is not None:
+        raise GraphBuildError(
+            f"{name}: min_by cannot be bounded by max_iters (a bounded loop must follow "
+            "every record from its earliest round, and min_by drops those that do not "
+            "improve); drop max_iters, or bound the rounds in the records themselves"
+        )
+    key, value = min_by
+    flow = stream.flow
+    loop = flow.loop(name=name, parent=stream.scope)
+    handle, again = loop.feedback()
+    head = stream.enter(loop).concat(again, name=f"{name}.head")
+    least = flow.vertex(
+        [(head, exchange(key))],
+        lambda: LeastOnly(key, value),
+        name=f"{name}.least",
+        where=function_location(value),
+    )[0]
+    result = body(least)
+    if not isinstance(result, Stream):
+        raise GraphBuildError(f"{name}: the body must return a Stream, got {result!r}")
+    handle.connect(result)
+    out: Stream = least_by(least.leave(), key, value, name=f"{name}.min")
     return out
 
 
@@ -236,12 +341,13 @@ def _iterate_until(
     until: Any,
     max_iters: int | None,
     name: str,
+    min_by: tuple[Callable[[Any], Any], Callable[[Any], Any]] | None = None,
 ) -> Stream:
     """What ``Stream.iterate`` calls when given ``until`` (see its docstring)."""
     if not callable(body):
         raise GraphBuildError(f"{name}: body must be a function of a stream, got {body!r}")
     if until == "fixpoint":
-        reached: Stream = fixpoint(stream, body, max_iters=max_iters, name=name)
+        reached: Stream = fixpoint(stream, body, max_iters=max_iters, name=name, min_by=min_by)
         return reached
     if isinstance(until, str) or not callable(until):
         raise GraphBuildError(

@@ -253,6 +253,7 @@ class Stream:
         until: str | Callable[[Any], bool] | None = None,
         max_iters: int | None = None,
         name: str = "iterate",
+        min_by: tuple[Callable[[Any], Any], Callable[[Any], Any]] | None = None,
     ) -> Stream:
         """Apply ``body`` again and again, per epoch, until ``until`` says stop.
 
@@ -264,6 +265,9 @@ class Stream:
         - ``until="fixpoint"``: stop when a round derives nothing new in the epoch; the
           result is the set reached: the input and all ``body`` derived from it, each once
           (``body`` only sees what is new; records must be hashable).
+          With ``min_by=(key, value)`` the loop keeps, per key, the record of least
+          ``value``: a record goes round only if it improves on its key's, and the result
+          is each key's least record (label propagation, shortest paths).
         - ``until=pred``: per record, the first of ``x, body(x), body(body(x)), ...`` for
           which ``pred`` holds leaves; the others go round again (Haskell's ``until``).
 
@@ -276,6 +280,11 @@ class Stream:
                 f"iterate: until must be None, 'fixpoint' or a predicate, got {until!r}; "
                 f"to bound the rounds, pass max_iters={until!r} by keyword"
             )
+        if min_by is not None and until != "fixpoint":
+            raise GraphBuildError(
+                f"iterate: min_by keeps the least record per key of a fixpoint; pass "
+                f"until='fixpoint' with it (got until={until!r})"
+            )
         if until is not None:
             until_loop = _stream_method("_iterate_until")
             if until_loop is None:
@@ -283,7 +292,7 @@ class Stream:
                     "iterate(until=...) is provided by the operator library: install the "
                     "package that registers the 'timely.operators' entry point (operators/)"
                 )
-            result: Stream = until_loop(self, body, until, max_iters, name)
+            result: Stream = until_loop(self, body, until, max_iters, name, min_by)
             return result
         loop = self.flow.loop(name=name, parent=self.scope, max_iters=max_iters)
         handle, again = loop.feedback()
@@ -644,25 +653,31 @@ class Dataflow:
 
 
 def _entered(stream: Stream, scope: Scope, invariant: bool = True) -> Stream:
-    """``stream`` brought into ``scope`` when it comes from the scope just outside it:
-    entered, loop-invariant (each iteration sees it) unless ``invariant`` is False.
-    From further out (nested loops) it is refused: the outer loop's iterations would
-    not see it. Others are left as they are (``_check_scope`` then says what is wrong)."""
+    """``stream`` brought into ``scope`` when it comes from an enclosing scope: entered,
+    loop-invariant (each iteration sees it) unless ``invariant`` is False. An invariant
+    stream from further out than the scope just outside (nested loops) is refused: the
+    outer loop's later iterations would not see it. Entered plainly, it goes in loop by
+    loop (a step that keeps records across times sees them from then on). Others are
+    left as they are (``_check_scope`` then says what is wrong)."""
     if scope.parent is None or stream.scope is scope or stream.flow is not scope.flow:
         return stream
-    if stream.scope is not scope.parent:
-        at: Scope | None = scope.parent
-        while at is not None and at is not stream.scope:
-            at = at.parent
-        if at is not None:
-            raise GraphBuildError(
-                f"stream {stream.name!r} of scope {stream.scope.name!r} is used in loop "
-                f"{scope.name!r}, nested more than one loop deeper: bring it into each "
-                "enclosing loop as a stream of that loop (for example joined or concatenated "
-                "there), one level at a time"
-            )
+    path: list[Scope] = []  # the loops from just inside the stream's scope to ``scope``
+    at: Scope | None = scope
+    while at is not None and at is not stream.scope:
+        path.append(at)
+        at = at.parent
+    if at is None:
         return stream
-    return stream.enter(scope, invariant=invariant)
+    if len(path) > 1 and invariant:
+        raise GraphBuildError(
+            f"stream {stream.name!r} of scope {stream.scope.name!r} is used in loop "
+            f"{scope.name!r}, nested more than one loop deeper: bring it into each "
+            "enclosing loop as a stream of that loop (for example joined or concatenated "
+            "there), one level at a time"
+        )
+    for loop in reversed(path):
+        stream = stream.enter(loop, invariant=invariant)
+    return stream
 
 
 def _factory(vertex: VertexFactory | type[Vertex]) -> tuple[VertexFactory, str, str]:
