@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from operators.keyed import min_by as least_by
 from operators.state import StatefulVertex
 from operators.stateless import Distinct, _identity
 from progress import Timestamp, less_equal
@@ -169,7 +168,7 @@ class LeastOnly(StatefulVertex):
 
     Exchanged by key; ``best`` holds one table per epoch (outer time), at round 0,
     mapping each key to its least value, dropped once the loop is done with the epoch
-    (as :class:`NewOnly`'s). A batch is first folded to its least record per key.
+    (as :class:`NewOnly`'s). Of a batch, each improved key's least record is sent.
     """
 
     def __init__(self, key: Callable[[Any], Any], value: Callable[[Any], Any]) -> None:
@@ -186,9 +185,8 @@ class LeastOnly(StatefulVertex):
         if len(self.best.times()) > 1:
             self._forget_finished(base)
         key, value = self.key, self.value
-        least: dict[Any, Any] = {}  # this batch's least value per key ...
-        chosen: dict[Any, Any] = {}  # ... and its record
-        get = least.get
+        chosen: dict[Any, Any] = {}  # each improved key's best record of the batch
+        get = best.get
         record: Any = None
         fn: Any = key
         try:
@@ -197,20 +195,13 @@ class LeastOnly(StatefulVertex):
                 fn = value
                 v = value(record)
                 fn = key
-                here = get(k)
-                if here is None or v < here:
-                    least[k] = v
+                was = get(k)
+                if was is None or v < was:
+                    best[k] = v
                     chosen[k] = record
         except Exception as e:
             self.fail(e, time, record, fn)
-        old = best.get
-        out = []
-        for k, v in least.items():
-            was = old(k)
-            if was is None or v < was:
-                best[k] = v
-                out.append(chosen[k])
-        self.send_by(0, out, time)
+        self.send_by(0, list(chosen.values()), time)
 
     def _forget_finished(self, current: Timestamp) -> None:
         for t in self.best.times():
@@ -256,8 +247,38 @@ def _least_fixpoint(
     if not isinstance(result, Stream):
         raise GraphBuildError(f"{name}: the body must return a Stream, got {result!r}")
     handle.connect(result)
-    out: Stream = least_by(least.leave(), key, value, name=f"{name}.min")
-    return out
+    return flow.vertex(
+        [(least.leave(), exchange(key))],
+        lambda: LeastPerTime(key, value),
+        name=f"{name}.least_of_epoch",
+        where=function_location(value),
+    )[0]
+
+
+class LeastPerTime(StatefulVertex):
+    """Per time, each key's record of least value (what :func:`min_by` sends, without
+    its fold before the exchange: the records come from :class:`LeastOnly`, one per key
+    per batch already)."""
+
+    def __init__(self, key: Callable[[Any], Any], value: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.key = key
+        self.value = value
+        self.least = self.keyed_state("least")
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        least = self.table_at(self.least, time)
+        get = least.get
+        key, value = self.key, self.value
+        for record in records:  # both ran on these records in LeastOnly already
+            k = key(record)
+            v = value(record)
+            was = get(k)
+            if was is None or v < was[0]:
+                least[k] = (v, record)
+
+    def on_notify(self, time: Timestamp) -> None:
+        self.send_by(0, [record for _, record in self.least.pop(time).values()], time)
 
 
 class BelowRound(Vertex):

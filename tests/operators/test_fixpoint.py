@@ -1,17 +1,19 @@
-"""``fixpoint``: reachability and transitive closure on small random graphs vs BFS."""
+"""``fixpoint``: reachability and transitive closure on small random graphs vs BFS; with
+``min_by``, shortest distances vs Dijkstra."""
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the Stream methods
 from tests.operators.test_properties import Feed, by_epoch, per_epoch, send
-from timely import Dataflow, GraphBuildError
+from timely import Dataflow, GraphBuildError, UserFunctionError
 
 N = 8
 nodes = st.integers(0, N - 1)
@@ -130,3 +132,64 @@ def test_fixpoint_checks_its_arguments() -> None:
         s.fixpoint(lambda t: t, max_iters=0)
     with pytest.raises(GraphBuildError, match="must return a Stream"):
         s.fixpoint(lambda t: None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(1, 5)), max_size=25),
+    st.integers(1, 4),
+    st.integers(0, 2**16),
+)
+def test_a_least_fixpoint_gives_shortest_distances(
+    edges: list[tuple[int, int, int]], w: int, seed: int
+) -> None:
+    """``min_by=(node, distance)``: Bellman-Ford in plain LINQ, each node's least distance
+    from node 0 over weighted edges, against Dijkstra."""
+    flow = Dataflow("sssp")
+    inp = flow.new_input("edges")
+    start = inp.stream.where(lambda e: e[0] == 0).select(lambda e: (0, 0)).distinct()
+    start.iterate(
+        lambda ds: ds.join(
+            inp.stream, lambda d: d[0], lambda e: e[0], lambda d, e: (e[1], d[1] + e[2])
+        ),
+        until="fixpoint",
+        min_by=(lambda d: d[0], lambda d: d[1]),
+    ).collect("dist")
+    inp.send(edges)
+    out = flow.run(workers=w, backend="inline", seed=seed)
+    got = [r for _, r in out["dist"]]
+    assert len(got) == len({n for n, _ in got})  # one per node
+    want: dict[int, int] = {}
+    if any(a == 0 for a, _, _ in edges):
+        want, heap = {}, [(0, 0)]
+        while heap:
+            d, n = heapq.heappop(heap)
+            if n in want:
+                continue
+            want[n] = d
+            heap.extend((d + c, b) for a, b, c in edges if a == n and b not in want)
+    assert dict(got) == want
+
+
+def test_a_least_fixpoint_checks_its_arguments() -> None:
+    s = Dataflow("bad").new_input().stream
+    pair = (lambda r: r[0], lambda r: r[1])
+    with pytest.raises(GraphBuildError, match="pass until='fixpoint' with it"):
+        s.iterate(lambda t: t, min_by=pair)
+    with pytest.raises(GraphBuildError, match="a pair of functions"):
+        s.iterate(lambda t: t, until="fixpoint", min_by=lambda r: r)  # type: ignore[arg-type]
+    with pytest.raises(GraphBuildError, match="cannot be bounded by max_iters"):
+        s.iterate(lambda t: t, until="fixpoint", min_by=pair, max_iters=3)
+
+
+def test_a_failing_value_function_names_the_record() -> None:
+    flow = Dataflow("bad_value")
+    inp = flow.new_input()
+    inp.stream.iterate(
+        lambda t: t, until="fixpoint", min_by=(lambda r: r[0], lambda r: 1 / r[1])
+    ).collect("out")
+    inp.send([(1, 2), (3, 0)])
+    with pytest.raises(UserFunctionError, match=r"\(3, 0\)") as info:
+        flow.run(workers=2, backend="inline")
+    assert "test_fixpoint.py" in str(info.value)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
