@@ -63,6 +63,18 @@ def reach(s: Stream) -> Stream:
     return s.fixpoint(lambda inner: inner.select(lambda x: 2 * x % 23))
 
 
+def labels(s: Stream) -> Stream:
+    # Per epoch, each node's component label by label propagation in plain LINQ: the
+    # loop joins each round's labels with the epoch's edges, which come from outside it
+    # (indexed once per epoch), and keeps each node's least label (a least fixpoint).
+    both = s.select_many(lambda x: [(x % 7, x // 7), (x // 7, x % 7)])
+    return both.select(lambda e: (e[0], e[0])).iterate(
+        lambda ls: ls.join(both, lambda nl: nl[0], lambda e: e[0], lambda nl, e: (e[1], nl[1])),
+        until="fixpoint",
+        min_by=(lambda nl: nl[0], lambda nl: nl[1]),
+    )
+
+
 PIPELINES: dict[str, Callable[[Stream], Stream]] = {
     "counts": counts,
     "running": running,
@@ -72,6 +84,7 @@ PIPELINES: dict[str, Callable[[Stream], Stream]] = {
     "sliding": sliding,
     "windowed": windowed,
     "reach": reach,
+    "labels": labels,
 }
 
 

@@ -25,7 +25,7 @@ from timely import Dataflow, Source
 from timely.snapshots import Snapshots
 
 EPOCHS = epochs_for(10, 3)
-LOOPS = {"reach", "loop_and_running"}
+LOOPS = {"reach", "loop_and_running", "labels"}
 """Their runs have many more scheduling events (every round of the loop): fewer epochs."""
 
 
