@@ -29,7 +29,9 @@ class Join(StatefulVertex):
     epoch, for a stream of the top level) joins with it. It comes in once, at round 0
     (``(*o, 0)``; ``(*o, 0, 0)`` two loops in), and is kept indexed by key in
     ``arranged``, in one table at that time, instead of being delivered and indexed
-    again every round; the table goes once the loop is done with ``o`` on both inputs.
+    again every round; the table goes once the loop is done with ``o`` on both inputs,
+    checked when a round is notified and when another outer time's first records come
+    (so a worker holds at most one finished outer time's index, the last one's).
     A round ``(*o, i)`` is notified only after its inputs' frontiers pass it, so after
     every record of ``(*o, 0)``: the index is complete then.
     """
@@ -52,11 +54,14 @@ class Join(StatefulVertex):
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         if self.arranged is not None:  # a loop-invariant side: one list per key, per side
-            table = (
-                self.arranged.table(self._round_0(time))
-                if input == self.outer
-                else self.table_at(self.sides, time)
-            )
+            if input != self.outer:
+                table = self.table_at(self.sides, time)
+            else:
+                base = self._round_0(time)
+                table = self.arranged.get(base)  # type: ignore[assignment]
+                if table is None:  # a new outer time: let go of those the loop is done with
+                    self._forget_arranged(base)
+                    table = self.arranged.table(base)
             self.group_into(table, self.keys[input], records, time)
             return
         sides = self.table_at(self.sides, time)

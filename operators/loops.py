@@ -194,11 +194,11 @@ class LeastOnly(StatefulVertex):
                 k = key(record)
                 fn = value
                 v = value(record)
-                fn = key
                 was = get(k)
-                if was is None or v < was:
+                if was is None or v < was:  # values that do not compare: value's fault
                     best[k] = v
                     chosen[k] = record
+                fn = key
         except Exception as e:
             self.fail(e, time, record, fn)
         self.send_by(0, list(chosen.values()), time)
@@ -219,7 +219,7 @@ def _least_fixpoint(
     """``fixpoint`` keeping each key's least record (see its docstring)::
 
     input ─enter─▶ head ─▶ LeastOnly ─┬─▶ body ─▶ feedback ─▶ head
-                                      └─leave─▶ min_by(key, value) per epoch ─▶ result
+                                      └─leave─▶ LeastPerTime (per epoch) ─▶ result
     """
     if not (isinstance(min_by, tuple) and len(min_by) == 2 and all(map(callable, min_by))):
         raise GraphBuildError(
@@ -270,12 +270,16 @@ class LeastPerTime(StatefulVertex):
         least = self.table_at(self.least, time)
         get = least.get
         key, value = self.key, self.value
-        for record in records:  # both ran on these records in LeastOnly already
-            k = key(record)
-            v = value(record)
-            was = get(k)
-            if was is None or v < was[0]:
-                least[k] = (v, record)
+        record: Any = None
+        try:
+            for record in records:  # both ran on these records in LeastOnly already
+                k = key(record)
+                v = value(record)
+                was = get(k)
+                if was is None or v < was[0]:
+                    least[k] = (v, record)
+        except Exception as e:
+            self.fail(e, time, record, value)
 
     def on_notify(self, time: Timestamp) -> None:
         self.send_by(0, [record for _, record in self.least.pop(time).values()], time)

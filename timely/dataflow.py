@@ -214,6 +214,13 @@ class Stream:
                 f"made in that scope; {scope.name!r} was made in "
                 f"{scope.parent.name if scope.parent else 'no scope'!r}"
             )
+        if self.invariant:
+            raise GraphBuildError(
+                f"stream {self.name!r} is loop-invariant in {self.scope.name!r}; entered "
+                f"again into {scope.name!r} it would be seen at that loop's first round "
+                "only: use the stream from outside both loops in the inner loop's join "
+                "(it is entered for you), or transform it in the outer loop first"
+            )
         d = self.scope.depth
         v = self.flow._add_vertex(
             f"{scope.name}.enter",

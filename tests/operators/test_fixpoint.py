@@ -193,3 +193,15 @@ def test_a_failing_value_function_names_the_record() -> None:
         flow.run(workers=2, backend="inline")
     assert "test_fixpoint.py" in str(info.value)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+def test_values_that_do_not_compare_are_the_value_functions_fault() -> None:
+    flow = Dataflow("bad_order")
+    inp = flow.new_input()
+    inp.stream.iterate(
+        lambda t: t, until="fixpoint", min_by=(lambda r: r[0], lambda r: r[1])
+    ).collect("out")
+    inp.send([(1, 2), (1, "x")])
+    with pytest.raises(UserFunctionError, match=r"\(1, 'x'\)") as info:
+        flow.run(workers=1, backend="inline")
+    assert isinstance(info.value.__cause__, TypeError)

@@ -21,7 +21,7 @@ import timely.worker
 from operators.join import Join
 from tests.examples.test_connected_components import union_find_labels
 from tests.operators.test_properties import counter_loop
-from timely import Dataflow, Stream
+from timely import Dataflow, GraphBuildError, Stream
 
 graphs = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30)
 workers = st.integers(1, 4)
@@ -344,3 +344,48 @@ def test_mutation_a_nested_join_keyed_by_the_inner_loop_only_is_caught(
     assert nested_reach(chain, 2, 0) == {0, 1, 2, 3}
     monkeypatch.setattr(Join, "_round_0", lambda self, time: (*time[:-1], 0))
     assert nested_reach(chain, 2, 0) == {0, 1}
+
+
+def test_a_worker_with_no_rounds_lets_the_outer_indexes_go() -> None:
+    """Roots only in the first two epochs, edges in all thirty: the loop has no round in
+    most epochs, so no notification comes; each new epoch's edges let the finished
+    epochs' indexes go all the same."""
+    flow = Dataflow("idle")
+    edges = flow.new_input("edges")
+    roots = flow.new_input("roots")
+    roots.stream.iterate(
+        lambda reached: reached.join(edges.stream, lambda x: x, lambda e: e[0], lambda x, e: e[1]),
+        until="fixpoint",
+    ).collect("reach")
+    with flow.activate(workers=2, backend="inline", seed=1) as session:
+        for e in range(30):
+            edges.advance_to(e)
+            roots.advance_to(e)
+            edges.send([(k, k + 1) for k in range(10)])
+            if e < 2:
+                roots.send([0])
+        edges.close()
+        roots.close()
+        out = session.join()
+        held = [
+            vertex.arranged.times()
+            for worker in session.worker_list  # type: ignore[attr-defined]
+            for vertex in worker.vertices
+            if isinstance(vertex, Join) and vertex.arranged is not None
+        ]
+    assert sorted(out["reach"]) == [(e, n) for e in range(2) for n in range(11)]
+    assert len(held) == 2 and all(len(times) <= 1 for times in held), held
+
+
+def test_an_invariant_stream_cannot_enter_a_loop_again() -> None:
+    """Entered into an inner loop, an outer loop's invariant stream would be seen at the
+    outer loop's round 0 only: refused, with what to write instead."""
+    flow = Dataflow("twice")
+    table = flow.new_input("table").stream
+    outer = flow.loop("outer")
+    inner = flow.loop("inner", parent=outer)
+    kept = table.enter(outer, invariant=True)
+    with pytest.raises(GraphBuildError, match="use the stream from outside both loops"):
+        kept.enter(inner)
+    with pytest.raises(GraphBuildError, match="use the stream from outside both loops"):
+        kept.enter(inner, invariant=True)
