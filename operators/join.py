@@ -58,10 +58,9 @@ class Join(StatefulVertex):
                 table = self.table_at(self.sides, time)
             else:
                 base = self._round_0(time)
-                table = self.arranged.get(base)  # type: ignore[assignment]
-                if table is None:  # a new outer time: let go of those the loop is done with
-                    self._forget_arranged(base)
-                    table = self.arranged.table(base)
+                if self.arranged.get(base) is None:  # a new outer time: let go of the
+                    self._forget_arranged(base)  # indexes of those the loop is done with
+                table = self.arranged.table(base)
             self.group_into(table, self.keys[input], records, time)
             return
         sides = self.table_at(self.sides, time)
