@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from connectors.files import read_committed
+from timely.backends.ray_pool import release_workers
 from timely.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -311,7 +312,12 @@ flow.source(from_collection([1, 0, 2])).select(lambda x: 10 // x, name="divide")
 
 def test_run_on_ray_ships_a_module_from_a_file_path(ray_local: Any, job: dict[str, Any]) -> None:
     """Joins the test session's Ray with --address; the workers cannot import the module by
-    name (it is not on their path), so the CLI must ship it by value."""
+    name (it is not on their path), so the CLI must ship it by value.
+
+    The idle actors this test process keeps from its earlier Ray runs hold the session
+    Ray's CPUs for up to their ``idle_timeout`` (30 s), and the CLI, another driver, cannot
+    take them: its actors would wait for them to time out (9-30 s in CI, 2 s without)."""
+    release_workers()
     address = ray_local.get_runtime_context().gcs_address
     elsewhere = job["dir"] / "elsewhere"
     elsewhere.mkdir()
