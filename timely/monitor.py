@@ -20,6 +20,7 @@ session logs to a temporary directory removed at its end.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import shutil
 import tempfile
@@ -64,7 +65,10 @@ MONITORS: dict[str, str] = {
 """timely's own monitor options, by the factory that makes each (``module:name``)."""
 
 
+@functools.cache
 def _factories() -> dict[str, str]:
+    """The monitor options, timely's and the installed packages' (read once per process:
+    scanning the entry points costs ~5 ms, and a session starts many runs)."""
     from importlib.metadata import entry_points
 
     found = dict(MONITORS)
