@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 import operators  # noqa: F401  (registers select_many on Stream)
+from benchmarks._examples import example
 from benchmarks.tables import markdown, write_results
 from timely import Dataflow, Source, Vertex, exchange
 
@@ -287,29 +288,8 @@ def timely_cc(edges: list[Edge], workers: int, backend: str) -> dict[int, int]:
     return dict(r for _, r in result["labels"])
 
 
-def _linq_graphs() -> Any:
-    """``examples/linq_graphs.py`` (the examples folder is not a package), shipped to Ray
-    workers by value."""
-    import importlib.util
-
-    from ray import cloudpickle
-
-    path = os.path.join(os.path.dirname(__file__), "..", "examples")
-    if path not in sys.path:
-        sys.path.insert(0, path)  # it imports _cli beside it
-    where = os.path.join(path, "linq_graphs.py")
-    spec = importlib.util.spec_from_file_location("linq_graphs", where)
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get("linq_graphs")
-    if module is None:
-        module = sys.modules["linq_graphs"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    cloudpickle.register_pickle_by_value(module)
-    return module
-
-
 def timely_cc_linq(edges: list[Edge], workers: int, backend: str) -> dict[int, int]:
-    components = _linq_graphs().components
+    components = example("linq_graphs").components
     flow = Dataflow("cc_linq")
     components(flow.source(EdgeSource(edges, max(2, workers)))).collect("labels")
     result = flow.run(workers=workers, backend=backend)
