@@ -38,15 +38,13 @@ import argparse
 import os
 import platform
 import random
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import operators  # noqa: F401  (registers select_many on Stream)
 from benchmarks._examples import example
-from benchmarks.tables import markdown, write_results
+from benchmarks.tables import markdown, timed, write_results
 from timely import Dataflow, Source, Vertex, exchange
 
 Edge = tuple[int, int]
@@ -294,15 +292,6 @@ def timely_cc_linq(edges: list[Edge], workers: int, backend: str) -> dict[int, i
     components(flow.source(EdgeSource(edges, max(2, workers)))).collect("labels")
     result = flow.run(workers=workers, backend=backend)
     return dict(r for _, r in result["labels"])
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    walls, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        walls.append(time.perf_counter() - t0)
-    return statistics.median(walls), result
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,6 @@ import argparse
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._examples import example
-from benchmarks.tables import markdown, write_results
+from benchmarks.tables import markdown, timed, write_results
 from timely import Dataflow
 
 Edge = tuple[int, int]
@@ -94,15 +93,6 @@ def timely_linq(n: int, edges: list[Edge], iters: int, workers: int, backend: st
     out = flow.run(workers=workers, backend=backend)
     ranks = dict(r for _, r in out["rank"])
     return [ranks[v] for v in range(n)]
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    walls, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        walls.append(time.perf_counter() - t0)
-    return statistics.median(walls), result
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,15 +25,13 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tables import markdown
+from benchmarks.tables import markdown, timed
 from connectors.spark import SparkSource, spark_source
 from timely import Dataflow
 
@@ -88,15 +86,6 @@ def dataflow_rows(src: Any, workers: int) -> int:
     flow.source(src).select(lambda b: b.num_rows).collect("rows")
     out = flow.run(workers=workers, backend="ray")
     return sum(out.records("rows"))
-
-
-def timed(f: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    walls, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = f()
-        walls.append(time.perf_counter() - start)
-    return statistics.median(walls), result
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,9 +1,11 @@
-"""Report helpers shared by the benchmark scripts."""
+"""Report and timing helpers shared by the benchmark scripts."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import statistics
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +28,13 @@ def markdown(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines.append("|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|")
     lines.extend("| " + " | ".join(str(c) for c in row) + " |" for row in rows)
     return "\n".join(lines)
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """The median wall time of ``repeat`` calls of ``fn`` and the last call's result."""
+    walls, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        walls.append(time.perf_counter() - start)
+    return statistics.median(walls), result

@@ -218,6 +218,16 @@ def test_per_time_operators_in_a_loop_see_the_entered_stream_at_every_round(
     assert per_time_run(op, starts, table, w, seed) == per_time_reference(op, starts, table)
 
 
+def outer_indexes(session: Any) -> list[list[Any]]:
+    """The outer times each worker's join (with an outer side) holds an index of."""
+    return [
+        vertex.arranged.times()
+        for worker in session.worker_list
+        for vertex in worker.vertices
+        if isinstance(vertex, Join) and vertex.arranged is not None
+    ]
+
+
 def test_the_outer_side_of_a_join_is_indexed_once_per_epoch_and_dropped_after() -> None:
     """Each worker's join keeps one index of an epoch's outer records, and lets an
     epoch's index go once the loop is done with it (checked at its next notification,
@@ -230,12 +240,7 @@ def test_the_outer_side_of_a_join_is_indexed_once_per_epoch_and_dropped_after() 
             edges.send(batch)
         edges.close()
         out = session.join()
-        kept = [
-            vertex.arranged.times()
-            for worker in session.worker_list  # type: ignore[attr-defined]
-            for vertex in worker.vertices
-            if isinstance(vertex, Join) and vertex.arranged is not None
-        ]
+        kept = outer_indexes(session)
     assert len(kept) == 2  # one join per worker, with an outer side
     assert any(kept)  # the index is used ...
     assert all(len(ts) <= 2 and all(t >= (3, 0) for t in ts) for ts in kept)  # ... let go
@@ -367,12 +372,7 @@ def test_a_worker_with_no_rounds_lets_the_outer_indexes_go() -> None:
         edges.close()
         roots.close()
         out = session.join()
-        held = [
-            vertex.arranged.times()
-            for worker in session.worker_list  # type: ignore[attr-defined]
-            for vertex in worker.vertices
-            if isinstance(vertex, Join) and vertex.arranged is not None
-        ]
+        held = outer_indexes(session)
     assert sorted(out["reach"]) == [(e, n) for e in range(2) for n in range(11)]
     assert len(held) == 2 and all(len(times) <= 1 for times in held), held
 
