@@ -8,8 +8,8 @@ over all nodes (as networkx does).
 - **Python**: the power iteration over lists, single-threaded: the reference.
 - **numpy**: the same iteration vectorised (``np.bincount`` per round): the limit of
   one core, with no per-record Python at all.
-- **timely, vertex**: ``examples/pagerank.py``: one hand-written ``Step`` vertex per
-  round keeps each worker's nodes and out-edges.
+- **timely, vertex**: ``examples/pagerank.py``: one hand-written ``Step`` vertex in the
+  loop body, run every round, keeps each worker's nodes and out-edges.
 - **timely, plain LINQ**: ``examples/linq_graphs.py``'s ``pagerank``: ``iterate``
   around ``join`` and ``aggregate`` with no vertex of its own; the edges and degrees
   come from outside the loop and each join keeps them indexed once per epoch.

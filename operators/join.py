@@ -30,8 +30,8 @@ class Join(StatefulVertex):
     (``(*o, 0)``; ``(*o, 0, 0)`` two loops in), and is kept indexed by key in
     ``arranged``, in one table at that time, instead of being delivered and indexed
     again every round; the table goes once the loop is done with ``o`` on both inputs,
-    checked when a round is notified and when another outer time's first records come
-    (so a worker holds at most one finished outer time's index, the last one's).
+    which is checked when a round is notified and when another outer time's first
+    records come (a finished outer time's index waits for the next such event).
     A round ``(*o, i)`` is notified only after its inputs' frontiers pass it, so after
     every record of ``(*o, 0)``: the index is complete then.
     """

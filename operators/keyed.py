@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from operators.state import StatefulVertex
-from operators.stateless import _check
+from operators.stateless import _check, _incomparable
 from progress import Timestamp
 from timely import GraphBuildError, Stream, Vertex, exchange, stream_method
 from timely.errors import function_location
@@ -228,10 +228,18 @@ def _extreme(
     better = operator.lt if op == "min_by" else operator.gt
 
     def fold(acc: Any, record: Any) -> Any:
-        return record if acc is _EMPTY or better(value(record), value(acc)) else acc
+        if acc is _EMPTY:
+            return record
+        return record if _compare(value(record), value(acc)) else acc
 
     def merge(a: Any, b: Any) -> Any:
-        return b if better(value(b), value(a)) else a
+        return b if _compare(value(b), value(a)) else a
+
+    def _compare(x: Any, y: Any) -> bool:
+        try:
+            return bool(better(x, y))
+        except TypeError as e:
+            raise _incomparable(op, x, y) from e
 
     def seed() -> Any:
         return _EMPTY

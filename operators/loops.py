@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from operators.state import StatefulVertex
-from operators.stateless import Distinct, _identity
+from operators.stateless import Distinct, _identity, _incomparable
 from progress import Timestamp, less_equal
 from timely import GraphBuildError, Stream, Vertex, exchange, stream_method
 from timely.errors import function_location
@@ -192,10 +192,14 @@ class LeastOnly(StatefulVertex):
         try:
             for record in records:
                 k = key(record)
+                was = get(k)
                 fn = value
                 v = value(record)
-                was = get(k)
-                if was is None or v < was:  # values that do not compare: value's fault
+                try:
+                    better = was is None or v < was
+                except TypeError as e:
+                    raise _incomparable(self.name, v, was) from e
+                if better:
                     best[k] = v
                     chosen[k] = record
                 fn = key
@@ -276,7 +280,14 @@ class LeastPerTime(StatefulVertex):
                 k = key(record)
                 v = value(record)
                 was = get(k)
-                if was is None or v < was[0]:
+                if was is None:
+                    least[k] = (v, record)
+                    continue
+                try:
+                    better = v < was[0]
+                except TypeError as e:
+                    raise _incomparable(self.name, v, was[0]) from e
+                if better:
                     least[k] = (v, record)
         except Exception as e:
             self.fail(e, time, record, value)

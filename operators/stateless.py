@@ -20,6 +20,15 @@ def _check(op: str, what: str, fn: Any) -> None:
         raise GraphBuildError(f"{op}: {what} must be a function, got {fn!r}")
 
 
+def _incomparable(op: str, a: Any, b: Any) -> TypeError:
+    """The error for values of one key that ``<`` cannot order: the user's ``value``
+    gave them (raised by the operator on purpose, so it is reported as the user's)."""
+    return TypeError(
+        f"{op}: value() gave {a!r} and {b!r} for one key, which do not compare; "
+        "make it return values of one ordered type (numbers, strings, tuples of them)"
+    )
+
+
 def _identity(record: Any) -> Any:
     return record
 

@@ -217,9 +217,10 @@ class Stream:
         if self.invariant:
             raise GraphBuildError(
                 f"stream {self.name!r} is loop-invariant in {self.scope.name!r}; entered "
-                f"again into {scope.name!r} it would be seen at that loop's first round "
-                "only: use the stream from outside both loops in the inner loop's join "
-                "(it is entered for you), or transform it in the outer loop first"
+                f"again into {scope.name!r} it would be seen at the outer loop's first "
+                "round only: in the inner loop, join with the stream from outside both "
+                "loops (a join takes it from any depth), or first combine it in the "
+                "outer loop with a stream of that loop (concat, join) and use the result"
             )
         d = self.scope.depth
         v = self.flow._add_vertex(

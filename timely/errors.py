@@ -216,8 +216,6 @@ def is_internal(error: BaseException, fn: Callable[..., Any] | None) -> bool:
     - timely raised it on purpose (a ``raise`` statement, not an ``assert``): it checks
       what user code gave it, such as an exchange key without a stable hash;
     - a key the user's function made is not hashable (``TypeError: unhashable type``);
-    - values the user's function made do not compare (``TypeError: '<' not supported
-      between instances of 'str' and 'int'``), as ``min_by`` compares them;
     - ``fn`` does not take the arguments timely calls it with (``TypeError: f() takes 1
       positional argument but 2 were given``): the mistake is in its signature.
     """
@@ -237,7 +235,7 @@ def is_internal(error: BaseException, fn: Callable[..., Any] | None) -> bool:
         return False
     if isinstance(error, TypeError):
         text = str(error)
-        if text.startswith("unhashable type") or "not supported between instances" in text:
+        if text.startswith("unhashable type"):
             return False
         name = getattr(fn, "__qualname__", None)
         if name and text.startswith(f"{name}()"):

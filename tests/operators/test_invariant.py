@@ -385,7 +385,7 @@ def test_an_invariant_stream_cannot_enter_a_loop_again() -> None:
     outer = flow.loop("outer")
     inner = flow.loop("inner", parent=outer)
     kept = table.enter(outer, invariant=True)
-    with pytest.raises(GraphBuildError, match="use the stream from outside both loops"):
+    with pytest.raises(GraphBuildError, match="join with the stream from outside both loops"):
         kept.enter(inner)
-    with pytest.raises(GraphBuildError, match="use the stream from outside both loops"):
+    with pytest.raises(GraphBuildError, match="join with the stream from outside both loops"):
         kept.enter(inner, invariant=True)
