@@ -55,7 +55,7 @@ def check(epochs: list[list[tuple[int, int]]], got: dict[str, dict[int, Any]], i
         assert all(abs(got["rank"][e][v] - want[v]) < 1e-9 for v in range(N)), e
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     st.lists(graphs, min_size=1, max_size=3),
     st.integers(0, 6),
