@@ -22,7 +22,8 @@ class Join(StatefulVertex):
     """Buffers both sides by key per time; at completion sends ``result(l, r)`` per match.
 
     The table's value for a key is ``(lefts, rights)``; one table, so that a key's two
-    sides move together when state is re-partitioned.
+    sides move together when state is re-partitioned. With an outer side (below), it
+    holds the round's records of the key, one list.
 
     In a loop, a side from outside it (``outer``, its port) is loop-invariant: every
     round of its outer time ``o`` (its own timestamp, of ``depth`` coordinates: an
