@@ -27,10 +27,10 @@ a per-epoch ``distinct`` after the loop keeps the result a set.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from operators.state import StatefulVertex
+from operators.state import KeyedState, StatefulVertex
 from operators.stateless import Distinct, _identity, _incomparable
 from progress import Timestamp, less_equal
 from timely import GraphBuildError, Stream, Vertex, exchange, stream_method
@@ -48,10 +48,8 @@ class NewOnly(StatefulVertex):
     closure either way.
 
     ``seen`` holds one table per epoch ``e`` (per outer time, in nested loops), at the
-    time ``(e, 0)``, round 0. The table is
-    dropped once the loop has finished the epoch (no time of it is left in the input's
-    frontier), checked when the vertex next receives a batch: a loop has no time at
-    which "the epoch is done" could be asked for with ``notify_at``.
+    time ``(e, 0)``, round 0, dropped once the loop has finished the epoch
+    (:func:`epoch_table`).
     """
 
     def __init__(self, earliest: bool = False) -> None:
@@ -60,12 +58,7 @@ class NewOnly(StatefulVertex):
         self.seen = self.keyed_state("seen")
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        base = (*time[:-1], 0)
-        seen = self.seen.get(base)
-        if seen is None:
-            seen = self.seen.table(base)
-        if len(self.seen.times()) > 1:
-            self._forget_finished(base)
+        seen = epoch_table(self, self.seen, time)
         out: list[Any] = []
         append = out.append
         r = time[-1]
@@ -82,10 +75,23 @@ class NewOnly(StatefulVertex):
                     append(record)
         self.send_by(0, out, time)
 
-    def _forget_finished(self, current: Timestamp) -> None:
-        for t in self.seen.times():
-            if t != current and loop_finished(self, t[:-1]):
-                self.seen.pop(t)
+
+def epoch_table(
+    vertex: Vertex, state: KeyedState[Any], time: Timestamp
+) -> MutableMapping[Any, Any]:
+    """The table of ``state`` that a loop vertex keeps for all the rounds of ``time``'s
+    epoch (outer time), at its round 0, made if new. Tables of epochs the loop has
+    finished are dropped here, when another epoch's is in use: a loop has no time at
+    which "the epoch is done" could be asked for with ``notify_at``."""
+    base = (*time[:-1], 0)
+    table = state.get(base)
+    if table is None:
+        table = state.table(base)
+    if len(state.times()) > 1:
+        for t in state.times():
+            if t != base and loop_finished(vertex, t[:-1]):
+                state.pop(t)
+    return table
 
 
 def loop_finished(vertex: Vertex, outer: Timestamp, input: int = 0) -> bool:
@@ -178,12 +184,7 @@ class LeastOnly(StatefulVertex):
         self.best = self.keyed_state("best")
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        base = (*time[:-1], 0)
-        best = self.best.get(base)
-        if best is None:
-            best = self.best.table(base)
-        if len(self.best.times()) > 1:
-            self._forget_finished(base)
+        best = epoch_table(self, self.best, time)
         key, value = self.key, self.value
         chosen: dict[Any, Any] = {}  # each improved key's best record of the batch
         get = best.get
@@ -206,11 +207,6 @@ class LeastOnly(StatefulVertex):
         except Exception as e:
             self.fail(e, time, record, fn)
         self.send_by(0, list(chosen.values()), time)
-
-    def _forget_finished(self, current: Timestamp) -> None:
-        for t in self.best.times():
-            if t != current and loop_finished(self, t[:-1]):
-                self.best.pop(t)
 
 
 def _least_fixpoint(
