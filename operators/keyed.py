@@ -230,22 +230,18 @@ def _extreme(
     def fold(acc: Any, record: Any) -> Any:
         if acc is _EMPTY:
             return record
-        return record if _compare(value(record), value(acc)) else acc
-
-    def merge(a: Any, b: Any) -> Any:
-        return b if _compare(value(b), value(a)) else a
-
-    def _compare(x: Any, y: Any) -> bool:
-        try:
-            return bool(better(x, y))
-        except TypeError as e:
+        x, y = value(record), value(acc)
+        try:  # inline, not a helper: this runs once per record
+            return record if better(x, y) else acc
+        except TypeError as e:  # values that do not compare: value's fault
             raise _incomparable(op, x, y) from e
 
     def seed() -> Any:
         return _EMPTY
 
+    # Merging two partials is folding one into the other: a record is an accumulator.
     return _aggregate(
-        stream, key, seed, fold, merge, name, values_only=True, where=function_location(value)
+        stream, key, seed, fold, fold, name, values_only=True, where=function_location(value)
     )
 
 
