@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,36 @@ def state_machine_examples() -> int:
     return STATE_MACHINE_EXAMPLES.get(os.environ.get("HYPOTHESIS_PROFILE", "dev"), 200)
 
 
+def exhaustive() -> bool:
+    """Whether the active profile is CI's deeper one (every crash point, every kill)."""
+    return os.environ.get("HYPOTHESIS_PROFILE", "dev") == "ci"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The quick profile deselects the tests marked ``ci``: depth that CI's profile adds
+    (each such test's docstring says so), never a check that has no other home."""
+    if exhaustive():
+        return
+    quick = [item for item in items if item.get_closest_marker("ci") is None]
+    if len(quick) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in quick])
+        items[:] = quick
+
+
+SAMPLE = 3
+"""The quick profile crashes a sweep's run at one scheduling event in ``SAMPLE``."""
+
+
+def crash_points(events: int, key: str) -> range:
+    """The scheduling events (1..``events``) a crash sweep crashes its run at: every one in
+    CI's profile; in the quick profile one in :data:`SAMPLE`, from an offset that
+    ``key`` (the sweep's name) fixes, so that the sweeps between them cover every
+    residue and each run of the suite crashes at the same points (a failure repeats)."""
+    if exhaustive():
+        return range(1, events + 1)
+    return range(1 + zlib.crc32(key.encode()) % SAMPLE, events + 1, SAMPLE)
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[Any]:
     """Local Ray with 2 CPUs, started once; shut down at the end if this fixture started it."""
@@ -49,7 +80,7 @@ def ray_local() -> Iterator[Any]:
     if started:
         ray.init(
             address="local",
-            num_cpus=2,
+            num_cpus=int(os.environ.get("TIMELY_TEST_CPUS", "2")),
             include_dashboard=False,
             logging_level=logging.WARNING,
         )

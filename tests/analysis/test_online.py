@@ -3,7 +3,6 @@ of the driver that tails the trace (no timing asserted: a benchmark measures it)
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,9 +30,9 @@ def test_windows_are_analysed_while_the_run_goes_on(tmp_path: Path) -> None:
     session = flow.activate(workers=2, backend="ray", trace=tmp_path)
     with OnlineProfiler(str(tmp_path), window=0.5, on_window=seen) as profiler:
         epoch = 0
-        deadline = time.monotonic() + 60
-        while len(during) < 3:  # feed the run until three windows came back while it ran
-            assert time.monotonic() < deadline, "no window analysed while the run went on"
+        # Feed the run until three windows came back while it ran (a profiler that never
+        # reports keeps it going until pytest-timeout's bound fails the test).
+        while len(during) < 3:
             nums.advance_to(epoch)
             nums.send(list(range(2000)))  # more than the workers keep up with: they are busy
             session.poll(0)

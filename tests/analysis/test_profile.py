@@ -165,4 +165,9 @@ def test_on_ray_an_exchange_heavy_dataflow_names_the_exchange(tmp_path: Path) ->
         nums.send(list(range(3000)))
     flow.run(workers=2, backend="ray", trace=tmp_path)
     channels = [name for name, _, _ in profile(str(tmp_path)).tables["channels"]]
-    assert channels[0] == "-> shuffle", channels
+    # Of the dataflow's channels the exchange ranks first: it carries a thousand times the
+    # bytes of the input. (The progress exchange is left out: its many small messages
+    # queue behind the big ones, and under a busy machine's scheduling that waiting can
+    # outrank the exchange itself, which is timing, not what this test is about.)
+    data = [name for name in channels if name != "progress"]
+    assert data[0] == "-> shuffle", channels

@@ -454,6 +454,10 @@ class Outcome:
     """The longest time the run went on between recoveries (what bounds the above)."""
     mean_without_commit: float | None = None
     """The mean gap between commits over the same stretches."""
+    commits_after_recoveries: int | None = None
+    """Commits made after the last recovery's first new output (an order of events, not a
+    duration): how often a run with ``checkpoint_interval`` committed once no kill
+    interrupted it any more."""
 
     @property
     def kills(self) -> int:
@@ -580,7 +584,7 @@ def run(
 
 def cadence(
     recorder: Recorder, records: list[KillRecord], commit_times: list[float]
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """The longest gap between checkpoint commits while the dataflow ran, and the longest
     stretch it ran: stretches go from the first output to the first kill, from each
     recovery (the next new output) to the next kill, and from the last recovery to the
@@ -604,6 +608,7 @@ def cadence(
         "longest_without_commit": worst,
         "longest_stretch": max(b - a for a, b in stretches),
         "mean_without_commit": sum(b - a for a, b in stretches) / gaps,
+        "commits_after_recoveries": sum(1 for t in commit_times if t > stretches[-1][0]),
     }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from tests.checkpoint import pipelines
 from tests.checkpoint.mutable import MUTABLE
 from tests.checkpoint.pipelines import PIPELINES
+from tests.conftest import crash_points
 from timely import Dataflow, Stream
 
 ALL: dict[str, Callable[[Stream], Stream]] = {**PIPELINES, **MUTABLE}
@@ -61,18 +62,23 @@ def sweep(
     workers: int = 2,
     every: int | str = 1,
     seed: int = 0,
-    stride: int = 1,
+    first_wrong: bool = False,
     **options: Any,
 ) -> tuple[int, list[int]]:
-    """Crash the run at every ``stride``-th scheduling event; return how many events the
-    run has and the crash points after which the outputs differ from a failure-free run
-    (``options``: more checkpoint options for the crashed runs)."""
+    """Crash the run at scheduling events in turn (every one in CI's profile, one in
+    three in the quick profile: :func:`tests.conftest.crash_points`); return how many
+    events the run has and the crash points after which the outputs differ from a
+    failure-free run (``options``: more checkpoint options for the crashed runs).
+    ``first_wrong``: try every event, and stop at the first wrong one (a mutation check
+    needs one)."""
     expected, _ = run(pipeline, epochs, source, workers, seed)
     with tempfile.TemporaryDirectory(dir=SCRATCH) as d:
         _, session = run(pipeline, epochs, source, workers, seed, checkpoint=d)
     events = session.events
+    key = f"{pipeline}-{source}-{workers}-{seed}-{every}-{sorted(options.items())}"
+    points = range(1, events + 1) if first_wrong else crash_points(events, key)
     wrong = []
-    for n in range(1, events + 1, stride):
+    for n in points:
         with tempfile.TemporaryDirectory(dir=SCRATCH) as d:
             got, session = run(
                 pipeline,
@@ -88,4 +94,6 @@ def sweep(
             )
         if got != expected:
             wrong.append(n)
+            if first_wrong:
+                break
     return events, wrong

@@ -4,11 +4,12 @@ exactly once across a restore."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import connectors.rate
 from connectors.rate import RateSource, rate_source
 from timely import ConfigError, Dataflow
 from timely.eventlog import read_trace
@@ -42,21 +43,67 @@ def test_the_records_and_their_epochs() -> None:
     assert sorted(r for rs in expected(counted).values() for r in rs) == [f"r{i}" for i in range(7)]
 
 
-@pytest.mark.parametrize("backend", ["inline", "ray"])
-def test_a_run_takes_as_long_as_the_rate_says(backend: str, tmp_path: Path) -> None:
-    """0.6 s of records at 2,000/s: the run cannot finish before the last tick is due,
-    delivers every record at its epoch, and its workers wait between ticks (a few steps
-    per tick, not a spin)."""
+class FakeTime:
+    """A clock that moves only when the run sleeps, standing in for the ``time`` module of
+    the modules that pace a source: the inline backend's wait for the next tick, the
+    source vertex's check of which partitions are due, the rate source's schedule."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+        self.slept = 0
+
+    def time(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept += 1
+        self.now += max(0.0, seconds)
+
+
+def paced_run(backend: str, tmp_path: Path) -> tuple[RateSource, Any]:
+    """0.6 s of records at 2,000/s over 2 workers, traced."""
     source = rate_source(2000, seconds=0.6, epoch_seconds=0.2, partitions=4)
     flow = Dataflow("paced")
     flow.source(source, name="rate").collect("out")
-    started = time.time()
-    results = flow.run(workers=2, backend=backend, trace=str(tmp_path))
-    assert time.time() - started >= 0.59  # the last tick is due 0.59 s after the first
+    return source, flow.run(workers=2, backend=backend, trace=str(tmp_path))
+
+
+def steps_per_worker(trace: Path) -> list[int]:
+    return [sum(1 for e in events if e[0] == "t") for _, events in read_trace(trace)]
+
+
+def test_a_run_on_a_fixed_clock_lasts_what_the_rate_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a clock that moves only when the run waits, the run cannot finish before the
+    last tick is due (0.59 s after the first), delivers every record at its epoch, and
+    waits for each tick instead of spinning: a few steps per tick, and one wait per tick
+    at most (60 ticks, and the one that finds the end)."""
+    import timely.backends.inline
+    import timely.system
+
+    clock = FakeTime()
+    for module in (connectors.rate, timely.system, timely.backends.inline):
+        monkeypatch.setattr(module, "time", clock)
+    start = clock.now
+    source, results = paced_run("inline", tmp_path)
+    # Due at 0.59 s, the last tick; its end shows at the next tick's time (0.60 s).
+    assert 0.59 <= clock.now - start <= 0.6 + 1e-6
+    assert 0 < clock.slept <= 61
     assert by_epoch(results["out"]) == expected(source)
-    for _, events in read_trace(tmp_path):
-        steps = sum(1 for e in events if e[0] == "t")
-        assert steps < 1000, steps  # 60 ticks of 2 partitions each, and their epochs
+    assert all(steps < 1000 for steps in steps_per_worker(tmp_path))
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_run_on_ray_waits_between_ticks(tmp_path: Path) -> None:
+    """On Ray (the real clock; counted, not timed): every record at its epoch, and the
+    workers wait between ticks (a few steps per tick, not a spin)."""
+    source, results = paced_run("ray", tmp_path)
+    assert by_epoch(results["out"]) == expected(source)
+    assert all(steps < 1000 for steps in steps_per_worker(tmp_path))
 
 
 def test_a_restore_gives_the_failure_free_output(tmp_path: Path) -> None:

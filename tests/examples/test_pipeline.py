@@ -160,7 +160,9 @@ def test_component_sizes_at_every_crash_point(
         "pipeline_component_sizes", epochs_for(10, 3), source, workers=workers, seed=seed
     )
     assert events > 20
-    assert wrong == [], f"{len(wrong)} of {events} crash points give other outputs: {wrong[:10]}"
+    assert wrong == [], (
+        f"{len(wrong)} crash points of {events} events give other outputs: {wrong[:10]}"
+    )
 
 
 CRASH_AT = 40

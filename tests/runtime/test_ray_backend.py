@@ -113,12 +113,10 @@ FRAGILE_LINE = Fragile.on_recv.__code__.co_firstlineno + 3
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def wait_until(session: Session, condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Poll the session (outputs are delivered there) until ``condition`` holds."""
-    deadline = time.monotonic() + timeout
+def wait_until(session: Session, condition: Callable[[], bool]) -> None:
+    """Poll the session (outputs are delivered there) until ``condition`` holds; a run
+    that never gets there fails under pytest-timeout's bound, with a stack trace."""
     while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
         session.poll(0.05)
 
 
@@ -324,7 +322,9 @@ def test_killed_worker_surfaces_as_worker_died() -> None:
     nums = flow.new_input("nums")
     seen: list[int] = []
     nums.stream.exchange(lambda x: x).unary(Double).subscribe(lambda e, r: seen.append(e))
-    session = flow.activate(workers=2, backend="ray")
+    # A heartbeat that would take an hour: the death must be seen on the sockets (a
+    # connection that ends), not by a timeout of timely's own.
+    session = flow.activate(workers=2, backend="ray", heartbeat_timeout=3600)
     assert isinstance(session, RaySession)
     import ray
 
@@ -333,13 +333,11 @@ def test_killed_worker_surfaces_as_worker_died() -> None:
         nums.advance_to(1)
         wait_until(session, lambda: seen == [0])  # the run is under way
         ray.kill(session.actors[1])
-        start = time.monotonic()
         with pytest.raises(WorkerDied, match="worker 1"):
             nums.send(range(100))
             nums.advance_to(2)
             nums.close()
             session.join()
-        assert time.monotonic() - start < 10
     finally:
         session.close()
 
@@ -353,12 +351,10 @@ def test_stuck_worker_surfaces_as_worker_died_after_heartbeat_timeout() -> None:
     pid = session.pids[1]
     os.kill(pid, signal.SIGSTOP)  # alive to Ray, but silent
     try:
-        start = time.monotonic()
         with pytest.raises(WorkerDied, match="worker 1 did not answer"):
             nums.send(range(10))
             nums.close()
             session.join()
-        assert time.monotonic() - start < 8
     finally:
         os.kill(pid, signal.SIGCONT)
         session.close()
@@ -378,10 +374,8 @@ def test_a_run_that_cannot_finish_is_reported_as_a_stall() -> None:
     nums = flow.new_input("nums")
     nums.stream.exchange(lambda x: x).unary(Hoarder).collect("out")
     nums.send(range(10))
-    start = time.monotonic()
     with pytest.raises(RuntimeError, match="stalled"):
         flow.run(workers=2, backend="ray", heartbeat_timeout=1.0)
-    assert time.monotonic() - start < 10
 
 
 def test_unknown_and_bad_options_fail_before_starting() -> None:
@@ -440,10 +434,8 @@ def test_idle_actors_go_after_idle_timeout_or_at_once_with_zero() -> None:
     assert len(POOL) == 0
     _activate_and_join(wordcount(lines_by_epoch(seed=3)), idle_timeout=0.2)
     assert len(POOL) == 2
-    deadline = time.monotonic() + 30
-    while len(POOL):  # the pool's timer kills them
-        assert time.monotonic() < deadline, "idle actors outlived their idle_timeout"
-        time.sleep(0.05)
+    while len(POOL):  # the pool's timer kills them; a pool that keeps them hangs here and
+        time.sleep(0.05)  # fails under the run's timeout
     session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=4)))
     assert session.reused == 0
 
@@ -553,10 +545,8 @@ LOCAL_SCRIPT = textwrap.dedent(
     total = ray.cluster_resources()["CPU"]
     assert ray.available_resources().get("CPU", 0) < total  # 3 actors kept for the next run
     assert release_workers() == 3
-    deadline = time.monotonic() + 20
     while ray.available_resources().get("CPU", 0) < total:  # the actors were killed
-        assert time.monotonic() < deadline, ray.available_resources()
-        time.sleep(0.05)
+        time.sleep(0.05)  # Ray frees them when they are gone; the run's timeout bounds it
     print("LOCAL OK")
     """
 )

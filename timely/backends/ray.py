@@ -868,10 +868,16 @@ class RaySession(Session):
             raise error from error.__cause__  # see _translate
 
     def _wait_for(self, refs: list[Any], workers: list[int]) -> list[Any]:
-        """The results of ``refs`` (calls to ``workers``), watching every worker meanwhile."""
+        """The results of ``refs`` (calls to ``workers``), watching every worker meanwhile.
+
+        A call that fails is raised as soon as it is in, not once every other call is: a
+        worker whose handshake failed leaves its peers waiting for it in ``connect``
+        until the connect timeout (30 s), and a recovery must not wait that out."""
         pending = list(refs)
         while pending:
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=_TICK)
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_TICK)
+            for ref in ready:
+                self._get(ref, workers[refs.index(ref)])  # raises a failed call at once
             if pending:
                 self._check()
         return [self._get(ref, w) for ref, w in zip(refs, workers)]

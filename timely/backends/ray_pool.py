@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +37,20 @@ class _Idle:
 class ActorPool:
     """Idle worker actors by shape (the resources and options they were made with)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        timer: Callable[[float, Callable[[], None]], Any] = threading.Timer,
+    ) -> None:
+        self._clock = clock
+        self._make_timer = timer
+        """``threading.Timer`` (tests give a fake one, with a fake ``clock``)."""
         self._idle: list[_Idle] = []
         self._job: str | None = None
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._timer: Any = None
+        self._due: float | None = None
+        """When the armed timer fires (``time.monotonic()``)."""
 
     def take(self, n: int, shape: Hashable) -> list[Any]:
         """Up to ``n`` idle actors of ``shape`` (the most recently used first); idle actors
@@ -62,7 +71,7 @@ class ActorPool:
             for actor in actors:
                 kill(actor)
             return
-        until = time.monotonic() + idle_timeout
+        until = self._clock() + idle_timeout
         with self._lock:
             self._forget_other_jobs()
             self._idle.extend(_Idle(a, shape, until) for a in actors)
@@ -72,6 +81,7 @@ class ActorPool:
         """Kill every idle actor now; returns how many there were."""
         with self._lock:
             idle, self._idle = self._idle, []
+            self._cancel()
             if ray.is_initialized():
                 for i in idle:
                     kill(i.actor)
@@ -88,18 +98,33 @@ class ActorPool:
             self._idle = []
             self._job = job
 
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._due = None
+
     def _schedule(self) -> None:
-        if self._timer is not None or not self._idle:
+        """Arm the timer for the soonest expiry. A timer armed for a later one is replaced:
+        actors given back with a short ``idle_timeout`` must not wait for the expiry of
+        those kept before them with a longer one (they held their CPUs for 30 s)."""
+        if not self._idle:
+            self._cancel()
             return
-        delay = max(0.0, min(i.until for i in self._idle) - time.monotonic())
-        self._timer = threading.Timer(delay, self._expire)
+        due = min(i.until for i in self._idle)
+        if self._timer is not None and self._due is not None and self._due <= due:
+            return
+        self._cancel()
+        self._due = due
+        self._timer = self._make_timer(max(0.0, due - self._clock()), self._expire)
         self._timer.daemon = True
         self._timer.start()
 
     def _expire(self) -> None:
         with self._lock:
             self._timer = None
-            now = time.monotonic()
+            self._due = None
+            now = self._clock()
             due = [i for i in self._idle if i.until <= now]
             self._idle = [i for i in self._idle if i.until > now]
             if ray.is_initialized():
