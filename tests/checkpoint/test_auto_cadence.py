@@ -5,19 +5,20 @@ epoch.
 
 The costs are modelled: a step that does ``per_record`` units of work for each record
 and a vertex whose snapshot takes ``per_snapshot`` units (state that is costly to
-serialise); a unit is hashing 256 KiB. Work, not waiting: on a machine shared with other
-jobs both slow down alike, so the ratio of the two, which is what the controller
-responds to, stays the test's (waits do not slow down, and their wake-ups are late
-under load, which made the fraction wander by half). The runtime's own costs ride on
-top and are measured like any other. The run is fed by the driver one epoch at a time,
-so the inline backend finishes each epoch before the next arrives and its commits are
-evenly spaced.
+serialise). Where the test checks what the controller settles on, a unit is a
+millisecond of a fake clock, the one every measurement of the checkpoint's cost reads
+(the workers' snapshot and write times, the commits' times, the driver's own work): the
+fractions are then exactly the model's, whatever else the machine does, and the
+runtime's own costs are nil. Elsewhere a unit is real work (hashing 256 KiB) on the
+real clock. The run is fed by the driver one epoch at a time, so the inline backend
+finishes each epoch before the next arrives and its commits are evenly spaced.
 """
 
 from __future__ import annotations
 
 import hashlib
 import operator
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,47 @@ from timely.eventlog import read_trace
 
 BLOCK = bytes(256 * 1024)
 
+UNIT_NS = 1_000_000
+"""A unit of modelled work on the fake clock: a millisecond."""
+
+
+class FakeClock:
+    """The time every checkpoint-cost measurement of an inline run reads, moved only by
+    :func:`work`: the event log's nanosecond ``clock`` of the workers and the inline
+    backend, and the ``time`` module of the coordinator and the cadence (seconds)."""
+
+    def __init__(self) -> None:
+        self.ns = 1_000_000_000_000
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def perf_counter(self) -> float:
+        return self.ns / 1e9
+
+    monotonic = time = perf_counter
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import timely.backends.inline
+        import timely.coordinator
+        import timely.snapshots
+        import timely.worker
+
+        for module in (timely.snapshots, timely.worker, timely.backends.inline):
+            monkeypatch.setattr(module, "clock", self)
+        for module in (timely.coordinator, timely.cadence):
+            monkeypatch.setattr(module, "time", self)
+        monkeypatch.setattr(sys.modules[__name__], "CLOCK", self)
+
+
+CLOCK: FakeClock | None = None
+"""Set while a test runs on the fake clock: :func:`work` moves it instead of working."""
+
 
 def work(units: int) -> None:
+    if CLOCK is not None:
+        CLOCK.ns += units * UNIT_NS
+        return
     for _ in range(units):
         hashlib.sha256(BLOCK).digest()
 
@@ -90,55 +130,48 @@ SWITCH = 16
 SIZES = [BIG] * SWITCH + [SMALL] * 220
 PER_RECORD = 30
 PER_SNAPSHOT = 55
-BOUNDS = (0.04, 0.16)
-"""With two workers stepped in turn, a checkpoint costs c = 110 units (and the runtime's
-commit, about 7 more), an epoch p = 600 units then 60 (and the runtime's step, about 7):
-c/p is about 0.19, then 1.75, so the intervals with a fraction within ``BOUNDS`` (k in
-[c/p (1 - hi)/hi, c/p (1 - lo)/lo], see :mod:`timely.aimd`) are 1-4, then 10-42, where
-doubling lands on 16 (a fraction of 0.10) or 32 (0.05). The bounds are wider than the
-default 5-10 %: a window's fraction moves by up to a third on a machine busy with other
-work (a CPU hog beside this test moved it from 0.07 to 0.05 and 0.10), which the default
-band, whose ends are a factor 2.1 apart in k, does not leave room for wherever doubling
-lands; the defaults are checked on exact synthetic timings in ``test_aimd``. A unit is
-about 0.13 ms here: the run takes about 4 s."""
+"""With two workers stepped in turn, a checkpoint costs c = 110 units, an epoch p = 600
+units, then 60. A window of checkpoints every k epochs measures a fraction of
+c / (c + k p) (the runtime's own costs are nil on the fake clock): 0.155 at k = 1, 0.084 at k = 2 (within the
+default bounds, 5-10 %), then, with small epochs, 0.48 at k = 2, down to 0.103 at
+k = 16 and 0.054 at k = 32 (within). So the interval must settle at 1-2 epochs while
+the epochs are big and at 18-36 once they are small (see :mod:`timely.aimd`)."""
 
 
 def test_epochs_ten_times_smaller_lengthen_the_interval_within_the_bounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Commits here are evenly spaced (see the module's docstring): a window of a few of
-    # them is as good as the default's, meant for the bursts of pipelined runs.
-    monkeypatch.setattr(timely.cadence, "MIN_WINDOW", 0.2)
+    FakeClock().install(monkeypatch)
     got, session = shrinking(
-        SIZES,
-        PER_RECORD,
-        PER_SNAPSHOT,
-        checkpoint=str(tmp_path),
-        checkpoint_every="auto",
-        checkpoint_fraction=BOUNDS,
+        SIZES, PER_RECORD, PER_SNAPSHOT, checkpoint=str(tmp_path), checkpoint_every="auto"
     )
-    lo, hi = BOUNDS
+    lo, hi = 0.05, 0.10  # checkpoint_fraction's default
     windows = session.cadence
     report = "\n".join(
         f"({m.first}, {m.last}] k={m.interval} fraction {m.fraction:.3f} -> {m.next_interval}"
         for m in windows
     )
+    for m in windows:
+        # A window within one size of epochs measured exactly what the model says (one
+        # across the switch holds some of each, in a proportion that depends on when the
+        # commits fell between the epochs).
+        if m.last < SWITCH or m.first >= SWITCH + 1:
+            p = PER_RECORD * (BIG if m.last < SWITCH else SMALL)
+            c = 2 * PER_SNAPSHOT * (m.last - m.first) // m.interval  # its checkpoints' cost
+            model = c / (c + (m.last - m.first) * p)
+            assert m.fraction == pytest.approx(model, rel=1e-9), report
     before = [m for m in windows if m.last < SWITCH]
     after = [m for m in windows if m.first >= SWITCH]
     assert before and after, report
     # Settled: from the first window of the small epochs inside the bounds on, the
-    # interval stays where the fraction is within the bounds (k in 10-42: 16 or 32, see
-    # BOUNDS), and so does every window's fraction but at most one: a test process
-    # beside this one on a 2-core CI machine can stretch a single window's checkpoints
-    # (one measured 0.25 at k=16 between windows of 0.11; doubling then lands on 32,
-    # still inside).
+    # interval stays where the fraction is within the bounds, and so does every window.
     first_in = next(i for i, m in enumerate(after) if lo <= m.fraction <= hi)
     settled = after[first_in:]
     assert len(settled) >= 3, report
-    assert sum(not lo <= m.fraction <= hi for m in settled) <= 1, report
-    assert all(10 <= m.interval <= 42 and 10 <= m.next_interval <= 42 for m in settled), report
+    assert all(lo <= m.fraction <= hi for m in settled), report
+    assert all(18 <= m.interval <= 36 and 18 <= m.next_interval <= 36 for m in settled), report
     # Ten times smaller epochs make a checkpoint ten times dearer: a longer interval.
-    assert settled[0].interval >= 4 * before[-1].next_interval, report
+    assert before[-1].next_interval <= 2 and settled[0].interval >= 9 * before[-1].next_interval
     # Exactly once is unchanged: the outputs of a fixed interval.
     expected, _ = shrinking(SIZES, 0, 0, checkpoint=str(tmp_path / "fixed"), checkpoint_every=3)
     assert got == expected
