@@ -37,6 +37,7 @@ from typing import Any
 import operators  # noqa: F401 - registers the stream methods
 from connectors.collections import from_collection
 from connectors.files import JsonLinesSink, read_committed
+from tests.checkpoint import pipelines
 from tests.checkpoint.mutable import dict_state
 from tests.checkpoint.pipelines import EpochSource
 from timely import Dataflow, Stream
@@ -88,6 +89,32 @@ def running_sums(s: Stream) -> Stream:
     return s.running_reduce(lambda x: x % 6, operator.add)
 
 
+def sessions_and_windows(s: Stream) -> Stream:
+    """Per-key sessions (``map_with_state`` forgetting idle keys) beside sliding sums:
+    what a paced, driver-fed stream of events typically keeps."""
+    return pipelines.sessions(s).select(tag("session")).concat(sliding(s).select(tag("sum")))
+
+
+def word_counts(s: Stream) -> Stream:
+    """Running counts of words (ints as words) across epochs, from a replayable source."""
+    return s.select(lambda x: f"w{x % 13}").running_reduce(lambda w: w, operator.add, lambda w: 1)
+
+
+def reach_per_epoch(s: Stream) -> Stream:
+    """Reachability from node 0 over every edge seen so far (a ``running_reduce`` keeps
+    them; each epoch's fixpoint joins the reached nodes with them): a loop whose rounds
+    make the most scheduling events per epoch."""
+    edges = s.select(lambda x: (x % 16, (x * 7 + 3) % 16)).running_reduce(
+        lambda e: e, lambda a, b: a, lambda e: e, every_key=True
+    )
+    pairs = edges.select(lambda kv: kv[0])
+    roots = s.select(lambda x: 0).distinct()  # node 0, in every epoch: every epoch has output
+    return roots.iterate(
+        lambda r: r.join(pairs, lambda n: n, lambda e: e[0], lambda n, e: e[1]),
+        until="fixpoint",
+    )
+
+
 def value_of(item: tuple[int, int]) -> int:
     return item[1]
 
@@ -119,6 +146,10 @@ class Case:
     lag: int = 2
     sink: bool = False
     kills_until: float = 0.4
+    pace: float = 0.0
+    """Seconds the driver waits (polling) after each epoch it sends: a paced input."""
+    quiet: float = 0.0
+    """Seconds of quiet after each burst (polling, sending nothing)."""
     options: dict[str, Any] = field(default_factory=lambda: {"checkpoint_every": 1})
 
     @property
@@ -159,6 +190,37 @@ CASES: dict[str, Case] = {
             options={"checkpoint_interval": 0.2},
         ),
         Case("sink", running_sums, ints, 48, sink=True),
+        # The dataflows of issue 26, where recoveries stalled for 30 s: paced inputs with
+        # checkpoint_interval, bursts followed by quiet, 3 workers checkpointing every
+        # third epoch, word counts from a source, reachability over running state.
+        Case(
+            "paced_interval",
+            sessions_and_windows,
+            ints,
+            60,
+            pace=0.1,
+            options={"checkpoint_interval": 0.4},
+        ),
+        Case("bursts_quiet", sessions_and_windows, ints, 64, burst=8, lag=8, quiet=0.7),
+        Case(
+            "paced_3",
+            sessions_and_windows,
+            ints,
+            48,
+            workers=3,
+            pace=0.05,
+            options={"checkpoint_every": 3},
+        ),
+        Case(
+            "word_source",
+            word_counts,
+            ints,
+            400,
+            feed="source",
+            kills_until=0.3,
+            options={"checkpoint_every": 2},
+        ),
+        Case("reach", reach_per_epoch, ints, 40, workers=3),
     ]
 }
 
@@ -509,9 +571,18 @@ def drive(
                 session.poll(timeout=0.02)
             handle.advance_to(e)
             handle.send(data[e])
+            _pause(session, case.pace)
         while recorder.high < stop - 1 - case.lag:
             session.poll(timeout=0.02)
+        _pause(session, case.quiet)
     handle.close()
+
+
+def _pause(session: Any, seconds: float) -> None:
+    """Poll the session for ``seconds`` (a paced or quiet driver: part of the schedule)."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        session.poll(timeout=min(left, 0.02))
 
 
 def run(

@@ -874,12 +874,17 @@ class RaySession(Session):
         worker whose handshake failed leaves its peers waiting for it in ``connect``
         until the connect timeout (30 s), and a recovery must not wait that out."""
         pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_TICK)
-            for ref in ready:
-                self._get(ref, workers[refs.index(ref)])  # raises a failed call at once
-            if pending:
-                self._check()
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=len(pending), timeout=_TICK)
+                for ref in ready:
+                    self._get(ref, workers[refs.index(ref)])  # raises a failed call at once
+                if pending:
+                    self._check()
+        except BaseException:
+            # Read later (``_reap``), or Ray prints each one's failure as unhandled.
+            self._abandoned.extend(pending)
+            raise
         return [self._get(ref, w) for ref, w in zip(refs, workers)]
 
     def _check(self, closed: bool = False) -> None:
