@@ -132,8 +132,9 @@ PER_RECORD = 30
 PER_SNAPSHOT = 55
 """With two workers stepped in turn, a checkpoint costs c = 110 units, an epoch p = 600
 units, then 60. A window of checkpoints every k epochs measures a fraction of
-c / (c + k p) (the runtime's own costs are nil on the fake clock): 0.155 at k = 1, 0.084 at k = 2 (within the
-default bounds, 5-10 %), then, with small epochs, 0.48 at k = 2, down to 0.103 at
+c / (c + k p) (the runtime's own costs are nil on the fake clock): 0.155 at k = 1, 0.084
+at k = 2 (within the default bounds, 5-10 %), then, with small epochs, 0.48 at k = 2,
+down to 0.103 at
 k = 16 and 0.054 at k = 32 (within). So the interval must settle at 1-2 epochs while
 the epochs are big and at 18-36 once they are small (see :mod:`timely.aimd`)."""
 
