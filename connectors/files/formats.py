@@ -240,10 +240,15 @@ class CsvFormat(LineFormat):
         return [_as_dict(names, r) if r else SKIP for r in rows]
 
     def row_bytes(self, data: bytes) -> list[bytes]:
-        """The lines after the header (a value with a line break spans several: the
-        lines are still what the records wrote)."""
-        lines = super().row_bytes(data)
-        return lines[1:] if self.header else lines
+        """Each row after the header, parsed (a quoted value may hold a line break, so a
+        record is not a line) and spelled as its JSON list of fields."""
+        import io
+
+        text = io.StringIO(data.decode("utf-8"), newline="")
+        rows = list(csv.reader(text, delimiter=self.delimiter, quotechar=self.quotechar))
+        if self.header:
+            rows = rows[1:]
+        return [json.dumps(r, ensure_ascii=False).encode() for r in rows]
 
     def encode(self, records: list[Any]) -> bytes:
         import io

@@ -453,3 +453,36 @@ def test_mutation_without_the_skip_the_damaged_resume_is_refused_again(
     monkeypatch.setattr(CommittedEpochSink, "_skips_replays", lambda self: False)
     with pytest.raises(UserFunctionError, match=r"epoch 7 is already committed .*through 7\)"):
         running(JsonLinesSink(out), 8).run(workers=2, backend="inline", checkpoint=ckpt)
+
+
+# -- the checkpoint directory's lineage ------------------------------------------------------
+def test_the_lineage_is_written_once_and_a_damaged_one_stops_the_run(tmp_path: Path) -> None:
+    """Every run with the same checkpoint= is one lineage (the id does not change from
+    run to run); an unreadable lineage file is an error naming it, not a new lineage."""
+    import json
+
+    from timely.checkpoint import LINEAGE, CheckpointError
+
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    first_run(out, ckpt)
+    lineage = json.loads((Path(ckpt) / LINEAGE).read_text())["lineage"]
+    assert json.loads((Path(out) / "_COMMITTED").read_text()) == {
+        "epoch": 7,
+        "dataflow": "lineage",
+        "fingerprint": running(JsonLinesSink(str(tmp_path / "x")), 1).build().fingerprint(),
+        "lineage": lineage,
+        "checkpoint": ckpt,
+    }
+    running(JsonLinesSink(out), 9).run(workers=2, backend="inline", checkpoint=ckpt)
+    assert json.loads((Path(ckpt) / LINEAGE).read_text())["lineage"] == lineage
+    (Path(ckpt) / LINEAGE).write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match=rf"{LINEAGE}.*delete it to start a new lineage"):
+        running(JsonLinesSink(out), 9).run(workers=2, backend="inline", checkpoint=ckpt)
+
+
+def test_a_lineage_records_where_its_checkpoints_are_without_credentials() -> None:
+    from timely.sinks import display_location
+
+    assert display_location("s3://key:secret@bucket/ckpt?region=x") == "s3://bucket/ckpt"
+    assert display_location("hdfs://user@namenode:8020/ckpt") == "hdfs://namenode:8020/ckpt"
+    assert display_location("relative/ckpt") == os.path.abspath("relative/ckpt")
