@@ -112,8 +112,8 @@ class Sink(ABC):
     """Where a stream's records leave the dataflow, epoch by epoch, exactly once.
 
     The object is copied to every worker (pickled), so keep it to configuration: a
-    path, a schema, options. ``write`` runs on the workers, ``commit`` and
-    ``abort_after`` on the driver.
+    path, a schema, options, and what :meth:`bind` says. ``write`` runs on the workers;
+    ``bind``, ``abort_after`` and ``commit`` on the driver.
     """
 
     @abstractmethod
