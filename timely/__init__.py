@@ -22,7 +22,7 @@ from timely.errors import (
     WorkerDied,
 )
 from timely.runtime import Results, Session
-from timely.sinks import Sink
+from timely.sinks import Sink, SinkLineage
 from timely.sources import Source
 from timely.state import KeyedState, StatefulVertex
 from timely.system import Marks
@@ -45,6 +45,7 @@ __all__ = [
     "Scope",
     "Session",
     "Sink",
+    "SinkLineage",
     "Source",
     "StatefulVertex",
     "Stream",

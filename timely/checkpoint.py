@@ -6,6 +6,7 @@ accept: ``file://``, ``s3://``, ``gs://``, ``hdfs://``)::
     ckpt-000000000041/part-0-of-2.bin      worker 0's snapshot after epoch 41 (msgpack)
     ckpt-000000000041/part-1-of-2.bin
     ckpt-000000000041/MANIFEST.json        written last: the commit
+    LINEAGE.json                           the directory's lineage id, written once
 
 Why a manifest: every worker writes its part on its own, off its step loop, whenever its
 vertices have passed the epoch. Only the coordinator (on the driver) knows when all parts
@@ -14,6 +15,12 @@ SHA-256. A checkpoint without a manifest, or whose parts do not match it, was ne
 committed and is never used: :meth:`CheckpointStore.latest` falls back to the previous
 one. Files are written to a temporary name and renamed, so a reader never sees half a
 file on a local or POSIX store (object stores write whole objects anyway).
+
+``LINEAGE.json`` names the lineage every run resuming from this directory belongs to,
+whichever of its checkpoints it restores (or none, when all are damaged): sinks record
+it with their commits, so that such a run's replay of epochs they committed is told
+from another job's writes (:class:`timely.sinks.SinkLineage`). A run with
+``resume=False`` is of the same lineage: it computes every epoch again.
 
 Parts are decoded only after their checksum matches a manifest this dataflow wrote, so
 nothing is unpickled (the wire format's fallback for exotic values) that the run did
@@ -42,6 +49,7 @@ from timely.state import _keys, apply_deltas
 
 FORMAT = 1
 _PREFIX = "ckpt-"
+LINEAGE = "LINEAGE.json"
 DEFAULT_CHAIN = 10
 """``checkpoint_incremental=True``: a whole part after this many deltas (a restore reads
 at most this many increments after a whole part)."""
@@ -281,6 +289,41 @@ class CheckpointStore:
             "committed_at": time.time(),
         }
         self.write(f"{epoch_dir(epoch)}/MANIFEST.json", json.dumps(manifest, indent=1).encode())
+
+    def lineage(self, name: str, fingerprint: str) -> str:
+        """The lineage id of this directory, made (a random id) on first use. Every run
+        with this ``checkpoint=`` is of it, whichever checkpoint it starts from (none:
+        all damaged, or ``resume=False``). An unreadable file is an error, not a new
+        lineage: sinks would then refuse the output this directory's runs wrote."""
+        path = self._path(LINEAGE)
+        try:
+            data = json.loads(self.read(LINEAGE))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            raise CheckpointError(
+                f"cannot read the checkpoint lineage {path}: {e}; restore the file, or "
+                "delete it to start a new lineage (sinks holding this lineage's output "
+                "will then refuse the run)"
+            ) from e
+        else:
+            lineage = data.get("lineage") if isinstance(data, dict) else None
+            if not isinstance(lineage, str) or not lineage:
+                raise CheckpointError(
+                    f"checkpoint lineage {path} holds no lineage id ({data!r}); restore "
+                    "the file, or delete it to start a new lineage"
+                )
+            return lineage
+        lineage = uuid.uuid4().hex
+        record = {
+            "format": FORMAT,
+            "lineage": lineage,
+            "dataflow": name,
+            "fingerprint": fingerprint,
+            "created_at": time.time(),
+        }
+        self.write(LINEAGE, json.dumps(record, indent=1).encode())
+        return lineage
 
     def epochs(self) -> list[int]:
         """The epochs with a checkpoint directory (committed or not), ascending."""

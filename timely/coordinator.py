@@ -19,7 +19,7 @@ from timely.cadence import AutoCadence, Request
 from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, Share
 from timely.messages import Advance, InputCommand, Send
 from timely.routing import DEFAULT_BINS
-from timely.sinks import Sink
+from timely.sinks import Sink, SinkLineage, display_location
 
 Restore = tuple[int, list[Share]]
 """A checkpoint to start from: its epoch and each new worker's share of it (which the
@@ -94,6 +94,11 @@ class CheckpointCoordinator:
         if self.cadence is not None:
             return self.cadence.interval
         return self.config.every if self.config.interval is None else None
+
+    def sink_lineage(self) -> SinkLineage:
+        """This run's lineage for its sinks: the checkpoint directory's (made on first use)."""
+        lineage = self.store.lineage(self.name, self.fingerprint)
+        return SinkLineage(self.name, self.fingerprint, lineage, display_location(self.config.uri))
 
     # -- the driver's inputs ------------------------------------------------------------------
     def log_input(self, vertex: int, cmd: InputCommand) -> bool:

@@ -8,6 +8,7 @@ import inspect
 import os
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +34,7 @@ from timely.routing import (
     steps,
     useful_per_bin,
 )
+from timely.sinks import SinkLineage
 from timely.spec import RunSpec
 from timely.verbosity import resolve_verbose
 
@@ -100,6 +102,17 @@ class Session(ABC):
         )
         if self.coordinator is not None:
             self.coordinator.bins = spec.plan.bins
+        if spec.sinks:
+            # Before any worker starts (and before the plan is shipped to them).
+            lineage = (
+                self.coordinator.sink_lineage()
+                if self.coordinator is not None
+                else SinkLineage(
+                    spec.name, spec.plan.fingerprint(), f"run-{uuid.uuid4().hex}", None
+                )
+            )
+            for sink in spec.sinks:
+                sink.bind(lineage)
         self.restarts = 0
         self.attempt = 0
         """Launches of the workers so far after the first (restarts and rescales): the

@@ -30,6 +30,9 @@ class EpochFileSink(CommittedEpochSink):
     def encode(self, records: list[Any]) -> bytes:
         return self.format.encode(records)
 
+    def row_bytes(self, data: bytes) -> list[bytes]:
+        return self.format.row_bytes(data)
+
     def read_committed(self) -> list[tuple[int, Any]]:
         """``(epoch, record)`` for every committed epoch (see :func:`read_committed`)."""
         return read_committed(self.location, self.format)

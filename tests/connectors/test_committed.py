@@ -3,15 +3,28 @@ and ParquetSink run the same checks. Each test is a point where the two used to 
 
 from __future__ import annotations
 
+import itertools
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import connectors.files as files
 import connectors.parquet as parquet
-from connectors.committed import CommittedEpochSink, committed_epoch, committed_files
+from connectors.committed import (
+    CommittedEpochSink,
+    Digest,
+    committed_epoch,
+    committed_files,
+    digest,
+)
 from tests.connectors.test_file_sinks import layout
+from tests.connectors.test_file_sources import json_value
 from timely import ConfigError
 
 
@@ -126,3 +139,60 @@ def test_a_file_is_not_a_directory_to_write_into(kind: str, tmp_path: Path) -> N
     (tmp_path / "f").write_text("")
     with pytest.raises(ConfigError, match="is a file"):
         make(kind, tmp_path / "f")
+
+
+# -- the digest a replay is compared by ------------------------------------------------------
+_text = st.text(
+    st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=5
+)
+_cell = st.text(st.sampled_from('ab,"\r\n é'), max_size=4)  # CSV quoting and line breaks
+DIGESTED: dict[str, tuple[Callable[[str], CommittedEpochSink], st.SearchStrategy[Any]]] = {
+    "text": (files.TextSink, _text),
+    "jsonl": (files.JsonLinesSink, json_value),
+    "csv": (
+        lambda p: files.CsvSink(p, fieldnames=["k", "v"]),
+        st.fixed_dictionaries({"k": _cell, "v": _cell}),
+    ),
+    "parquet": (
+        lambda p: parquet.ParquetSink(p, schema=pa.schema([("k", pa.string()), ("v", pa.int64())])),
+        st.fixed_dictionaries(
+            {"k": st.none() | _text, "v": st.none() | st.integers(-(2**63), 2**63 - 1)}
+        ),
+    ),
+}
+
+
+def _split(records: list[Any], cuts: list[int]) -> list[list[Any]]:
+    """``records`` cut into parts at ``cuts`` (empty parts dropped: a worker writes none)."""
+    bounds = [0, *sorted(c % (len(records) + 1) for c in cuts), len(records)]
+    return [records[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+@settings(deadline=None, max_examples=60)
+@given(data=st.data(), kind=st.sampled_from(sorted(DIGESTED)))
+def test_an_epochs_digest_is_the_same_however_its_rows_are_ordered_or_split(
+    data: st.DataObject, kind: str
+) -> None:
+    """The decision for rescaled replays: parts' digests add up to the epoch's, the same
+    for any order of the rows and any split over workers (a replay on other workers),
+    and one changed, added or dropped row changes it."""
+    make, record = DIGESTED[kind]
+    sink = make(tempfile.mkdtemp())
+    records = data.draw(st.lists(record, min_size=1, max_size=12))
+    one = data.draw(st.lists(st.integers(0, 20), max_size=3))
+    other = data.draw(st.lists(st.integers(0, 20), max_size=3))
+    shuffled = data.draw(st.permutations(records))
+
+    def epoch(parts: list[list[Any]]) -> Digest:
+        total = Digest()
+        for part in parts:
+            total += digest(sink.row_bytes(sink.encode(part)))
+        return total
+
+    whole = epoch(_split(records, one))
+    assert whole.rows == len(records)
+    assert epoch(_split(shuffled, other)) == whole
+    changed = data.draw(record.filter(lambda r: r not in records))
+    assert epoch(_split([*records, changed], one)) != whole
+    assert epoch(_split(records[1:], one)) != whole if records[1:] else True
+    assert epoch(_split([changed, *records[1:]], other)) != whole
