@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import logging
 import os
 import threading
 import time
@@ -527,13 +528,45 @@ class Session(ABC):
             self.restarts += 1
             self.attempt += 1
             self.view.restarted(self.restarts)
+            began, t0 = time.monotonic(), clock()
             try:
-                self._relaunch(coordinator.load_restore())
-                for vertex, cmd in coordinator.replay():
+                restore = coordinator.load_restore()
+                self._relaunch(restore)
+                replayed = coordinator.replay()
+                for vertex, cmd in replayed:
                     self._send_command(vertex, cmd)
-                return
             except (WorkerDied, UserFunctionError) as e:
                 error = e
+                continue
+            self._recovered(error, restore, len(replayed), time.monotonic() - began, t0)
+            return
+
+    def _recovered(
+        self, error: Exception, restore: Restore | None, replayed: int, seconds: float, t0: int
+    ) -> None:
+        """One line per recovery at INFO (who died, what was restored, how long the
+        relaunch took); the details in the driver's event log (``"recovery"``)."""
+        epoch = None if restore is None else restore[0]
+        record = {
+            "restart": self.restarts,
+            "cause": f"{type(error).__name__}: {error}",
+            "restored": epoch,
+            "replayed": replayed,
+            "seconds": seconds,
+            "workers": self.workers,
+            "lost": getattr(self, "lost", None),
+            "cold_starts": getattr(self, "cold_starts", None),
+        }
+        self.log_event("recovery", record, t0)
+        _log.info(
+            "recovered %r in %.2fs (restart %d): %s; restored %s, %d inputs replayed",
+            self.spec.name,
+            seconds,
+            self.restarts,
+            _first_line(str(error)),
+            "from scratch" if epoch is None else f"the checkpoint at epoch {epoch}",
+            replayed,
+        )
 
     def _event_log(self, worker: int) -> EventLog | None:
         """Worker ``worker``'s event log for this attempt (a restore starts a new one)."""
@@ -616,6 +649,14 @@ class Session(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_log = logging.getLogger("timely")
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[int, ...]]:

@@ -477,9 +477,13 @@ class Killer(threading.Thread):
 
     def _kill(self, ray: Any, actors: list[Any], worker: int, record: KillRecord) -> bool:
         """Kill ``actors[worker]``; False if the session had replaced ``actors`` already
-        (the actor was dead: counted in ``record.stale``, and no relaunch follows it)."""
-        stale = self.session.actors is not actors
-        ray.kill(actors[worker], no_restart=True)
+        and the actor is not among its workers now (it was dead, or is no longer used:
+        counted in ``record.stale``, and no relaunch follows it). An actor that outlived
+        a failure and went on in the relaunched run is not stale."""
+        target = actors[worker]
+        current = self.session.actors
+        stale = current is not actors and all(a._actor_id != target._actor_id for a in current)
+        ray.kill(target, no_restart=True)
         record.kills += 1
         record.stale += stale
         return not stale

@@ -41,6 +41,17 @@ made requests reach a source that moves on faster than they travel, the gaps wer
 2.3-3.3 s)."""
 
 
+def restarts_within(restarts: int, events: list[Any]) -> bool:
+    """One recovery per event at least (a replacement killed while the session recovers
+    costs a second one), and one per kill at most: no restart loops. A second kill of a
+    ``double`` or ``pair`` may cost a recovery of its own: the workers that outlive a
+    failure go on in the relaunched run, so a kill that lands once they are in it is a
+    new failure (one that lands while they are reset is seen then, in the same one)."""
+    least = sum(2 if e.kind == "recovery" else 1 for e in events)
+    most = sum(KILLS_PER_EVENT[e.kind] for e in events)
+    return least <= restarts <= most
+
+
 def oracle(case: Case, data: list[list[Any]], tmp_path: Path) -> Outcome:
     """The failure-free inline run that a chaos run must equal, on one worker: what a
     dataflow outputs per epoch does not depend on how many workers run it. On the case's
@@ -74,8 +85,9 @@ def test_kills_change_no_output(name: str, tmp_path: Path) -> None:
     assert verdict.ok, verdict
     assert [r.missed for r in got.records] == [None] * len(events)
     assert got.kills == sum(KILLS_PER_EVENT[e.kind] for e in events)
-    # One recovery per event; a replacement killed while recovering costs a second one.
-    assert got.restarts == sum(2 if e.kind == "recovery" else 1 for e in events)
+    assert restarts_within(got.restarts, events), [
+        (r.event.kind, r.kills, r.stale, r.missed) for r in got.records
+    ]
     if case.interval is None:
         # checkpoint_every=1: every epoch but the last is committed at some point (an
         # epoch whose checkpoint was lost to a kill is computed and committed again).
@@ -108,4 +120,4 @@ def test_every_event_of_a_long_schedule_is_measured(tmp_path: Path) -> None:
     assert judge(expected, got).ok
     assert [r.missed for r in got.records] == [None] * len(events)
     assert all(r.latency is not None for r in got.records)
-    assert got.restarts == sum(2 if e.kind == "recovery" else 1 for e in events)
+    assert restarts_within(got.restarts, events)

@@ -90,3 +90,22 @@ def test_a_later_expiry_keeps_the_armed_timer() -> None:
     p.give_back([object()], "shape", 0.5)
     p.give_back([object()], "shape", 30.0)
     assert [t.delay for t in timers.live()] == [0.5]
+
+
+def test_taking_for_workers_kills_other_shapes_that_hold_cpus_but_not_standbys() -> None:
+    p, _, _ = pool()
+    old, standby, mine = object(), object(), object()
+    p.give_back([old], (0.5, 256), 30.0)  # workers of another run's shape: in the way
+    p.give_back([standby], (0.0, 256), 30.0)  # a standby: reserves no CPU
+    p.give_back([mine], (1.0, 256), 30.0)
+    assert p.take(2, (1.0, 256)) == [mine]
+    assert len(p) == 1  # the other shape's worker was killed, the standby kept
+    assert p.take(1, (0.0, 256)) == [standby]
+
+
+def test_taking_standbys_makes_no_room() -> None:
+    p, _, _ = pool()
+    worker = object()
+    p.give_back([worker], (1.0, 256), 30.0)
+    assert p.take(1, (0.0, 256)) == []
+    assert p.take(1, (1.0, 256)) == [worker]  # still there

@@ -81,7 +81,7 @@ from timely.verbosity import resolve_verbose
 from timely.worker import Worker
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 Outputs = list[tuple[str, int, list[Any]]]
 Ping = tuple[int, bool, list[int], list[int], float]
@@ -106,7 +106,21 @@ class WorkerActor:
     def __init__(self) -> None:
         self.writer: concurrent.futures.ThreadPoolExecutor | None = None
         self.log: EventLog | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        """The calls of a run still going here (``connect``, ``run``): a reset stops them."""
         self._begin(0, 1, True, 8)
+
+    async def warm(self, plan: Plan) -> int:
+        """Make a standby ready: Ray has unpickled ``plan`` (and so imported what its vertices
+        and functions come from) to call this; returns the process id. A recovery then
+        hands the actor a worker to host without starting a process or importing."""
+        return os.getpid()
+
+    def _track(self) -> asyncio.Task[Any] | None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        return task
 
     def _begin(self, index: int, peers: int, accumulate: bool, window: int) -> None:
         """Counters and settings of a new run (an actor may host one run after another:
@@ -181,8 +195,18 @@ class WorkerActor:
         return node, os.getpid(), address
 
     async def reset(self) -> None:
-        """Forget the last run: close its connections and listeners, stop its writer and
-        drop its worker (and so its state), leaving the actor ready to host another."""
+        """Forget the last run: stop its loop and a connect still waiting (a recovery
+        resets the workers that survived a peer's death while their calls still run),
+        close its connections and listeners, stop its writer and drop its worker (and so
+        its state), leaving the actor ready to host another."""
+        me = asyncio.current_task()
+        running = [t for t in self._tasks if t is not me and not t.done()]
+        self._tasks.clear()
+        for task in running:
+            task.cancel()
+        for task in running:
+            with contextlib.suppress(BaseException):
+                await task
         log, self.log = self.log, None
         if log is not None:
             log.close()
@@ -202,10 +226,13 @@ class WorkerActor:
         """Connect to every peer (``table``: every worker's address, from ``start``) and
         wait for the driver's connection; returns how each peer is reached (``"unix"`` or
         ``"tcp"``)."""
+        task = self._track()
         try:
             await self.comm.connect([Address(*a) for a in table])
         except PeerLost as e:
             raise self._lost(e) from None
+        finally:
+            self._tasks.discard(task)
         return self.comm.kinds()
 
     def _lost(self, error: PeerLost) -> WorkerDied:
@@ -285,6 +312,13 @@ class WorkerActor:
 
         Returns the number of steps taken.
         """
+        task = self._track()
+        try:
+            return await self._run()
+        finally:
+            self._tasks.discard(task)
+
+    async def _run(self) -> int:
         worker = self.worker
         comm = self.comm
         try:
@@ -485,6 +519,12 @@ class RaySession(Session):
     the peer not yet applied, and driver commands in flight per worker.
     ``idle_timeout``: after a clean end the actors are kept, reset, this many seconds
     for the next run of this driver (see :mod:`timely.backends.ray_pool`); 0 kills them.
+    ``standbys`` (default: 1 with checkpoints, else 0): started actors, warmed with the
+    plan and reserving no CPU, that wait to take the place of workers that die. A
+    recovery resets the workers that outlived the failure and hands them the restored
+    workers, and a standby (else a new actor) replaces each one that died, so that a
+    single death starts no process while the run waits; the standbys are made up again
+    in the background.
     ``verbose`` (default: ``TIMELY_VERBOSE``, else False) matters when this session
     starts or joins Ray: False keeps Ray's banner, its token notice and the workers'
     forwarded output off the driver's terminal (see ``_connect``); True leaves Ray's own
@@ -501,11 +541,19 @@ class RaySession(Session):
         max_inflight: int = 8,
         heartbeat_timeout: float = 10.0,
         idle_timeout: float = 30.0,
+        standbys: int | None = None,
         checkpoint: CheckpointConfig | None = None,
         trace: str | None = None,
         verbose: bool | None = None,
     ) -> None:
         verbose = resolve_verbose(verbose)
+        if standbys is not None and (
+            isinstance(standbys, bool) or not isinstance(standbys, int) or standbys < 0
+        ):
+            raise ConfigError(
+                f"standbys must be an integer >= 0, got {standbys!r}; it is how many "
+                "started actors wait to replace a worker that dies (0: none)"
+            )
         if not isinstance(max_inflight, int) or max_inflight < 1:
             raise ConfigError(f"max_inflight must be an integer >= 1, got {max_inflight!r}")
         if not heartbeat_timeout > 0:
@@ -537,6 +585,16 @@ class RaySession(Session):
         """Where each worker listens for its peers."""
         self.links: list[dict[int, str]] = []
         """How each worker reaches each peer: ``"unix"`` or ``"tcp"``."""
+        self.standbys = (1 if checkpoint is not None else 0) if standbys is None else standbys
+        """How many warm actors wait to replace workers that die (with checkpoints: 1)."""
+        self._standbys: list[Any] = []
+        self._cpus_of: dict[int, float] = {}
+        """The CPUs each actor (by ``id``) reserves: the workers' share, or 0 for a
+        standby that took a dead worker's place."""
+        self.cold_starts = 0
+        """How many actors the last launch had to start (none kept, no standby left)."""
+        self.lost = 0
+        """How many actors the last relaunch found dead (or silent) and replaced."""
         self._stopped = False
         self._abandoned: list[Any] = []
         """Loop results of actors a relaunch killed, to be read (see ``_reap``)."""
@@ -585,20 +643,31 @@ class RaySession(Session):
         self._delivering = False
         self._rr = 0
 
-    def _launch(self, restore: Restore | None) -> None:
+    def _launch(self, restore: Restore | None, survivors: Sequence[Any] = ()) -> None:
         """Start one actor per worker (from ``restore`` if given), connect them to each
-        other (a fresh secret and fresh sockets every time), and start their loops."""
+        other (a fresh secret and fresh sockets every time), and start their loops.
+
+        The actors are, in this order: ``survivors`` (a recovery's workers that outlived
+        the failure, reset), kept actors of this shape from an earlier run, standbys (a
+        recovery's replacements: started and warmed beforehand, so that no process
+        starts while the run waits), and new ones."""
         workers = self.workers
-        warm = POOL.take(workers, self._shape())
-        self.reused = len(warm)
-        self.actors = warm + [
-            RemoteWorker.options(
-                num_cpus=self.cpus,
-                max_concurrency=self._shape()[1],
-                scheduling_strategy="SPREAD",  # over the cluster's nodes, not packed
-            ).remote()
-            for _ in range(workers - len(warm))
-        ]
+        shape = self._shape()
+        actors, cpus = list(survivors), [self._cpus_of.get(id(a), self.cpus) for a in survivors]
+        warm = POOL.take(workers - len(actors), shape)
+        actors += warm
+        cpus += [self.cpus] * len(warm)
+        standby = self._standbys[: workers - len(actors)]
+        self._standbys = self._standbys[len(standby) :]
+        actors += standby
+        cpus += [0.0] * len(standby)
+        cold = workers - len(actors)
+        actors += [self._new_actor(self.cpus) for _ in range(cold)]
+        cpus += [self.cpus] * cold
+        self.reused = len(actors) - cold
+        self.cold_starts = cold
+        self.actors = actors
+        self._cpus_of = {id(a): c for a, c in zip(actors, cpus)}
         every = self._every
         secret = secrets.token_bytes(32)
         tcp = _nodes() > 1
@@ -622,8 +691,8 @@ class RaySession(Session):
         try:
             placed = self._started(starts, self.cpus)
         except WorkerDied:
-            if not warm:
-                raise
+            if not warm or survivors:
+                raise  # a recovery's actor died while it started: another recovery
             # A kept actor died while idle (its node went, say): start afresh, cold.
             self._kill_actors()
             POOL.release()
@@ -637,38 +706,84 @@ class RaySession(Session):
         try:  # the workers' connect waits for the driver too
             self._links.connect(self.addresses, ray.get_runtime_context().get_node_id())
         except PeerLost as e:
+            self._abandoned.extend(connects)
             raise WorkerDied(f"worker {e.peer} {e.reason}") from None
         self.links = self._wait_for(connects, list(range(workers)))
         self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
         self._run_worker = {ref: i for i, ref in self._runs.items()}
+        self._replenish()
+
+    @property
+    def standby_actors(self) -> list[Any]:
+        """The warm actors waiting to replace workers that die (see ``standbys``)."""
+        return list(self._standbys)
+
+    def _new_actor(self, cpus: float) -> Any:
+        return RemoteWorker.options(
+            num_cpus=cpus,
+            max_concurrency=self._shape()[1],
+            scheduling_strategy="SPREAD",  # over the cluster's nodes, not packed
+        ).remote()
+
+    def _replenish(self) -> None:
+        """Bring the standbys up to ``standbys``: kept ones of an earlier run first, else
+        new ones, each warmed with the plan. Nothing waits for them: a recovery before a
+        standby is ready waits for it as it would for a new actor.
+
+        A standby reserves no CPU (``num_cpus=0``): the workers hold the cluster's CPUs,
+        and a standby computes nothing until it takes the place of a worker that died,
+        whose CPU Ray has then freed. A standby that became a worker keeps that shape
+        and is kept as a standby again after the run."""
+        missing = self.standbys - len(self._standbys)
+        if missing <= 0:
+            return
+        shape = self._standby_shape()
+        fresh = POOL.take(missing, shape)
+        fresh += [self._new_actor(0.0) for _ in range(missing - len(fresh))]
+        # Read by _reap (a standby killed while warming fails its call: not an error).
+        self._abandoned.extend(actor.warm.remote(self.plan_ref) for actor in fresh)
+        self._standbys += fresh
 
     def _shape(self) -> tuple[float, int]:
         """What an actor is made with (``num_cpus``, ``max_concurrency``): the pool's key."""
         return self.cpus, max(256, 2 * self.max_inflight + 64)
 
+    def _standby_shape(self) -> tuple[float, int]:
+        return 0.0, self._shape()[1]
+
     def _keep_actors(self) -> None:
-        """Reset the actors of a run that ended cleanly and hand them to the pool; any
-        that does not reset in time is killed instead."""
+        """Reset the actors of a run that ended cleanly and hand them to the pool, each
+        under its own shape (a standby that became a worker has none of the CPUs), with
+        the standbys; any that does not reset in time is killed instead."""
         if self._links is not None:
             self._links.close()
-        refs = [a.reset.remote() for a in self.actors]
+        actors = self.actors + self._standbys
+        shapes = [(self._cpus_of.get(id(a), self.cpus), self._shape()[1]) for a in self.actors]
+        shapes += [self._standby_shape()] * len(self._standbys)
+        self._standbys = []
+        refs = [a.reset.remote() for a in actors]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.heartbeat_timeout)
-        kept = []
-        for actor, ref in zip(self.actors, refs):
+        kept: dict[tuple[float, int], list[Any]] = {}
+        for actor, shape, ref in zip(actors, shapes, refs):
             try:
                 if ref not in ready:
                     raise TimeoutError
                 ray.get(ref)
-                kept.append(actor)
+                kept.setdefault(shape, []).append(actor)
             except Exception:
                 kill(actor)
-        POOL.give_back(kept, self._shape(), self.idle_timeout)
+        for shape, group in kept.items():
+            POOL.give_back(group, shape, self.idle_timeout)
 
-    def _kill_actors(self) -> None:
+    def _kill_actors(self, standbys: bool = False) -> None:
         if self._links is not None:
             self._links.close()
         for actor in self.actors:
             kill(actor)
+        if standbys:
+            for actor in self._standbys:
+                kill(actor)
+            self._standbys = []
         # A killed actor leaves its socket directory behind; remove those on this machine
         # (a normal end removes its own).
         for address in self.addresses:
@@ -684,11 +799,42 @@ class RaySession(Session):
         self.cpus = cpus
 
     def _relaunch(self, restore: Restore | None) -> None:
-        """Kill every actor (the failed one may be gone already) and start new ones."""
-        self._kill_actors()
+        """Start the workers again: the actors that are still alive are reset and host
+        the new workers (no process to start), and a standby or a new actor takes the
+        place of each one that died or did not answer."""
+        if self._links is not None:
+            self._links.close()
         self._abandoned.extend(self._runs.values())
+        survivors = self._survivors()
         self._forget_workers()
-        self._launch(restore)
+        self._launch(restore, survivors)
+
+    def _survivors(self) -> list[Any]:
+        """Reset every actor of the failed launch; the ones that answered, for the next.
+
+        A dead actor's reset fails as soon as Ray knows it died (a kill, a process exit):
+        no timeout is waited for. One that does not answer within ``heartbeat_timeout``
+        (a stopped process) is killed. Survivors beyond the worker count (a rescale down)
+        go to the pool; so do all of them when the shape changed (a rescale)."""
+        old = self.actors  # replaced by the launch (watchers see one list, then the next)
+        refs = [a.reset.remote() for a in old]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.heartbeat_timeout)
+        alive = []
+        for actor, ref in zip(old, refs):
+            try:
+                if ref not in ready:
+                    raise TimeoutError
+                ray.get(ref)
+                alive.append(actor)
+            except Exception:
+                kill(actor)
+        self.lost = len(old) - len(alive)
+        fits = [a for a in alive if self._cpus_of.get(id(a)) in (self.cpus, 0.0)]
+        spare = [a for a in alive if a not in fits] + fits[self.workers :]
+        for actor in spare:
+            shape = (self._cpus_of.get(id(actor), self.cpus), self._shape()[1])
+            POOL.give_back([actor], shape, self.idle_timeout)
+        return fits[: self.workers]
 
     def _reap(self) -> None:
         """Read the failures of the loops of actors killed by a relaunch: Ray logs an
@@ -976,7 +1122,7 @@ class RaySession(Session):
         if self._clean and self.idle_timeout > 0:
             self._keep_actors()
         else:
-            self._kill_actors()
+            self._kill_actors(standbys=True)
 
 
 def _connect(address: str | None, verbose: bool = False) -> bool:

@@ -54,15 +54,19 @@ class ActorPool:
 
     def take(self, n: int, shape: Hashable) -> list[Any]:
         """Up to ``n`` idle actors of ``shape`` (the most recently used first); idle actors
-        of any other shape are killed, so that new ones have room."""
+        of any other shape that reserve CPUs are killed, so that new ones have room
+        (unless ``shape`` reserves none: a standby needs no room). A shape is
+        ``(num_cpus, max_concurrency)``."""
         with self._lock:
             self._forget_other_jobs()
             keep = [i for i in self._idle if i.shape == shape]
-            for idle in self._idle:
-                if idle.shape != shape:
+            others = [i for i in self._idle if i.shape != shape]
+            if _reserves(shape):
+                for idle in [i for i in others if _reserves(i.shape)]:
                     kill(idle.actor)
+                others = [i for i in others if not _reserves(i.shape)]
             taken = keep[-n:] if n else []
-            self._idle = keep[: len(keep) - len(taken)]
+            self._idle = others + keep[: len(keep) - len(taken)]
             return [i.actor for i in reversed(taken)]
 
     def give_back(self, actors: list[Any], shape: Hashable, idle_timeout: float) -> None:
@@ -133,8 +137,15 @@ class ActorPool:
             self._schedule()
 
 
+def _reserves(shape: Hashable) -> bool:
+    """Whether actors of ``shape`` hold CPUs (a standby's ``(0, ...)`` does not)."""
+    return not (isinstance(shape, tuple) and shape and shape[0] == 0)
+
+
 def kill(actor: Any) -> None:
     """Kill ``actor`` for good; one already dead (or a Ray already gone) is fine."""
+    if not ray.is_initialized():
+        return  # its actors went with it (and ray.kill would start a Ray)
     with contextlib.suppress(Exception):
         ray.kill(actor, no_restart=True)
 
