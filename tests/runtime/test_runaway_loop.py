@@ -1,0 +1,187 @@
+"""A loop that never ends (issue 25): its memory stays flat while its rounds go on.
+
+The runaway is the newcomer's reachability with no ``until``, whose body re-emits its
+input every round, so that it never ends::
+
+    roots.iterate(lambda r: r.join(edges, ...).concat(r).distinct())
+
+Each test bounds it (``max_iters``, or a session closed after the warning) and counts
+rounds, never time. Memory is read by a step inside the body at chosen rounds: the
+blocks the interpreter holds (``sys.getallocatedblocks()`` after a collection: every
+object anything keeps, in any table) and the sizes of the engine's own tables (for the
+message when it fails). Not tracemalloc's traced memory: it found the causes (see
+``Worker._next_rounds``) but makes these runs five times slower; a leak of one object
+per round shows here as thousands of blocks.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import operators  # noqa: F401  (join, distinct)
+import timely.worker
+from progress import Timestamp
+from timely import Dataflow, Stream, Vertex
+from timely.backends.inline import InlineSession
+from timely.worker import Worker
+
+EDGES = [(0, 1), (1, 2), (2, 0), (2, 3), (4, 5)]
+FLAT = 2_000
+"""Blocks more at the last reading than at the first that still count as flat: a few
+dicts resize between readings (2 workers swing by some hundreds); one object kept per
+round would be 8,000 more over 8,000 rounds."""
+
+
+class Readings(Vertex):
+    """Passes records on; at the first batch of each round in ``at`` (worker 0), records
+    the interpreter's allocated blocks and each worker's table sizes in ``into``."""
+
+    def __init__(self, at: set[int], into: dict[int, Any], workers: Callable[[], list[Worker]]):
+        self.at, self.into, self.hosts = at, into, workers
+        self.last = -1
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        r = time[-1]
+        if r != self.last:
+            self.last = r
+            if r in self.at and self.worker == 0 and r not in self.into:
+                gc.collect()
+                self.into[r] = (sys.getallocatedblocks(), [sizes(w) for w in self.hosts()])
+        self.send_by(0, records, time)
+
+
+def sizes(w: Worker) -> dict[str, int]:
+    """The engine's tables on ``w`` that a round could leave something in."""
+    keyed = [s for v in w.vertices for s in getattr(v, "_states", {}).values()]  # join's...
+    seen = [len(ts) for per in w._invariant.values() for _, ts in per.values()]
+    return {
+        "requests": sum(len(c.requests) for c in w.contexts),
+        "capabilities": sum(len(c.caps) for c in w.contexts),
+        "operator_times": sum(len(s.times()) for s in keyed),
+        "pointstamps": len(w.progress.view.counts()),
+        "tracker": sum(len(a._counts) for a in w.tracker._pointstamps),
+        "queued": sum(len(q) for q in w.inbox) + sum(map(len, w._held_rounds.values())),
+        "invariant_rounds": sum(seen),
+    }
+
+
+def the_issue_s_loop(
+    name: str = "reach", max_iters: int | None = None, tap: type[Vertex] | None = None
+) -> tuple[Dataflow, Any, Stream]:
+    """The issue's reachability with no ``until`` (bounded by ``max_iters`` if given),
+    the body's output through a ``tap`` step if given: the dataflow, its input and the
+    loop's result."""
+    flow = Dataflow("runaway")
+    edges = flow.new_input("edges")
+    roots = edges.stream.where(lambda e: e[0] == 0).select(lambda e: 0).distinct()
+
+    def body(r: Stream) -> Stream:
+        out = r.join(edges.stream, lambda n: n, lambda e: e[0], lambda n, e: e[1])
+        out = out.concat(r).distinct()
+        return out if tap is None else flow.vertex([(out, None)], tap, name="tap")[0]
+
+    return flow, edges, roots.iterate(body, max_iters=max_iters, name=name)
+
+
+def runaway(
+    flow: Dataflow, edges: Stream, body: str, at: set[int], into: dict[int, Any], workers: Any
+) -> Callable[[Stream], Stream]:
+    """The never-ending body (``join``: the issue's; ``invariant``: one whose outer stream
+    a per-time step re-reads every round, kept by the worker), and a reading step."""
+    nodes = edges.select(lambda e: e[1])
+
+    def step(r: Stream) -> Stream:
+        if body == "join":
+            out = r.join(edges, lambda n: n, lambda e: e[0], lambda n, e: e[1]).concat(r)
+        else:
+            out = r.concat(nodes)
+        out = out.distinct()
+        return flow.vertex([(out, None)], lambda: Readings(at, into, workers), name="readings")[0]
+
+    return step
+
+
+def run_runaway(workers: int, rounds: int, at: set[int], body: str = "join") -> dict[int, Any]:
+    """Run the runaway for ``rounds`` rounds (its ``max_iters``) on the inline backend;
+    the readings taken at the rounds ``at``."""
+    into: dict[int, Any] = {}
+    flow = Dataflow("runaway")
+    edges = flow.new_input("edges")
+    roots = edges.stream.where(lambda e: e[0] == 0).select(lambda e: 0).distinct()
+    sessions: list[InlineSession] = []
+    step = runaway(flow, edges.stream, body, at, into, lambda: sessions[0].worker_list)
+    roots.iterate(step, max_iters=rounds).probe()
+    session = flow.activate(workers=workers, backend="inline", progress=False)
+    assert isinstance(session, InlineSession)
+    sessions.append(session)
+    with session:
+        edges.send(EDGES)
+        edges.close()
+        session.join()
+    assert sorted(into) == sorted(at), f"the loop did not reach every reading: {sorted(into)}"
+    return into
+
+
+def growth(readings: dict[int, Any]) -> tuple[int, str]:
+    """Blocks more at the last reading than at the first, and what the tables were."""
+    first, last = min(readings), max(readings)
+    tables = "\n".join(f"round {r}: {readings[r][1]}" for r in sorted(readings))
+    return readings[last][0] - readings[first][0], tables
+
+
+@pytest.mark.parametrize(("workers", "first", "last"), [(1, 2_000, 10_000), (2, 1_000, 3_000)])
+def test_a_runaway_loop_stays_flat(workers: int, first: int, last: int) -> None:
+    """The issue's runaway: as many blocks at its last round as at the first reading
+    (flat once warmed up), and no engine table larger; 10,000 rounds on one worker, and
+    3,000 on two (the progress exchange and the data between workers too)."""
+    readings = run_runaway(workers, last, {first, (first + last) // 2, last - 1})
+    more, tables = growth(readings)
+    assert more < FLAT, f"{more} blocks more over {last - first} rounds:\n{tables}"
+    for before, after in zip(readings[first][1], readings[last - 1][1]):
+        for name, n in after.items():
+            assert n <= before[name] + 10, f"{name} grew:\n{tables}"
+
+
+def test_mutation_a_loop_that_runs_ahead_of_its_rounds_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the bound on rounds ahead, records go round within one step (and far ahead
+    of the rounds done): every round keeps its tables, and the readings grow."""
+    monkeypatch.setattr(Worker, "_too_far", lambda self, v, time: False)
+    readings = run_runaway(1, 600, {200, 599})
+    more, tables = growth(readings)
+    assert more > FLAT, f"the mutation went unseen ({more} blocks more):\n{tables}"
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_loops_held_to_one_round_ahead_give_the_same_results(
+    workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tightest bound (one round past the oldest round not done) holds loops back at
+    every round, over epochs some of which are still open while their loops run: the
+    issue's loop bounded by max_iters and a fixpoint whose records pass without a
+    notification still give every record they reach."""
+    monkeypatch.setattr(timely.worker, "ROUNDS_AHEAD", 1)
+    flow, edges, reach = the_issue_s_loop(max_iters=50)
+    reach.distinct().collect("reach")
+    doubled = edges.stream.select(lambda e: e[0]).fixpoint(lambda s: s.select(lambda x: 2 * x % 23))
+    doubled.collect("doubled")
+    edges.send(EDGES)
+    edges.advance_to(1)
+    edges.send([(1, 2), (3, 4)])
+    got = flow.run(workers=workers, backend="inline", progress=False)
+    assert sorted(got["reach"]) == [(0, 0), (0, 1), (0, 2), (0, 3)]  # epoch 1: no root
+
+    def closure(xs: set[int]) -> set[int]:
+        while (more := xs | {2 * x % 23 for x in xs}) != xs:
+            xs = more
+        return xs
+
+    firsts = [{e[0] for e in EDGES}, {1, 3}]
+    expected = [(epoch, x) for epoch, xs in enumerate(firsts) for x in closure(xs)]
+    assert sorted(got["doubled"]) == sorted(expected)
