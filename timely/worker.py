@@ -381,11 +381,20 @@ class Worker:
             seen.add(time)
             return
         if time not in seen:  # an iteration not seen yet: the invariant records first
+            self._forget_rounds(v, seen)
             seen.add(time)
             for p, kept_records in batches:
                 self._activate(v, port, time, on_recv, p, kept_records, time)
         if port not in self.plan.vertices[v].marks_ports:  # a mark: records somewhere
             self._activate(v, port, time, on_recv, port, records, time)
+
+    def _forget_rounds(self, v: int, seen: set[Timestamp]) -> None:
+        """Drop from ``seen`` the iteration times ``v`` is done with: nothing more can
+        arrive at them, not even a late invariant batch (it would come at an earlier
+        time, which the frontier would not have passed). Else a loop that runs long
+        keeps one time per round of its epoch."""
+        for t in [t for t in seen if self._ready_now(v, t)]:
+            seen.discard(t)
 
     def _forget_invariant(self, v: int, current: Timestamp) -> None:
         """Drop the invariant records of the outer times the loop is done with at ``v``

@@ -147,6 +147,17 @@ def test_a_runaway_loop_stays_flat(workers: int, first: int, last: int) -> None:
             assert n <= before[name] + 10, f"{name} grew:\n{tables}"
 
 
+def test_a_runaway_loop_over_a_loop_invariant_stream_stays_flat() -> None:
+    """A per-time step that re-reads an outer stream every round: the worker keeps the
+    stream once per epoch and the rounds it delivered it at, which go as they finish."""
+    readings = run_runaway(1, 3_000, {1_000, 2_999}, body="invariant")
+    more, tables = growth(readings)
+    assert more < FLAT, f"{more} blocks more over 2,000 rounds:\n{tables}"
+    assert (
+        readings[2_999][1][0]["invariant_rounds"] <= readings[1_000][1][0]["invariant_rounds"] + 2
+    ), tables
+
+
 def test_mutation_a_loop_that_runs_ahead_of_its_rounds_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -156,6 +167,18 @@ def test_mutation_a_loop_that_runs_ahead_of_its_rounds_is_caught(
     readings = run_runaway(1, 600, {200, 599})
     more, tables = growth(readings)
     assert more > FLAT, f"the mutation went unseen ({more} blocks more):\n{tables}"
+
+
+def test_mutation_invariant_rounds_kept_for_ever_are_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Keeping every round an outer stream was delivered at (the worker's re-delivery
+    store) grows by a time per round: the table check sees it."""
+    monkeypatch.setattr(Worker, "_forget_rounds", lambda self, v, seen: None)
+    readings = run_runaway(2, 1_000, {200, 999}, body="invariant")
+    _, tables = growth(readings)
+    first, last = readings[200][1][0], readings[999][1][0]
+    assert last["invariant_rounds"] > first["invariant_rounds"] + 500, tables
 
 
 @pytest.mark.parametrize("workers", [1, 3])
