@@ -694,6 +694,17 @@ class Worker:
         self._propagate()
         return self.tracker.frontier(target(vertex, port))
 
+    def loop_rounds(self) -> list[tuple[int, Timestamp]]:
+        """Per feedback vertex that has sent anything, the time of the furthest round it
+        sent to, ``(vertex, time)``: what the driver's ``loop_warning`` watches
+        (:mod:`timely.loopwatch`). Safe to call from another thread (a heartbeat's)."""
+        out = []
+        for v in self._feedback:
+            furthest = getattr(self.vertices[v], "furthest", None)
+            if furthest is not None:
+                out.append((v, furthest))
+        return out
+
     def take_emitted(self) -> list[tuple[str, int, list[Any]]]:
         """Outputs for the driver produced since the last call: ``(key, epoch, records)``."""
         out, self.emitted = self.emitted, []

@@ -1,4 +1,5 @@
-"""A loop that never ends (issue 25): its memory stays flat while its rounds go on.
+"""A loop that never ends (issue 25): its memory stays flat while its rounds go on, and
+the driver warns about it (``loop_warning``).
 
 The runaway is the newcomer's reachability with no ``until``, whose body re-emits its
 input every round, so that it never ends::
@@ -17,6 +18,7 @@ per round shows here as thousands of blocks.
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +28,7 @@ import pytest
 import operators  # noqa: F401  (join, distinct)
 import timely.worker
 from progress import Timestamp
-from timely import Dataflow, Stream, Vertex
+from timely import ConfigError, Dataflow, Stream, Vertex
 from timely.backends.inline import InlineSession
 from timely.worker import Worker
 
@@ -68,6 +70,10 @@ def sizes(w: Worker) -> dict[str, int]:
         "queued": sum(len(q) for q in w.inbox) + sum(map(len, w._held_rounds.values())),
         "invariant_rounds": sum(seen),
     }
+
+
+def warned(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "timely" and r.levelno >= 30]
 
 
 def the_issue_s_loop(
@@ -116,7 +122,7 @@ def run_runaway(workers: int, rounds: int, at: set[int], body: str = "join") -> 
     sessions: list[InlineSession] = []
     step = runaway(flow, edges.stream, body, at, into, lambda: sessions[0].worker_list)
     roots.iterate(step, max_iters=rounds).probe()
-    session = flow.activate(workers=workers, backend="inline", progress=False)
+    session = flow.activate(workers=workers, backend="inline", progress=False, loop_warning=None)
     assert isinstance(session, InlineSession)
     sessions.append(session)
     with session:
@@ -197,7 +203,7 @@ def test_loops_held_to_one_round_ahead_give_the_same_results(
     edges.send(EDGES)
     edges.advance_to(1)
     edges.send([(1, 2), (3, 4)])
-    got = flow.run(workers=workers, backend="inline", progress=False)
+    got = flow.run(workers=workers, backend="inline", progress=False, loop_warning=None)
     assert sorted(got["reach"]) == [(0, 0), (0, 1), (0, 2), (0, 3)]  # epoch 1: no root
 
     def closure(xs: set[int]) -> set[int]:
@@ -208,3 +214,96 @@ def test_loops_held_to_one_round_ahead_give_the_same_results(
     firsts = [{e[0] for e in EDGES}, {1, 3}]
     expected = [(epoch, x) for epoch, xs in enumerate(firsts) for x in closure(xs)]
     assert sorted(got["doubled"]) == sorted(expected)
+
+
+# -- the warning ------------------------------------------------------------------------------
+
+
+def check_message(message: str, threshold: int) -> None:
+    assert "loop 'reach0'" in message  # the loop's name in the graph
+    assert "of epoch 0" in message
+    at = int(message.split(" is at round ")[1].split()[0])
+    assert at >= threshold
+    assert "until='fixpoint'" in message and "max_iters" in message
+    assert f"loop_warning={threshold}" in message
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_driver_warns_once_about_a_loop_past_loop_warning_rounds(
+    workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    flow, edges, reach = the_issue_s_loop(max_iters=300)
+    reach.probe()
+    edges.send(EDGES)
+    with caplog.at_level(logging.WARNING, logger="timely"):
+        flow.run(workers=workers, backend="inline", progress=False, loop_warning=100)
+    [message] = warned(caplog)  # once, though the loop goes on for 200 rounds more
+    check_message(message, 100)
+
+
+def test_a_loop_within_loop_warning_rounds_is_not_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flow, edges, reach = the_issue_s_loop(max_iters=100)  # rounds 0..99
+    reach.probe()
+    edges.send(EDGES)
+    with caplog.at_level(logging.WARNING, logger="timely"):
+        flow.run(workers=2, backend="inline", progress=False, loop_warning=100)
+        flow2, edges2, reach2 = the_issue_s_loop(max_iters=500)
+        reach2.probe()
+        edges2.send(EDGES)
+        flow2.run(workers=2, backend="inline", progress=False, loop_warning=None)
+    assert warned(caplog) == []
+
+
+def test_the_driver_warns_about_a_runaway_loop_on_ray(
+    ray_local: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On Ray the rounds come with the heartbeats: a loop that never ends is warned about
+    while it runs, and the session that stops it is closed by the test."""
+    flow, edges, reach = the_issue_s_loop()  # no bound: it runs until the session closes
+    reach.probe()
+    with caplog.at_level(logging.WARNING, logger="timely"):
+        session = flow.activate(workers=2, backend="ray", progress=False, loop_warning=50)
+        with session:
+            edges.send(EDGES)
+            edges.advance_to(1)  # epoch 0's rounds can end: the loop runs (for ever)
+            for _ in range(1_200):  # polls, each up to 0.1 s: the warning comes well before
+                session.poll(0.1)
+                if session.view.snapshot()["warnings"]:
+                    break
+    [message] = warned(caplog)
+    check_message(message, 50)
+
+
+def test_a_short_loop_past_loop_warning_is_seen_on_ray_by_its_end(
+    ray_local: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loop that passes the bound and ends between two heartbeats is still warned
+    about: the workers' last report carries their loops' furthest rounds."""
+    flow, edges, reach = the_issue_s_loop(max_iters=60)
+    reach.probe()
+    edges.send(EDGES)
+    with caplog.at_level(logging.WARNING, logger="timely"):
+        flow.run(workers=2, backend="ray", progress=False, loop_warning=50)
+    [message] = warned(caplog)
+    check_message(message, 50)
+
+
+@pytest.mark.parametrize("value", [0, -5, 2.5, True, "1000"])
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_a_bad_loop_warning_is_refused_before_anything_starts(
+    value: Any, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_start(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a backend was started")
+
+    monkeypatch.setattr(InlineSession, "__init__", no_start)
+    if backend == "ray":
+        from timely.backends.ray import RaySession
+
+        monkeypatch.setattr(RaySession, "__init__", no_start)
+    flow, _, reach = the_issue_s_loop(max_iters=5)
+    reach.probe()
+    with pytest.raises(ConfigError, match="loop_warning must be a whole number of rounds"):
+        flow.run(workers=1, backend=backend, progress=False, loop_warning=value)
