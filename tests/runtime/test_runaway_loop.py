@@ -18,8 +18,10 @@ per round shows here as thousands of blocks.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import sys
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -254,6 +256,40 @@ def test_a_loop_within_loop_warning_rounds_is_not_warned_about(
         edges2.send(EDGES)
         flow2.run(workers=2, backend="inline", progress=False, loop_warning=None)
     assert warned(caplog) == []
+
+
+def test_the_warning_is_on_by_default_and_shows_in_the_live_page_state(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without the option, a loop past 1,000 rounds is warned about; the live page's
+    state.json carries the warning while the run goes on (read from inside the loop)."""
+    states: list[dict[str, Any]] = []
+    sessions: list[Any] = []
+
+    class ReadPage(Vertex):
+        def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+            if time[-1] == 1_100 and self.worker == 0 and not states:
+                url = sessions[0].ui_url + "state.json"
+                with urllib.request.urlopen(url, timeout=10) as r:
+                    states.append(json.loads(r.read()))
+            self.send_by(0, records, time)
+
+    flow, edges, reach = the_issue_s_loop(max_iters=1_200, tap=ReadPage)
+    reach.probe()
+    with caplog.at_level(logging.WARNING, logger="timely"):
+        session = flow.activate(workers=1, backend="inline", progress=False, ui=True)
+        sessions.append(session)
+        with session:
+            edges.send(EDGES)
+            edges.close()
+            session.join()
+    [message] = warned(caplog)
+    check_message(message, 1_000)
+    [state] = states
+    [warning] = state["warnings"]
+    assert warning["kind"] == "loop" and warning["loop"] == "reach0"
+    assert warning["epoch"] == 0 and 1_000 <= warning["round"] < 1_100
+    assert warning["message"] == message.removeprefix("timely: ")
 
 
 def test_the_driver_warns_about_a_runaway_loop_on_ray(
