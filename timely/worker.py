@@ -311,7 +311,8 @@ class Worker:
         never end. Held back, a step runs at most ``ROUNDS_AHEAD`` rounds of a loop past
         the frontier it began with, and a loop's memory stays flat however long it
         runs. A held batch holds nothing up: what it waits for comes from earlier
-        rounds, which it cannot reach."""
+        rounds, which it cannot reach (unless a vertex keeps a capability at an early
+        round until a later round's records come: it must move it on with the rounds)."""
         for v, held in list(self._held_rounds.items()):
             wait = []
             for batch in held:
