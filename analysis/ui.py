@@ -13,7 +13,8 @@ serves three things on 127.0.0.1 (``ui=True``: any free port, ``ui=PORT``: that 
   ``RATE_WINDOW`` seconds) and in all, each output's frontier, each worker's steps and
   share of time waiting, the latest window's critical participation (an
   :class:`~analysis.online.OnlineProfiler` on the event log), checkpoints, restarts,
-  rescales and a controller's latest scaling decision.
+  rescales, a controller's latest scaling decision, and the driver's warnings about the
+  run (``warnings``: a loop past ``loop_warning`` rounds, :mod:`timely.loopwatch`).
 
 Rates come from :class:`~timely.tracestats.TraceStats`, sampled by a thread of its own
 every ``SAMPLE`` seconds; nothing here runs on a worker.
@@ -227,6 +228,10 @@ class _State:
             "worker_stats": workers,
             "critical": critical,
             "windows": windows,
+            "warnings": [
+                {k: w[k] for k in ("kind", "message", "loop", "epoch", "round") if k in w}
+                for w in view["warnings"]
+            ],
             "scaling": {
                 "workers": view["workers"],
                 "rescales": view["rescales"][-5:],

@@ -66,6 +66,7 @@ class Feedback:
             internal=internal,
             where="feedback",
             kind="feedback",
+            loop=scope.name,
         )
         self.stream = Stream(scope.flow, self.vertex, 0, scope)
 
@@ -566,12 +567,15 @@ class Dataflow:
         internal: dict[tuple[int, int], PathSummary] | None = None,
         where: str = "?",
         kind: str = "vertex",
+        loop: str | None = None,
     ) -> int:
         if self._session is not None:
             raise GraphBuildError("the dataflow is running; build it completely before running it")
         index = len(self._vertices)
         self._vertices.append(
-            VertexSpec(index, name, factory, input_depths, output_depths, internal, where, kind)
+            VertexSpec(
+                index, name, factory, input_depths, output_depths, internal, where, kind, loop=loop
+            )
         )
         return index
 

@@ -148,6 +148,7 @@ class RunView:
         """How many epochs the run has, once known (every driver input closed, no source)."""
         self._rescales: list[dict[str, Any]] = []
         self._decisions: list[dict[str, Any]] = []
+        self._warnings: list[dict[str, Any]] = []
 
     # -- written by the session ---------------------------------------------------------------
     def delivered(self, key: str, epoch: int, records: int) -> None:
@@ -188,6 +189,12 @@ class RunView:
             self._decisions.append(dict(decision, at=time.time()))
             del self._decisions[:-KEEP_DECISIONS]
 
+    def warned(self, warning: dict[str, Any]) -> None:
+        """A warning the driver gave about the run (``kind``, ``message``, and what the
+        kind says: a loop's ``loop``, ``epoch``, ``round``), for the page to show."""
+        with self._lock:
+            self._warnings.append(dict(warning, at=time.time()))
+
     def restarted(self, restarts: int) -> None:
         with self._lock:
             self._restarts = restarts
@@ -209,7 +216,8 @@ class RunView:
         (checkpoint epochs), ``checkpoint_interval`` and ``coordination_fraction`` (with
         ``checkpoint_every="auto"``, the latest cycle's; None before one or without it),
         ``total_epochs``, ``workers`` (now), ``rescales`` and ``decisions`` (see
-        :meth:`decided`), ``ended``, ``elapsed`` (seconds)."""
+        :meth:`decided`), ``warnings`` (see :meth:`warned`), ``ended``, ``elapsed``
+        (seconds)."""
         with self._lock:
             return {
                 "outputs": {
@@ -224,6 +232,7 @@ class RunView:
                 "workers": self.workers,
                 "rescales": [dict(r) for r in self._rescales],
                 "decisions": [dict(d) for d in self._decisions],
+                "warnings": [dict(w) for w in self._warnings],
                 "ended": self.ended,
                 "elapsed": time.time() - self.started_at,
             }

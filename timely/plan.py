@@ -35,6 +35,9 @@ class VertexSpec:
     control_port: int | None = None
     """The input on which a keyed vertex receives the run's routing configurations
     (reconfigurable runs; :meth:`Plan.with_control`), hidden from the vertex."""
+    loop: str | None = None
+    """For a ``feedback`` vertex, the name of the loop scope it closes (what the driver's
+    ``loop_warning`` names)."""
     marks_ports: frozenset[int] = frozenset()
     """Inputs carrying, from every worker, a mark per time its other inputs had records
     at (a vertex with loop-invariant inputs: each iteration that happens anywhere gets

@@ -20,6 +20,7 @@ from timely.coordinator import CheckpointCoordinator, Restore
 from timely.diskstate import remove_store, state_options
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
 from timely.eventlog import EventLog, clock, open_driver_log, trace_option
+from timely.loopwatch import LoopWatch, loop_warning_option
 from timely.messages import Advance, Close, InputCommand, Send
 from timely.migration import BinLoad
 from timely.monitor import Monitor, RunView, monitor_options, remove_trace, temporary_trace
@@ -129,6 +130,9 @@ class Session(ABC):
         self._delivered: dict[str, int] = {}
         self.view = RunView(spec.name, spec.plan.describe(), workers, trace)
         """What monitors read of this session (:mod:`timely.monitor`)."""
+        self.loop_watch = LoopWatch(spec.plan, self.view)
+        """Warns about loops past ``loop_warning`` rounds (:mod:`timely.loopwatch`); the
+        backends hand it what their workers report."""
         self.monitors: list[Monitor] = []
         self._temporary_trace: str | None = None
         self._driver_log: EventLog | None = None
@@ -756,6 +760,7 @@ def start_session(
     spec, schedule = _routing_options(spec, workers, options)
     store = state_options(options)
     trace = trace_option(options)
+    loop_warning = loop_warning_option(options)
     verbose = resolve_verbose(options.pop("verbose", None))
     if address is not None:
         options["address"] = address
@@ -796,6 +801,7 @@ def start_session(
         raise
     session.monitors = monitors
     session._temporary_trace = temporary
+    session.loop_watch.threshold = loop_warning
     try:
         if schedule is not None:
             session._schedule(schedule)

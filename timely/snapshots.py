@@ -103,7 +103,7 @@ class Snapshots:
             yield t[0]
         for t in ctx.caps:
             yield t[0]
-        for _, t, _ in self.w.inbox[v]:
+        for t in self.w.queued(v):
             yield t[0]
 
     def open_epoch(self, v: int) -> int | None:

@@ -47,16 +47,26 @@ class Concat(Vertex):
 
 
 class FeedbackVertex(Vertex):
-    """Moves records to the next iteration; drops them past the loop's ``max_iters``."""
+    """Moves records to the next iteration; drops them past the loop's ``max_iters``.
+
+    ``furthest`` is the time of the furthest round it has sent records to (its last
+    coordinate the loop's round, its first the epoch), for the driver's ``loop_warning``
+    (:mod:`timely.loopwatch`): a loop that never ends is seen by the rounds it reaches.
+    One tuple, replaced whole, so a heartbeat may read it from another thread."""
 
     def __init__(self, step: int, max_iters: int | None) -> None:
         self.step = step
         self.max_iters = max_iters
+        self.furthest: Timestamp | None = None
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         nxt = time[-1] + self.step
         if self.max_iters is None or nxt < self.max_iters:
-            self.send_by(0, records, (*time[:-1], nxt))
+            to = (*time[:-1], nxt)
+            furthest = self.furthest
+            if furthest is None or nxt > furthest[-1]:
+                self.furthest = to
+            self.send_by(0, records, to)
 
 
 class Inspect(Vertex):

@@ -12,6 +12,10 @@ step and ``file:line`` whatever this says.
 Each backend applies it where it starts its library (:mod:`timely.backends.ray`,
 ``_connect``); the Spark connector where it makes a SparkSession
 (:func:`connectors.spark.spark_log_options`).
+
+timely's own warnings about a run (a loop past ``loop_warning`` rounds,
+:mod:`timely.loopwatch`) go to the ``timely`` logger at WARNING, which nothing here
+quiets: with logging not set up, Python prints them on stderr.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from progress import (
@@ -48,6 +48,10 @@ from timely.snapshots import Part, Snapshots
 from timely.state import StatefulVertex
 from timely.system import InputVertex, SourceVertex
 from timely.vertex import Capability, Vertex
+
+ROUNDS_AHEAD = 8
+"""How many rounds a loop's records may run ahead of its oldest round not done yet (on
+this worker's view), per outer time: see :meth:`Worker._next_rounds`."""
 
 _KINDS = {"on_notify": NOTIFY, "command": COMMAND, "pull": PULL}
 """An activation's kind in the event log, by the method run (``on_recv`` has a port)."""
@@ -118,6 +122,11 @@ class Worker:
         """Per vertex with loop-invariant inputs, per outer time: the invariant batches
         received, and the iteration times they were delivered at."""
         self._ready: deque[int] = deque()
+        self._feedback = frozenset(s.index for s in plan.vertices if s.kind == "feedback")
+        self._held_rounds: dict[int, list[tuple[int, Timestamp, list[Any]]]] = {}
+        """Per feedback vertex, the batches fed back that wait for earlier rounds of their
+        loop to be done (:meth:`_next_rounds`)."""
+        self._round_check = False  # frontiers moved since held rounds were last checked
         self._out: dict[tuple[int, int, int, Timestamp], list[Any]] = {}
         self._seq = [0] * peers
         self._commands: dict[int, deque[InputCommand]] = {}
@@ -200,16 +209,18 @@ class Worker:
             t[0] < open_from for v in self._notify_pending for t in self.contexts[v].requests
         )
 
-    def _local_work(self, sources: bool = True) -> bool:
-        """Whether a step now has something to do here; ``sources=False`` leaves out active
-        sources, which always have (they read a batch a step)."""
+    def _local_work(self, ongoing: bool = True) -> bool:
+        """Whether a step now has something to do here; ``ongoing=False`` leaves out what
+        may always have more: active sources (they read a batch a step) and a loop's next
+        round (a loop that never ends always has one)."""
         return bool(
             self._ready
+            or (ongoing and self._held_rounds and (self._round_check or self._frontier_moved))
             or self._commands
             or self.received_since_step
             or self.migration.busy()
             or (self._notify_pending and (self._notify_check or self._frontier_moved))
-            or (sources and any(self.vertices[v].due() for v in self._sources))  # type: ignore[attr-defined]
+            or (ongoing and any(self.vertices[v].due() for v in self._sources))  # type: ignore[attr-defined]
         )
 
     def next_awake(self) -> float | None:
@@ -239,6 +250,9 @@ class Worker:
             self.migration.prepare()  # an idle step: room for bins to come (one vertex)
         self.received_since_step = False
         self._propagate()
+        if self._held_rounds and self._round_check:
+            self._round_check = False
+            self._next_rounds()
         for v, queue in list(self._commands.items()):
             vertex = self.vertices[v]
             assert isinstance(vertex, InputVertex)
@@ -274,7 +288,51 @@ class Worker:
             self._frontier_moved = False
             if self.tracker.propagate_all():
                 self._notify_check = True
+                self._round_check = True
                 self.migration.dirty = True
+
+    def _too_far(self, v: int, time: Timestamp) -> bool:
+        """Whether a batch fed back to ``v`` at ``time`` is more than ``ROUNDS_AHEAD``
+        rounds past a round of its outer time that is not done yet here (on this worker's
+        view of the frontier at ``v``): it waits then (:meth:`_next_rounds`)."""
+        n = time[-1] - ROUNDS_AHEAD
+        return any(f[-1] < n and less_equal(f, time) for f in self.tracker.frontier(target(v, 0)))
+
+    def _next_rounds(self) -> None:
+        """Let the batches held at loops' feedback vertices go round as far as their
+        loops' rounds now allow (see :meth:`_too_far`).
+
+        Why a loop is held back: records can go round faster than rounds are done (a
+        round's notifications wait for its progress to travel), and every round begun
+        and not done keeps its per-time tables, notifications and pointstamps, so a
+        loop that runs for ever would take ever more memory; and since a step delivers
+        its local sends within itself, a loop whose records pass without a notification
+        (a concat, a distinct) would run round after round in one step, which would
+        never end. Held back, a step runs at most ``ROUNDS_AHEAD`` rounds of a loop past
+        the frontier it began with, and a loop's memory stays flat however long it
+        runs. A held batch holds nothing up: what it waits for comes from earlier
+        rounds, which it cannot reach (unless a vertex keeps a capability at an early
+        round until a later round's records come: it must move it on with the rounds)."""
+        for v, held in list(self._held_rounds.items()):
+            wait = []
+            for batch in held:
+                if self._too_far(v, batch[1]):
+                    wait.append(batch)
+                else:
+                    self.inbox[v].append(batch)
+                    self._ready.append(v)
+            if wait:
+                self._held_rounds[v] = wait
+            else:
+                del self._held_rounds[v]
+
+    def queued(self, v: int) -> Iterator[Timestamp]:
+        """The times of the batches here that wait for ``v``: in its inbox, or held back
+        before its loop's next rounds."""
+        for _, time, _ in self.inbox[v]:
+            yield time
+        for _, time, _ in self._held_rounds.get(v, ()):
+            yield time
 
     def _drain_inbox(self) -> None:
         inbox, ready = self.inbox, self._ready
@@ -324,11 +382,20 @@ class Worker:
             seen.add(time)
             return
         if time not in seen:  # an iteration not seen yet: the invariant records first
+            self._forget_rounds(v, seen)
             seen.add(time)
             for p, kept_records in batches:
                 self._activate(v, port, time, on_recv, p, kept_records, time)
         if port not in self.plan.vertices[v].marks_ports:  # a mark: records somewhere
             self._activate(v, port, time, on_recv, port, records, time)
+
+    def _forget_rounds(self, v: int, seen: set[Timestamp]) -> None:
+        """Drop from ``seen`` the iteration times ``v`` is done with: nothing more can
+        arrive at them, not even a late invariant batch (it would come at an earlier
+        time, which the frontier would not have passed). Else a loop that runs long
+        keeps one time per round of its epoch."""
+        for t in [t for t in seen if self._ready_now(v, t)]:
+            seen.discard(t)
 
     def _forget_invariant(self, v: int, current: Timestamp) -> None:
         """Drop the invariant records of the outer times the loop is done with at ``v``
@@ -348,7 +415,10 @@ class Worker:
         for i in range(spec.inputs):
             if any(less_equal(f, t) for f in frontier(target(v, i))):
                 return False
-        return not any(less_equal(p, t) for _, p, _ in self.inbox[v])
+        if any(less_equal(p, t) for _, p, _ in self.inbox[v]):
+            return False
+        held = self._held_rounds.get(v)  # (a feedback vertex's: none is ever notified)
+        return not held or not any(less_equal(p, t) for _, p, _ in held)
 
     def _notify(self) -> None:
         snapshots = self.snapshots
@@ -460,9 +530,14 @@ class Worker:
             if not part:
                 continue
             if dest == self.index:
-                # Local: straight into the inbox, delivered later in this same step.
-                self.inbox[edge.dst].append((edge.dst_port, time, part))
-                self._ready.append(edge.dst)
+                # Local: straight into the inbox, delivered later in this same step; but
+                # a loop's next round may have to wait for its earlier ones (_next_rounds).
+                if edge.dst in self._feedback and self._too_far(edge.dst, time):
+                    held = self._held_rounds.setdefault(edge.dst, [])
+                    held.append((edge.dst_port, time, part))  # round a loop, later
+                else:
+                    self.inbox[edge.dst].append((edge.dst_port, time, part))
+                    self._ready.append(edge.dst)
                 self._updates.update((target(edge.dst, edge.dst_port), time), 1)
             else:
                 key = (dest, edge.dst, edge.dst_port, time)
@@ -608,12 +683,28 @@ class Worker:
     def idle(self) -> bool:
         """Nothing left anywhere, as far as this worker knows: every frontier is empty."""
         self._propagate()
-        return self.tracker.is_idle() and not self.progress.pending() and not self._ready
+        return (
+            self.tracker.is_idle()
+            and not self.progress.pending()
+            and not self._ready
+            and not self._held_rounds
+        )
 
     def frontier(self, vertex: int, port: int = 0) -> tuple[Timestamp, ...]:
         """This worker's view of the frontier at input ``port`` of ``vertex``."""
         self._propagate()
         return self.tracker.frontier(target(vertex, port))
+
+    def loop_rounds(self) -> list[tuple[int, Timestamp]]:
+        """Per feedback vertex that has sent anything, the time of the furthest round it
+        sent to, ``(vertex, time)``: what the driver's ``loop_warning`` watches
+        (:mod:`timely.loopwatch`). Safe to call from another thread (a heartbeat's)."""
+        out = []
+        for v in self._feedback:
+            furthest = getattr(self.vertices[v], "furthest", None)
+            if furthest is not None:
+                out.append((v, furthest))
+        return out
 
     def take_emitted(self) -> list[tuple[str, int, list[Any]]]:
         """Outputs for the driver produced since the last call: ``(key, epoch, records)``."""

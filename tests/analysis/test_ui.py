@@ -146,3 +146,36 @@ def test_a_browser_renders_a_running_dataflow(browser: Any, tmp_path: Path) -> N
         words.close()
         session.join()
     assert feeder.epochs > 0
+
+
+def test_a_browser_shows_the_driver_s_warning_about_a_loop(browser: Any) -> None:
+    """A loop past ``loop_warning`` rounds: the page shows the driver's warning, with the
+    loop's name and the fix."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    flow = Dataflow("runaway")
+    edges = flow.new_input("edges")
+    roots = edges.stream.where(lambda e: e[0] == 0).select(lambda e: 0).distinct()
+    roots.iterate(  # the issue's loop, which re-emits its input every round
+        lambda r: (
+            r.join(edges.stream, lambda n: n, lambda e: e[0], lambda n, e: e[1])
+            .concat(r)
+            .distinct()
+        ),
+        max_iters=80,
+        name="reach",
+    ).probe()
+    session = flow.activate(workers=1, backend="inline", ui=True, loop_warning=50)
+    try:
+        assert session.ui_url is not None
+        edges.send([(0, 1), (1, 0)])
+        edges.close()  # inline: its 80 rounds run here, and the page stays up until join
+        browser.get(session.ui_url)
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#warnings .warning"))
+        text = browser.find_element(By.ID, "warnings").text
+        assert "loop 'reach0'" in text and "of epoch 0" in text
+        assert "until='fixpoint'" in text and "max_iters" in text
+    finally:
+        session.join()

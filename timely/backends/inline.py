@@ -121,6 +121,7 @@ class InlineSession(Session):
                 awake = [t for w in workers if (t := w.next_awake()) is not None]
                 if not awake:
                     self._maybe_request_checkpoint()  # a rescale waiting for a commit
+                    self.loop_watch.observe(r for w in workers for r in w.loop_rounds())
                     return
                 # a paced source's next batch: this thread is every worker, so it waits
                 time.sleep(max(0.0, min(awake) - time.time()))
@@ -128,6 +129,7 @@ class InlineSession(Session):
             self.events += 1
             if self.events % 64 == 0:
                 self._maybe_request_checkpoint()
+                self.loop_watch.observe(r for w in workers for r in w.loop_rounds())
             if self.events in self.crash_at:
                 raise WorkerDied(f"injected crash at scheduling event {self.events}")
             if self.events > self.max_events:

@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
 Outputs = list[tuple[str, int, list[Any]]]
-Ping = tuple[int, bool, list[int], list[int], float]
+Ping = tuple[int, bool, list[int], list[int], float, list[tuple[int, tuple[int, ...]]]]
 """A heartbeat's answer: see ``WorkerActor.ping``."""
 
 _WAKE = 1.0
@@ -281,8 +281,11 @@ class WorkerActor:
 
     def _report(self, outputs: Outputs, parts: list[tuple[int, dict[str, Any]]], end: bool) -> None:
         """Send outputs emitted and checkpoint parts written (``(epoch, what the manifest
-        records of it)``) to the driver, one frame; ``end``: nothing more will come."""
-        self.comm.send_driver(serialization.encode([outputs, parts, end]))
+        records of it)``) to the driver, one frame; ``end``: nothing more will come (and
+        the frame carries the furthest round of each loop, ``Worker.loop_rounds``, so that
+        a loop that ended between two heartbeats is seen by ``loop_warning`` too)."""
+        loops = self.worker.loop_rounds() if end else []
+        self.comm.send_driver(serialization.encode([outputs, parts, end, loops]))
 
     async def _wait(self, timeout: float | None = None) -> None:
         """Wait for something to arrive: a frame, a credit, a command, a lost peer."""
@@ -472,11 +475,16 @@ class WorkerActor:
         """A heartbeat, answered on its own thread even while a step runs: a progress
         counter (steps and messages taken in), whether the loop waits with nothing to do,
         and for the driver's check of stuck connections the frames sent to and read from
-        each peer and how long ago the loop last waited (0.0: it waits now)."""
+        each peer and how long ago the loop last waited (0.0: it waits now); and the
+        furthest round each loop's feedback reached (``Worker.loop_rounds``, for the
+        driver's ``loop_warning``)."""
         free = self.free_since
         since = 0.0 if free is not None else time.monotonic() - self.last_free
         sent, read = self.comm.counts()
-        return self.steps + self.applied, self.waiting and not self.finished, sent, read, since
+        worker = getattr(self, "worker", None)
+        loops = [] if worker is None else worker.loop_rounds()
+        busy = self.waiting and not self.finished
+        return self.steps + self.applied, busy, sent, read, since, loops
 
     async def stats(self) -> dict[str, Any]:
         """Counters for benchmarks, tests and debugging."""
@@ -992,7 +1000,7 @@ class RaySession(Session):
                     raise WorkerDied(
                         f"worker {w} died: its connection to the driver {links.lost(w)}"
                     )
-                outputs, parts, end = serialization.decode(payload)
+                outputs, parts, end, loops = serialization.decode(payload)
                 for key, epoch, records in outputs:
                     self._deliver(key, epoch, records)
                     delivered = True
@@ -1000,6 +1008,7 @@ class RaySession(Session):
                     self._part_written(epoch, info)
                 if end:
                     self._ended.add(w)
+                    self.loop_watch.observe((v, tuple(t)) for v, t in loops)
         finally:
             self._delivering = False
         return delivered
@@ -1063,6 +1072,7 @@ class RaySession(Session):
                         self._last_change = now
                     self._progress[w] = progress
                     del self._pings[w]
+                    self.loop_watch.observe(progress[5])
                     self._check_reader(w, sent)
                 elif now - sent > self.heartbeat_timeout:
                     raise WorkerDied(
@@ -1094,7 +1104,7 @@ class RaySession(Session):
         work well after they were sent: its connection's reader is stuck. A worker busy in
         a long step reads nothing either, but does not wait, so it is not suspected."""
         timeout = self.heartbeat_timeout
-        _, _, sent, read, since = self._progress[w]
+        _, _, sent, read, since, _ = self._progress[w]
         behind = self._behind
         for p, theirs in self._progress.items():
             if p == w:
