@@ -12,7 +12,7 @@ import pytest
 
 import operators  # noqa: F401  (select_many, count_by)
 from timely import ConfigError, Dataflow
-from timely.eventlog import COMMAND, RECV, START, read_trace
+from timely.eventlog import COMMAND, RECV, START, read_driver_log, read_trace
 
 LINES = ["a b c", "b c d e", "a a"] * 20
 EPOCHS = 4
@@ -98,7 +98,10 @@ def test_a_restore_starts_a_new_attempt(tmp_path: Path) -> None:
         max_restarts=1,
     )
     names = sorted(p.name for p in trace.iterdir())
-    assert names == [f"worker-{w}-{a}.trace" for w in (0, 1) for a in (0, 1)]
+    assert names == ["driver.trace"] + [f"worker-{w}-{a}.trace" for w in (0, 1) for a in (0, 1)]
+    # the driver logged the recovery: what was restored, and why
+    (recovery,) = [e for e in read_driver_log(str(trace)) if e[0] == "recovery"]
+    assert recovery[3]["restart"] == 1 and "injected crash" in recovery[3]["cause"]
     # Checkpoint work is logged: every vertex's snapshot for some epoch, on every worker.
     for header, events in read_trace(trace):
         snapshots = {e[5] for e in events if e[0] == "c" and e[4] == "snapshot"}
