@@ -9,4 +9,6 @@ bash scripts/setup.sh dev,spark  # the Spark connector's tests run a real local 
 .venv/bin/mypy
 # Two test processes, one per core (a third, measured, slowed the Ray tests more than it
 # gained: each process runs its own local Ray). PYTEST_PROCESSES=1: all in this process.
-.venv/bin/python -m pytest -n "${PYTEST_PROCESSES:-2}" "$@"
+# worksteal: a process that runs out of tests takes some of the other's (the slowest
+# tests are seconds long: plain load left one process working alone at the end).
+.venv/bin/python -m pytest -n "${PYTEST_PROCESSES:-2}" --dist worksteal "$@"

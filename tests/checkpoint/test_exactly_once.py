@@ -212,9 +212,9 @@ class Paced(Source):
         return e, [partition, e], e + 1
 
 
-INTERVAL = 0.2
+INTERVAL = 0.1
 PACE = 0.004
-EPOCHS_PACED = 500
+EPOCHS_PACED = 250
 
 
 @pytest.mark.slow
@@ -222,7 +222,7 @@ EPOCHS_PACED = 500
 def test_on_ray_checkpoint_interval_commits_while_a_source_keeps_the_run_busy(
     tmp_path: Path,
 ) -> None:
-    """A run over a paced source lasts at least ``EPOCHS_PACED * 4 * PACE / 2`` = 4 s (the
+    """A run over a paced source lasts at least ``EPOCHS_PACED * 4 * PACE / 2`` = 2 s (the
     reads' sleeps alone, on two workers): twenty intervals. Counted, not timed, with a
     margin of 10x: it commits at least twice, in epoch order, and the last commit is past
     the run's first tenth. Before the fix that made requests reach a source that moves on

@@ -572,5 +572,8 @@ def test_starts_local_ray_when_none_runs_and_reuses_it(tmp_path: Path) -> None:
     assert "LOCAL OK" in run_script(tmp_path, "local_run.py", LOCAL_SCRIPT)
 
 
+@pytest.mark.ci
 def test_two_node_cluster_in_a_subprocess(tmp_path: Path) -> None:
+    """Two Ray nodes in one machine (a cluster started by the script): workers on both,
+    connected over TCP. In CI's profile: it starts a cluster of its own (8 s)."""
     assert "CLUSTER OK 2" in run_script(tmp_path, "cluster_run.py", CLUSTER_SCRIPT)
