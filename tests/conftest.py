@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = quick
 
 
-SAMPLE = 3
+SAMPLE = 4
 """The quick profile crashes a sweep's run at one scheduling event in ``SAMPLE``."""
 
 
