@@ -18,13 +18,16 @@ from operators.loops import fixpoint
 from operators.running import map_with_state, running_reduce
 from operators.state import KeyedState, Snapshot, StatefulVertex, owner, repartition
 from operators.stateless import distinct, select, select_many, where
+from operators.table import Table, col, lit, table_input, when
 from operators.windows import reduce_by_window, window
 
 __all__ = [
     "KeyedState",
     "Snapshot",
     "StatefulVertex",
+    "Table",
     "aggregate",
+    "col",
     "count_by",
     "count_columns",
     "distinct",
@@ -32,6 +35,7 @@ __all__ = [
     "group_by",
     "join",
     "join_streaming",
+    "lit",
     "map_with_state",
     "max_by",
     "min_by",
@@ -42,6 +46,8 @@ __all__ = [
     "select",
     "select_batch",
     "select_many",
+    "table_input",
+    "when",
     "where",
     "where_batch",
     "where_columns",

@@ -1,0 +1,518 @@
+"""Table streams: timely streams whose records are Arrow batches of a known schema.
+
+A :class:`Table` pairs a :class:`~timely.Stream` with the ``pyarrow.Schema`` every one
+of its batches has, known when the graph is built: each operator checks its
+expressions against it and computes the schema it sends (a missing column, or a type
+that does not fit, is a :class:`~timely.GraphBuildError` naming the step and the
+column). Operators are per time, as the row LINQ's are; keyed ones exchange batches by
+their key columns (:func:`timely.exchange_columns`: the same bins as the row path).
+
+Ways in: :func:`table_input` (driver-fed), ``stream.as_table(schema)`` (a stream of
+batches, e.g. a source that reads batches) and ``stream.to_table(schema)`` (rows);
+``table.to_rows()`` goes back to the row LINQ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators.table.expr import Agg, Col, Expr, ExprError, col, compile_expr, lit
+from operators.table.vertices import (
+    Aggregate,
+    Distinct,
+    Explode,
+    GatherTables,
+    Join,
+    MapBatches,
+    Project,
+    ToRows,
+    ToTable,
+    to_batch,
+)
+from timely import Dataflow, GraphBuildError, InputHandle, Stream, exchange, pipeline
+from timely.columns import exchange_columns
+
+
+def _schema(schema: Any) -> pa.Schema:
+    if isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, Mapping):
+        return pa.schema([(name, _type(t)) for name, t in schema.items()])
+    raise GraphBuildError(
+        f"a table's schema is a pyarrow.Schema or a mapping of column names to types "
+        f"(pyarrow types or their names, e.g. {{'word': 'string', 'n': 'int64'}}), got {schema!r}"
+    )
+
+
+def _type(t: Any) -> pa.DataType:
+    if isinstance(t, pa.DataType):
+        return t
+    try:
+        return pa.type_for_alias(t)
+    except (ValueError, TypeError):
+        raise GraphBuildError(f"{t!r} is not an Arrow type (e.g. 'int64', 'string')") from None
+
+
+def _compile(expr: Any, schema: pa.Schema, step: str) -> tuple[Any, pa.DataType]:
+    try:
+        return compile_expr(expr, schema, step)
+    except ExprError as e:
+        raise GraphBuildError(str(e)) from None
+
+
+def _named(exprs: tuple[Any, ...], named: Mapping[str, Any]) -> list[tuple[str, Expr]]:
+    out: list[tuple[str, Expr]] = []
+    for e in exprs:
+        e = col(e) if isinstance(e, str) else e
+        if not isinstance(e, Expr):
+            raise GraphBuildError(
+                f"select takes column names and expressions (col, lit, when...), got {e!r}; "
+                "give a constant a name: select(k=lit(3))"
+            )
+        out.append((e.name, e))
+    for name, e in named.items():
+        e = e if isinstance(e, Expr) else col(e) if isinstance(e, str) else None
+        if e is None:
+            raise GraphBuildError(f"select: {name}= takes an expression, got {named[name]!r}")
+        out.append((name, e))
+    names = [n for n, _ in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise GraphBuildError(
+            f"select: column {dupes[0]!r} given twice; name one of them with .alias(...)"
+        )
+    return out
+
+
+class Table:
+    """A stream of Arrow record batches of one schema (see the module docstring)."""
+
+    def __init__(self, stream: Stream, schema: pa.Schema) -> None:
+        self.stream = stream
+        self.schema = schema
+
+    @property
+    def flow(self) -> Dataflow:
+        return self.stream.flow
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+    def __repr__(self) -> str:
+        cols = ", ".join(f"{f.name}: {f.type}" for f in self.schema)
+        return f"Table({cols})"
+
+    def _then(
+        self, factory: Callable[[], Any], schema: pa.Schema, name: str, channel: Any = None
+    ) -> Table:
+        out = self.flow.vertex([(self.stream, channel or pipeline())], factory, name=name)[0]
+        return Table(out, schema)
+
+    # -- stateless -----------------------------------------------------------------------
+    def select(self, *exprs: Any, name: str = "select", **named: Any) -> Table:
+        """Columns computed from each row: ``select("word", n=col("n") * 2)``."""
+        cols = _named(exprs, named)
+        compiled, fields = [], []
+        for out_name, e in cols:
+            fn, t = _compile(e, self.schema, f"step {name!r}")
+            compiled.append((out_name, fn))
+            fields.append(pa.field(out_name, t))
+        schema = pa.schema(fields)
+        return self._then(lambda: Project(compiled, schema), schema, name)
+
+    def with_columns(self, *exprs: Any, name: str = "with_columns", **named: Any) -> Table:
+        """Every column, with the given ones added (or replaced, by name)."""
+        new = _named(exprs, named)
+        replaced = {n for n, _ in new}
+        keep = [(n, col(n)) for n in self.schema.names if n not in replaced]
+        ordered = [(n, e) for n, e in [*keep, *new]]
+        ordered.sort(key=lambda ne: self._position(ne[0]))
+        return self.select(**dict(ordered), name=name)
+
+    def _position(self, column: str) -> int:
+        names = self.schema.names
+        return names.index(column) if column in names else len(names)
+
+    def where(self, predicate: Any, name: str = "where") -> Table:
+        """The rows whose ``predicate`` is true (null counts as false)."""
+        fn, t = _compile(predicate, self.schema, f"step {name!r}")
+        if not pa.types.is_boolean(t):
+            raise GraphBuildError(
+                f"step {name!r}: the predicate {predicate!r} gives {t}, not bool; compare "
+                "it (== != < ...) or test it (is_null(), str.contains(...))"
+            )
+        schema = self.schema
+        return self._then(lambda: Project([], schema, fn), schema, name)
+
+    def explode(self, column: str, name: str = "explode") -> Table:
+        """One row per item of the list column ``column`` (rows with an empty or null
+        list go)."""
+        if column not in self.schema.names:
+            raise GraphBuildError(f"step {name!r}: no column {column!r} to explode")
+        t = self.schema.field(column).type
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+            raise GraphBuildError(f"step {name!r}: column {column!r} is {t}, not a list")
+        schema = self.schema.set(
+            self.schema.get_field_index(column), pa.field(column, t.value_type)
+        )
+        return self._then(lambda: Explode(column, schema), schema, name)
+
+    def map_batches(
+        self, fn: Callable[[pa.RecordBatch], Any], schema: Any, name: str = "map_batches"
+    ) -> Table:
+        """The escape hatch: ``fn(batch)`` returns a batch or table of ``schema``."""
+        out = _schema(schema)
+        return self._then(lambda: MapBatches(fn, out), out, name)
+
+    def map_rows(
+        self, fn: Callable[[dict[str, Any]], dict[str, Any]], schema: Any, name: str = "map_rows"
+    ) -> Table:
+        """``fn`` per row (a dict in, a dict out): the slow path, Python per row."""
+        out = _schema(schema)
+
+        def per_row(batch: pa.RecordBatch) -> pa.RecordBatch:
+            return pa.RecordBatch.from_pylist([fn(r) for r in batch.to_pylist()], schema=out)
+
+        return self._then(lambda: MapBatches(per_row, out), out, name)
+
+    def concat(self, *others: Table, name: str = "concat") -> Table:
+        """The batches of this table and of ``others`` (which must have its schema)."""
+        for o in others:
+            if o.schema != self.schema:
+                raise GraphBuildError(
+                    f"step {name!r}: concat needs one schema; {o!r} is not {self!r}"
+                )
+        return Table(self.stream.concat(*(o.stream for o in others)), self.schema)
+
+    def exchange(self, *keys: str, name: str = "exchange") -> Table:
+        """Move each row to the worker of its key (the same bins as the row path)."""
+        self._check_keys(keys, name)
+        schema = self.schema
+        return self._then(lambda: Project([], schema), schema, name, exchange_columns(*keys))
+
+    def _check_keys(self, keys: Iterable[str], step: str) -> None:
+        for k in keys:
+            if k not in self.schema.names:
+                raise GraphBuildError(
+                    f"step {step!r}: no key column {k!r} (the columns: "
+                    f"{', '.join(self.schema.names)})"
+                )
+
+    # -- per time ------------------------------------------------------------------------
+    def group_by(self, *keys: str) -> GroupedTable:
+        """``group_by("ad").agg(count(), col("price").sum())``: per time."""
+        return GroupedTable(self, list(keys))
+
+    def distinct(self, *keys: str, name: str = "distinct") -> Table:
+        """Per time, one row per distinct value of ``keys`` (every column by default)."""
+        ks = list(keys) or list(self.schema.names)
+        self._check_keys(ks, name)
+        schema = self.schema
+        pre = self._then(lambda: Distinct(ks, schema, per_time=False), schema, f"{name}.local")
+        return pre._then(lambda: Distinct(ks, schema), schema, name, exchange_columns(*ks))
+
+    def join(
+        self,
+        other: Table,
+        on: str | list[str] | None = None,
+        left_on: str | list[str] | None = None,
+        right_on: str | list[str] | None = None,
+        how: str = "inner",
+        suffix: str = "_right",
+        name: str = "join",
+    ) -> Table:
+        """Per time, the rows of this table joined with ``other``'s on equal keys:
+        ``how`` is ``"inner"``, ``"left"`` (nulls where ``other`` has no match),
+        ``"semi"`` (rows with a match) or ``"anti"`` (rows without)."""
+        if how not in ("inner", "left", "semi", "anti"):
+            raise GraphBuildError(
+                f"step {name!r}: how must be 'inner', 'left', 'semi' or 'anti', got {how!r}"
+            )
+        lk = _keys(on if on is not None else left_on, name, "left_on")
+        rk = _keys(on if on is not None else right_on, name, "right_on")
+        if len(lk) != len(rk):
+            raise GraphBuildError(f"step {name!r}: {len(lk)} left keys but {len(rk)} right keys")
+        self._check_keys(lk, name)
+        other._check_keys(rk, name)
+        for a, b in zip(lk, rk):
+            ta, tb = self.schema.field(a).type, other.schema.field(b).type
+            if ta != tb:
+                raise GraphBuildError(
+                    f"step {name!r}: key {a!r} is {ta} but {b!r} is {tb}; cast one "
+                    f"(select(..., {b}=col({b!r}).cast('{ta}')))"
+                )
+        left_schema = self.schema
+        if how in ("semi", "anti"):
+            out = left_schema
+            right_names: dict[str, str] = {}
+        else:
+            fields = list(left_schema)
+            right_names = {}
+            for f in other.schema:
+                if f.name in rk and f.name in lk and lk.index(f.name) == rk.index(f.name):
+                    continue  # the same key, coalesced
+                out_name = f.name if f.name not in left_schema.names else f.name + suffix
+                right_names[f.name] = out_name
+                nullable_type = f.type
+                fields.append(pa.field(out_name, nullable_type))
+            out = pa.schema(fields)
+        schemas = (left_schema, other.schema)
+        s = self.flow.vertex(
+            [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))],
+            lambda: Join(lk, rk, how, schemas, out, right_names),
+            name=name,
+        )[0]
+        return Table(s, out)
+
+    # -- ways out ------------------------------------------------------------------------
+    def to_rows(self, tuples: bool = False, name: str = "to_rows") -> Stream:
+        """The rows as Python records: dicts, or tuples in column order."""
+        return self.flow.vertex([(self.stream, pipeline())], lambda: ToRows(tuples), name=name)[0]
+
+    def tables(self, name: str = "tables") -> Stream:
+        """One ``pyarrow.Table`` per time, on worker 0, with every row of that time."""
+        schema = self.schema
+        return self.flow.vertex(
+            [(self.stream, exchange(_zero))], lambda: GatherTables(schema), name=name
+        )[0]
+
+    def collect(self, name: str) -> None:
+        """The driver's ``results[name]``: ``(epoch, pyarrow.Table)`` once per epoch."""
+        self.tables(name=f"tables:{name}").collect(name)
+
+    def subscribe(self, callback: Callable[[int, pa.Table], None]) -> None:
+        """``callback(epoch, table)`` on the driver, once per epoch, in epoch order."""
+        self.tables().subscribe(lambda epoch, tables: callback(epoch, _one(tables, self.schema)))
+
+
+def _zero(record: Any) -> int:
+    return 0
+
+
+def _one(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _keys(keys: str | list[str] | None, step: str, what: str) -> list[str]:
+    if keys is None:
+        raise GraphBuildError(f"step {step!r}: give on= (or left_on= and right_on=)")
+    return [keys] if isinstance(keys, str) else list(keys)
+
+
+_PARTIAL = {
+    "count_all": [("count_all", "sum")],
+    "count": [("count", "sum")],
+    "sum": [("sum", "sum")],
+    "min": [("min", "min")],
+    "max": [("max", "max")],
+    "mean": [("sum", "sum"), ("count", "sum")],
+    "first": [("first", "first")],
+    "last": [("last", "last")],
+}
+"""Per aggregation: the partials taken before the exchange, and how each merges after."""
+
+
+class GroupedTable:
+    """``table.group_by(keys)``: finish with :meth:`agg`."""
+
+    def __init__(self, table: Table, keys: list[str]) -> None:
+        self.table = table
+        self.keys = keys
+
+    def agg(self, *aggs: Agg, name: str = "group_by", **named: Agg) -> Table:
+        """Per time, one row per key: the keys, then one column per aggregation
+        (``count()``, ``col(x).sum()``, ``.min()``, ``.max()``, ``.mean()``,
+        ``.first()``, ``.last()``, ``.list()``, ``.count()``). Aggregated before the
+        exchange on each batch, merged per time after it."""
+        t = self.table
+        keys = self.keys
+        t._check_keys(keys, name)
+        specs = [*aggs, *(a.alias(n) for n, a in named.items())]
+        if not specs:
+            raise GraphBuildError(
+                f"step {name!r}: agg needs at least one aggregation, e.g. count()"
+            )
+        for a in specs:
+            if not isinstance(a, Agg):
+                raise GraphBuildError(
+                    f"step {name!r}: agg takes aggregations (count(), col('x').sum()...), got {a!r}"
+                )
+        names = [a.name for a in specs]
+        clash = sorted({n for n in [*keys, *names] if [*keys, *names].count(n) > 1})
+        if clash:
+            raise GraphBuildError(
+                f"step {name!r}: output column {clash[0]!r} twice; name the aggregations "
+                "with .alias(...)"
+            )
+        # 1. the aggregations' inputs as columns (only what is not a column already)
+        inputs: dict[str, Any] = {k: col(k) for k in keys}
+        source_of: list[str] = []
+        for i, a in enumerate(specs):
+            if a.of is None:
+                source_of.append("")
+            elif isinstance(a.of, Col):
+                inputs.setdefault(a.of.name, a.of)
+                source_of.append(a.of.name)
+            else:
+                inputs[f"_agg{i}"] = a.of
+                source_of.append(f"_agg{i}")
+        if not inputs:  # count() alone, no keys: a column to count the rows of
+            inputs["_rows"] = lit(True)
+        pre = t.select(**inputs, name=f"{name}.inputs")
+        channel = exchange_columns(*keys) if keys else exchange(_zero)
+        in_schema = pre.schema
+        if any(a.kind == "list" for a in specs):
+            # Lists do not merge in Arrow's hash aggregation (no hash_list of lists):
+            # the rows cross the exchange, and each key's worker aggregates them.
+            direct = [(src, a.kind, a.name) for a, src in zip(specs, source_of)]
+            out_schema = _partial_schema(
+                in_schema, keys, [(c, f"hash_{k}", n) for c, k, n in direct]
+            )
+            return pre._then(
+                lambda: Aggregate(keys, direct, in_schema, out_schema, per_time=True),
+                out_schema,
+                name,
+                channel,
+            )
+        # 2. partials per batch, before the exchange
+        partial_aggs: list[tuple[str, str, str]] = []
+        final_aggs: list[tuple[str, str, str]] = []
+        for i, (a, src) in enumerate(zip(specs, source_of)):
+            for j, (part, merge) in enumerate(_PARTIAL[a.kind]):
+                pname = f"_p{i}_{j}"
+                partial_aggs.append((src, f"hash_{part}", pname))
+                final_aggs.append((pname, f"hash_{merge}", f"_f{i}_{j}"))
+        partial_schema = _partial_schema(in_schema, keys, partial_aggs)
+        partial = pre._then(
+            lambda: Aggregate(
+                keys, _arrow(partial_aggs), in_schema, partial_schema, per_time=False
+            ),
+            partial_schema,
+            f"{name}.combine",
+        )
+        # 3. merged per time on each key's worker, then the outputs computed
+        merged_schema = _partial_schema(partial_schema, keys, final_aggs)
+        out_fields = [partial_schema.field(k) for k in keys]
+        posts: list[Callable[[pa.Table], pa.Array]] = []
+        for i, a in enumerate(specs):
+            if a.kind == "mean":
+                out_fields.append(pa.field(a.name, pa.float64()))
+                posts.append(_mean(f"_f{i}_0", f"_f{i}_1"))
+            else:
+                out_fields.append(pa.field(a.name, merged_schema.field(f"_f{i}_0").type))
+                posts.append(_column(f"_f{i}_0"))
+        out_schema = pa.schema(out_fields)
+
+        def post(table: pa.Table) -> pa.Table:
+            return pa.Table.from_arrays(
+                [*(table.column(k) for k in keys), *(p(table) for p in posts)],
+                schema=out_schema,
+            )
+
+        return partial._then(
+            lambda: Aggregate(
+                keys, _arrow(final_aggs), partial_schema, out_schema, post=post, per_time=True
+            ),
+            out_schema,
+            name,
+            channel,
+        )
+
+
+def _arrow(aggs: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Arrow names its hash aggregates without the ``hash_`` prefix in ``group_by``."""
+    return [(c, fn[5:], out) for c, fn, out in aggs]
+
+
+def _partial_schema(
+    schema: pa.Schema, keys: list[str], aggs: list[tuple[str, str, str]]
+) -> pa.Schema:
+    """The schema ``group_by(keys).aggregate(aggs)`` gives, found on an empty table."""
+    empty = schema.empty_table()
+    spec = [(c if c else [], fn[5:]) for c, fn, _ in aggs]
+    got = empty.group_by(keys, use_threads=False).aggregate(spec) if keys else None
+    fields = [schema.field(k) for k in keys]
+    for c, fn, out in aggs:
+        if got is not None:
+            t = got.schema.field(f"{c}_{fn[5:]}" if c else fn[5:]).type
+        else:
+            t = _scalar_type(schema, c, fn[5:])
+        fields.append(pa.field(out, t))
+    return pa.schema(fields)
+
+
+def _scalar_type(schema: pa.Schema, column: str, fn: str) -> pa.DataType:
+    if fn in ("count", "count_all"):
+        return pa.int64()
+    t = schema.field(column).type
+    if fn == "list":
+        return pa.list_(t)
+    if fn == "sum":
+        return pc.sum(pa.array([], t)).type
+    return t
+
+
+def _mean(sums: str, counts: str) -> Callable[[pa.Table], pa.Array]:
+    def mean(table: pa.Table) -> pa.Array:
+        return pc.divide(pc.cast(table.column(sums), pa.float64()), table.column(counts))
+
+    return mean
+
+
+def _column(name: str) -> Callable[[pa.Table], pa.Array]:
+    return lambda table: table.column(name)
+
+
+# -- ways in -------------------------------------------------------------------------------
+class TableInput:
+    """A driver-fed table: ``send`` a ``pyarrow.Table``, a ``RecordBatch``, a dict of
+    columns or rows (dicts or tuples); it is checked against the schema on the driver."""
+
+    def __init__(self, handle: InputHandle, schema: pa.Schema) -> None:
+        self.handle = handle
+        self.schema = schema
+        self.table = Table(handle.stream, schema)
+
+    def send(self, data: Any) -> None:
+        if isinstance(data, Mapping):
+            data = pa.table(dict(data))
+        try:
+            batch = to_batch(data, self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as e:
+            raise GraphBuildError(
+                f"input {self.handle.name!r}: the data does not fit the schema ({self.schema}): {e}"
+            ) from None
+        if batch.num_rows:
+            self.handle.send([batch])
+
+    def advance_to(self, epoch: int) -> None:
+        self.handle.advance_to(epoch)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def table_input(flow: Dataflow, schema: Any, name: str = "table") -> TableInput:
+    """A driver-fed table input of ``schema``; its stream is ``input.table``."""
+    return TableInput(flow.new_input(name), _schema(schema))
+
+
+def as_table(stream: Stream, schema: Any) -> Table:
+    """``stream``'s records are already record batches of ``schema`` (a source that
+    reads batches): the stream as a table, without a step."""
+    return Table(stream, _schema(schema))
+
+
+def to_table(stream: Stream, schema: Any, name: str = "to_table") -> Table:
+    """Rows (dicts, or tuples in column order) as a table of ``schema``: one batch per
+    message."""
+    out = _schema(schema)
+    s = stream.flow.vertex([(stream, pipeline())], lambda: ToTable(out), name=name)[0]
+    return Table(s, out)

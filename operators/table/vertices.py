@@ -1,0 +1,381 @@
+"""The vertices of the table API: each handles whole Arrow batches.
+
+A table stream's records are ``pyarrow.RecordBatch``es of the stream's schema (one
+message may carry several). Stateless steps evaluate compiled expressions once per
+batch; per-time steps (aggregation, distinct, join) keep the batches of each time in
+a list and combine them with one Arrow call (``Table.group_by``, ``Table.join``) when
+the time completes, so Python runs per batch and per time, never per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators.table.expr import Compiled, evaluate
+from progress import Timestamp
+from timely import Vertex
+
+Batch = Any
+"""A ``pyarrow.RecordBatch`` (pyarrow ships no types)."""
+
+
+def as_batches(table: pa.Table, schema: pa.Schema) -> list[Batch]:
+    """``table``'s rows as record batches of ``schema`` (none for an empty table)."""
+    if table.num_rows == 0:
+        return []
+    batches: list[Batch] = (table.cast(schema) if table.schema != schema else table).to_batches()
+    return batches
+
+
+class Project(Vertex):
+    """``select`` / ``with_columns`` / ``where``: each output column an expression of the
+    batch's columns, and an optional predicate applied first."""
+
+    def __init__(
+        self,
+        columns: Sequence[tuple[str, Compiled]],
+        schema: pa.Schema,
+        predicate: Compiled | None = None,
+    ) -> None:
+        self.columns = list(columns)
+        self.schema = schema
+        self.predicate = predicate
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        out = []
+        for batch in records:
+            try:
+                if self.predicate is not None:
+                    mask = evaluate(self.predicate, batch)
+                    batch = batch.filter(mask)  # null: dropped, as SQL's WHERE
+                    if batch.num_rows == 0:
+                        continue
+                if self.columns:
+                    arrays = [evaluate(fn, batch) for _, fn in self.columns]
+                    batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                self.fail(e, time, None, None)
+            out.append(batch)
+        if out:
+            self.send_by(0, out, time)
+
+
+class Explode(Vertex):
+    """One row per item of a list column; the other columns repeated (rows whose list is
+    empty or null go, as Polars' ``explode`` drops none but SQL's ``UNNEST`` does: the
+    latter, for a stream of words)."""
+
+    def __init__(self, column: str, schema: pa.Schema) -> None:
+        self.column = column
+        self.schema = schema
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        out = []
+        for batch in records:
+            lists = batch.column(self.column)
+            parents = pc.list_parent_indices(lists)
+            flat = pc.list_flatten(lists)
+            arrays = [
+                flat if name == self.column else batch.column(name).take(parents)
+                for name in batch.schema.names
+            ]
+            if len(flat):
+                out.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        if out:
+            self.send_by(0, out, time)
+
+
+class MapBatches(Vertex):
+    """The escape hatch: a function of whole batches (``pa.RecordBatch`` in, a batch or a
+    table of the declared schema out)."""
+
+    def __init__(self, fn: Callable[[Batch], Any], schema: pa.Schema) -> None:
+        self.fn = fn
+        self.schema = schema
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        out: list[Batch] = []
+        batch = None
+        try:
+            for batch in records:
+                got = self.fn(batch)
+                if isinstance(got, pa.Table):
+                    out.extend(as_batches(got, self.schema))
+                elif got.num_rows:
+                    out.append(got if got.schema == self.schema else got.cast(self.schema))
+        except Exception as e:
+            self.fail(e, time, batch, self.fn)
+        if out:
+            self.send_by(0, out, time)
+
+
+class PerTime(Vertex):
+    """Keeps each time's batches (per input) until the time completes."""
+
+    inputs = 1
+
+    def __init__(self) -> None:
+        self.pending: dict[Timestamp, list[list[Batch]]] = {}
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        sides = self.pending.get(time)
+        if sides is None:
+            sides = self.pending[time] = [[] for _ in range(self.inputs)]
+            self.notify_at(time)
+        sides[input].extend(records)
+
+    def on_notify(self, time: Timestamp) -> None:
+        sides = self.pending.pop(time)
+        try:
+            out = self.complete(sides)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            self.fail(e, time, None, None)
+        if out:
+            self.send_by(0, out, time)
+
+    def complete(self, sides: list[list[Batch]]) -> list[Batch]:  # pragma: no cover
+        raise NotImplementedError
+
+
+def _table(batches: list[Batch], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+class Aggregate(PerTime):
+    """Group by ``keys`` and aggregate: Arrow's hash aggregation (``Table.group_by``).
+
+    Used twice for an exchange: before it on each batch (partial aggregates: counts,
+    sums, minima...), and after it per time, merging the partials of every worker."""
+
+    def __init__(
+        self,
+        keys: list[str],
+        aggs: list[tuple[str, str, str]],
+        in_schema: pa.Schema,
+        out_schema: pa.Schema,
+        post: Callable[[pa.Table], pa.Table] | None = None,
+        per_time: bool = True,
+    ) -> None:
+        super().__init__()
+        self.keys = keys
+        self.aggs = aggs  # (column, Arrow's hash aggregate, output name)
+        self.in_schema = in_schema
+        self.out_schema = out_schema
+        self.post = post
+        self.per_time = per_time
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        if self.per_time:
+            super().on_recv(input, records, time)
+            return
+        try:
+            out = self._aggregate(records)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            self.fail(e, time, None, None)
+        if out:
+            self.send_by(0, out, time)
+
+    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+        return self._aggregate(sides[0])
+
+    def _aggregate(self, batches: list[Batch]) -> list[Batch]:
+        if not batches:
+            return []
+        table = _table(batches, self.in_schema)
+        if self.keys:
+            got = table.group_by(self.keys, use_threads=False).aggregate(
+                [(c if c else [], fn) for c, fn, _ in self.aggs]
+            )
+        else:
+            got = _aggregate_all(table, self.aggs)
+        # group_by names its outputs "<column>_<function>" ("count_all" alone), keys
+        # last: rename, reorder
+        names = {(f"{c}_{fn}" if c else fn): name for c, fn, name in self.aggs}
+        got = got.rename_columns([names.get(n, n) for n in got.schema.names])
+        got = got.select(self.out_schema.names if self.post is None else self._before_post())
+        if self.post is not None:
+            got = self.post(got)
+        return as_batches(got, self.out_schema)
+
+    def _before_post(self) -> list[str]:
+        return [*self.keys, *(name for _, _, name in self.aggs)]
+
+
+def _aggregate_all(table: pa.Table, aggs: list[tuple[str, str, str]]) -> pa.Table:
+    """Aggregates over the whole table (no keys): one row."""
+    funcs: dict[str, Callable[[pa.Array], Any]] = {
+        "count": lambda a: pc.count(a, mode="only_valid"),
+        "count_all": lambda a: pa.scalar(len(a), pa.int64()),
+        "sum": pc.sum,
+        "min": pc.min,
+        "max": pc.max,
+        "first": lambda a: a[0] if len(a) else pa.scalar(None, a.type),
+        "last": lambda a: a[-1] if len(a) else pa.scalar(None, a.type),
+        "list": lambda a: pa.scalar(a.to_pylist(), pa.list_(a.type)),
+    }
+    cols = {}
+    for c, fn, _ in aggs:
+        column = table.column(c) if c else pa.chunked_array([pa.nulls(table.num_rows)])
+        value = funcs[fn](column.combine_chunks())
+        cols[f"{c}_{fn}" if c else fn] = pa.array([value.as_py()], type=value.type)
+    return pa.table(cols)
+
+
+class Distinct(PerTime):
+    """One row per distinct value of the ``keys`` columns (all columns by default), per
+    time: the first row seen of each, by arrival."""
+
+    def __init__(self, keys: list[str], schema: pa.Schema, per_time: bool = True) -> None:
+        super().__init__()
+        self.keys = keys
+        self.schema = schema
+        self.per_time = per_time
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        if self.per_time:
+            super().on_recv(input, records, time)
+            return
+        out = self.complete([records])
+        if out:
+            self.send_by(0, out, time)
+
+    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+        table = _table(sides[0], self.schema)
+        if table.num_rows == 0:
+            return []
+        rest = [n for n in self.schema.names if n not in self.keys]
+        got = table.group_by(self.keys, use_threads=False).aggregate([(n, "first") for n in rest])
+        got = got.rename_columns(
+            [n[: -len("_first")] if n.endswith("_first") else n for n in got.schema.names]
+        )
+        return as_batches(got.select(self.schema.names), self.schema)
+
+
+class Join(PerTime):
+    """Both sides of a time, joined on the key columns when the time completes (Arrow's
+    hash join: ``Table.join``)."""
+
+    inputs = 2
+
+    def __init__(
+        self,
+        left_keys: list[str],
+        right_keys: list[str],
+        how: str,
+        schemas: tuple[pa.Schema, pa.Schema],
+        out_schema: pa.Schema,
+        right_names: dict[str, str],
+    ) -> None:
+        super().__init__()
+        self.left_keys = left_keys
+        self.right_keys = right_keys
+        self.how = how
+        self.schemas = schemas
+        self.out_schema = out_schema
+        self.right_names = right_names  # right column -> output name (suffixed on clashes)
+
+    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+        left = _table(sides[0], self.schemas[0])
+        right = _table(sides[1], self.schemas[1])
+        if left.num_rows == 0:
+            return []
+        how = {"inner": "inner", "left": "left outer", "semi": "left semi", "anti": "left anti"}[
+            self.how
+        ]
+        if how in ("left semi", "left anti"):
+            got = left.join(
+                right.select(self.right_keys),
+                self.left_keys,
+                self.right_keys,
+                join_type=how,
+                use_threads=False,
+            )
+            return as_batches(got.select(self.out_schema.names), self.out_schema)
+        renamed = right.rename_columns([self.right_names.get(n, n) for n in right.schema.names])
+        right_keys = [self.right_names.get(k, k) for k in self.right_keys]
+        got = left.join(
+            renamed,
+            self.left_keys,
+            right_keys,
+            join_type=how,
+            coalesce_keys=True,
+            use_threads=False,
+        )
+        return as_batches(got.select(self.out_schema.names), self.out_schema)
+
+
+class GatherTables(PerTime):
+    """Every batch of a time in one ``pyarrow.Table``, sent when the time completes (what
+    ``collect`` and ``subscribe`` hand the driver: one table per epoch)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__()
+        self.schema = schema
+
+    def on_notify(self, time: Timestamp) -> None:
+        sides = self.pending.pop(time)
+        self.send_by(0, [_table(sides[0], self.schema)], time)
+
+
+class ToRows(Vertex):
+    """Rows as Python records: dicts (``to_rows()``) or tuples (``to_rows(tuples=True)``)."""
+
+    def __init__(self, tuples: bool) -> None:
+        self.tuples = tuples
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        out: list[Any] = []
+        for batch in records:
+            if self.tuples:
+                out.extend(zip(*(c.to_pylist() for c in batch.columns)))
+            else:
+                out.extend(batch.to_pylist())
+        if out:
+            self.send_by(0, out, time)
+
+
+class ToTable(Vertex):
+    """Python rows (dicts, or tuples in the schema's column order) as record batches of
+    ``schema``: one batch per message."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        try:
+            batch = to_batch(records, self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as e:
+            self.fail(e, time, _bad_row(records, self.schema), None)
+        if batch.num_rows:
+            self.send_by(0, [batch], time)
+
+
+def to_batch(records: Any, schema: pa.Schema) -> Batch:
+    """Rows (dicts or tuples), a ``RecordBatch`` or a ``Table`` as one batch of ``schema``."""
+    if isinstance(records, (pa.RecordBatch, pa.Table)):
+        got = records if records.schema == schema else records.select(schema.names).cast(schema)
+        if isinstance(got, pa.Table):
+            batches = got.combine_chunks().to_batches()
+            return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+        return got
+    rows = list(records)
+    if rows and not isinstance(rows[0], dict):
+        cols = list(zip(*rows))
+        return pa.RecordBatch.from_arrays(
+            [pa.array(list(c), type=f.type) for c, f in zip(cols, schema)], schema=schema
+        )
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _bad_row(records: Sequence[Any], schema: pa.Schema) -> Any:
+    """The first row that does not fit ``schema`` (for the error message)."""
+    for row in records:
+        try:
+            to_batch([row], schema)
+        except Exception:
+            return row
+    return None
