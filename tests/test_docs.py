@@ -150,6 +150,74 @@ def test_every_python_block_is_run() -> None:
                 )
 
 
+# -- names and paths the pages mention --------------------------------------------------------
+PACKAGES = ("timely", "progress", "operators", "connectors", "analysis", "control")
+FOLDERS = (*PACKAGES, "examples", "scripts", "benchmarks", "tests", "docs")
+ENTRY_POINT_GROUPS = {"timely.operators", "timely.commands", "timely.monitors"}
+_CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+
+def _prose(page: Path) -> str:
+    """``page`` without its fenced blocks (those run, or are output)."""
+    return re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+
+
+def _resolves(dotted: str) -> bool:
+    """``dotted`` is a module, or an attribute path inside one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_mentioned_modules_and_files_exist() -> None:
+    """Every module, name or file of the repository that a page names in backticks
+    exists: when code moves (as ``timely/``'s modules into subpackages), this names the
+    pages to update."""
+    wrong = []
+    for page in PAGES:
+        for span in _CODE_SPAN.findall(_prose(page)):
+            token = span.split("(")[0].split(" ")[0].rstrip(",;:")
+            if token.startswith(tuple(f"{f}/" for f in FOLDERS)):
+                path = token.split("#")[0].rstrip("/").replace("*", "")
+                if not any(ROOT.glob(path + "*")):
+                    wrong.append(f"{page.relative_to(ROOT)}: {token}")
+            elif (
+                re.fullmatch(rf"(?:{'|'.join(PACKAGES)})(?:\.\w+)+", token)
+                and token not in ENTRY_POINT_GROUPS
+                and not _resolves(token)
+            ):
+                wrong.append(f"{page.relative_to(ROOT)}: {token}")
+    assert not wrong, "pages name what does not exist:\n" + "\n".join(wrong)
+
+
+def test_the_reference_covers_the_public_names() -> None:
+    """Every name ``timely`` and ``progress`` export, every operator, has its entry."""
+    import operators
+    import progress
+    import timely
+
+    reference = {
+        name
+        for page in (DOCS / "reference").glob("*.md")
+        for name in re.findall(r"^::: ([\w.]+)$", page.read_text(), flags=re.M)
+    }
+    for package in (timely, progress):
+        for name in package.__all__:
+            assert f"{package.__name__}.{name}" in reference, f"no reference for {name}"
+    for name in operators.__all__:
+        if name[0].islower() and name not in ("owner", "repartition"):  # Stream methods
+            assert f"operators.{name}" in reference, f"no reference for operators.{name}"
+
+
 # -- the pictures ----------------------------------------------------------------------------
 def _script(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
