@@ -491,12 +491,12 @@ def _loc(graph: Graph, loc: Location) -> str:
 def draw_exchange(path: Path) -> None:
     """Each worker's steps and the one atomic batch each flush broadcasts."""
     graph, log, views = exchange_run()
-    fig = plt.figure(figsize=(9.6, 5.6))
+    fig = plt.figure(figsize=(8.0, 5.6))
     ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
     ax.set_xlim(0, 10)
     ax.set_ylim(-len(log) - 1.6, 1.0)
     ax.axis("off")
-    lanes = {0: 1.4, 1: 8.6}
+    lanes = {0: 1.45, 1: 8.55}
     for w, x in lanes.items():
         ax.plot([x, x], [0.2, -len(log) - 0.9], color=GREY, linewidth=1.5, zorder=0)
         ax.text(x, 0.5, f"worker {w}", ha="center", va="center", fontsize=11, weight="bold")
@@ -505,8 +505,8 @@ def draw_exchange(path: Path) -> None:
         x = lanes[w]
         ax.add_patch(
             FancyBboxPatch(
-                (x - 1.3, y - 0.22),
-                2.6,
+                (x - 1.4, y - 0.22),
+                2.8,
                 0.44,
                 boxstyle="round,pad=0.02,rounding_size=0.08",
                 facecolor="white",
@@ -514,7 +514,7 @@ def draw_exchange(path: Path) -> None:
                 zorder=3,
             )
         )
-        ax.text(x, y, what, ha="center", va="center", fontsize=8.5, zorder=4)
+        ax.text(x, y, what, ha="center", va="center", fontsize=9, zorder=4)
         other = lanes[1 - w]
         if batch is None:
             ax.text(
@@ -523,7 +523,7 @@ def draw_exchange(path: Path) -> None:
                 "held back: " + _fmt_updates(graph, held),
                 ha="center",
                 va="center",
-                fontsize=8.5,
+                fontsize=9,
                 color=GREY,
                 style="italic",
             )
@@ -531,24 +531,25 @@ def draw_exchange(path: Path) -> None:
         ups = _fmt_updates(graph, batch.updates)
         ax.annotate(
             "",
-            xy=(other + (1.35 if other < x else -1.35), y - 0.55),
-            xytext=(x + (-1.35 if other < x else 1.35), y),
+            xy=(other + (1.45 if other < x else -1.45), y - 0.55),
+            xytext=(x + (-1.45 if other < x else 1.45), y),
             arrowprops={"arrowstyle": "-|>", "color": BLUE, "linewidth": 1.3},
             zorder=2,
         )
         ax.text(
             (x + other) / 2,
             y - 0.05,
-            f"batch {batch.sender}.{batch.seq}: {ups}",
+            f"batch {batch.sender}.{batch.seq}\n{ups}",
             ha="center",
             va="bottom",
-            fontsize=8,
+            fontsize=8.5,
+            linespacing=1.1,
             color=BLUE,
             bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
             zorder=4,
         )
     for w, x in lanes.items():
-        ax.text(x, -len(log) - 1.2, views[w], ha="center", va="center", fontsize=8.5, color=GREEN)
+        ax.text(x, -len(log) - 1.2, views[w], ha="center", va="center", fontsize=9, color=GREEN)
     ax.text(
         5.0,
         -len(log) - 0.75,
@@ -556,7 +557,7 @@ def draw_exchange(path: Path) -> None:
         "epoch 0 is complete at count",
         ha="center",
         va="center",
-        fontsize=8.5,
+        fontsize=9,
     )
     _save(fig, path)
 
