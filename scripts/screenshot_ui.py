@@ -1,5 +1,6 @@
-"""Take the README's screenshot of the live page: a word count on 2 Ray workers fed by a
-rate-controlled source, with a deliberately slow step, seen by headless Chromium.
+"""Take the docs' screenshot of the live page (docs/how-to/watch-a-run.md): a word count
+on 2 Ray workers fed by a rate-controlled source, with a deliberately slow step, seen by
+headless Chromium.
 
     .venv/bin/python scripts/screenshot_ui.py [docs/live-page.png]
 

@@ -1,4 +1,4 @@
-"""The README's example runs as written."""
+"""The README's example runs as written, and the README is a front page."""
 
 from __future__ import annotations
 
@@ -20,3 +20,14 @@ def test_readme_commands_are_the_scripts() -> None:
     for command in ("bash scripts/main.sh", "bash scripts/test.sh"):
         assert command in text
         assert (README.parent / command.split()[1]).is_file()
+
+
+def test_readme_is_a_front_page() -> None:
+    """Short (the manual is the documentation site, docs/), and it links into the site:
+    every page it links under docs/ exists (the site's strict build checks the rest)."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200, "README.md is the front page: at most 200 lines"
+    links = re.findall(r"\]\((docs/[^)#\s]+)", text)
+    assert "docs/getting-started.md" in links and "docs/reference/index.md" in links
+    for link in links:
+        assert (README.parent / link).is_file(), f"README links to {link}, which is missing"
