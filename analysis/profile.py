@@ -63,7 +63,7 @@ class Series:
 class Profile:
     """A run's profile: per dimension, ``(name, cp, seconds)`` by CP, highest first; the
     per-window ``series``; and the dataflow's ``graph`` as the trace's header has it
-    (:meth:`timely.plan.Plan.describe`), ``None`` for a trace written before headers
+    (:meth:`timely.graph.plan.Plan.describe`), ``None`` for a trace written before headers
     carried it."""
 
     run: str

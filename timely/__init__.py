@@ -3,7 +3,6 @@
 Build a :class:`Dataflow`, place vertices on its streams, and ``run`` it on workers.
 """
 
-from timely.channels import broadcast, exchange, pipeline, stable_hash
 from timely.dataflow import (
     Dataflow,
     Feedback,
@@ -21,11 +20,13 @@ from timely.errors import (
     UserFunctionError,
     WorkerDied,
 )
-from timely.runtime import Results, Session
+from timely.graph.system import Marks
+from timely.routing.channels import broadcast, exchange, pipeline
+from timely.routing.hashing import stable_hash
+from timely.session.base import Results, Session
 from timely.sinks import Sink, SinkLineage
 from timely.sources import Source
-from timely.state import KeyedState, StatefulVertex
-from timely.system import Marks
+from timely.state.keyed import KeyedState, StatefulVertex
 from timely.vertex import Capability, Vertex
 
 __version__ = "0.1.0"

@@ -9,15 +9,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from progress import GraphError, PathSummary
-from timely.channels import Channel, Gather, broadcast, exchange, pipeline
+from timely.comm.messages import Advance, Close, InputCommand, Send
 from timely.errors import GraphBuildError, function_location
-from timely.messages import Advance, Close, InputCommand, Send
-from timely.plan import EdgeSpec, Plan, VertexSpec
-from timely.spec import RunSpec
+from timely.graph.plan import EdgeSpec, Plan, VertexSpec
+from timely.graph.spec import RunSpec
+from timely.routing.channels import Channel, Gather, broadcast, exchange, pipeline
 from timely.vertex import Vertex
 
 if TYPE_CHECKING:
-    from timely.runtime import Results, Session
+    from timely.session.base import Results, Session
     from timely.sinks import Sink
     from timely.sources import Source
 
@@ -51,7 +51,7 @@ class Feedback:
     """The far end of a loop: records connected here re-enter the loop one iteration later."""
 
     def __init__(self, scope: Scope, step: int, name: str) -> None:
-        from timely.system import FeedbackVertex
+        from timely.graph.system import FeedbackVertex
 
         self.scope = scope
         self.connected = False
@@ -174,7 +174,7 @@ class Stream:
 
     def concat(self, *others: Stream, name: str | None = None) -> Stream:
         """All records of this stream and ``others``, times unchanged."""
-        from timely.system import Concat
+        from timely.graph.system import Concat
 
         ins: list[tuple[Stream, Channel | None]] = [(s, None) for s in (self, *others)]
         return self.flow.vertex(ins, Concat, name=name or "concat", where="concat")[0]
@@ -182,19 +182,19 @@ class Stream:
     def exchange(self, key: Callable[[Any], Any] | None = None, name: str | None = None) -> Stream:
         """Repartition: each record moves to the worker that owns ``key(record)`` (without
         ``key``, the record itself)."""
-        from timely.system import Forward
+        from timely.graph.system import Forward
 
         return self.unary(Forward, name=name or "exchange", channel=exchange(key))
 
     def broadcast(self, name: str | None = None) -> Stream:
         """Every worker receives every record."""
-        from timely.system import Forward
+        from timely.graph.system import Forward
 
         return self.unary(Forward, name=name or "broadcast", channel=broadcast())
 
     def inspect(self, f: Callable[[Any], Any], name: str | None = None) -> Stream:
         """Call ``f(record)`` on every record (on its worker) and pass records on unchanged."""
-        from timely.system import Inspect
+        from timely.graph.system import Inspect
 
         return self.flow.vertex(
             [(self, None)], lambda: Inspect(f), name=name or "inspect", where=function_location(f)
@@ -207,7 +207,7 @@ class Stream:
         time (epoch) too, as if sent again at each (what a table used in a loop body
         wants: edges joined with each round's frontier). A stream of an enclosing scope
         used by a step inside a loop is entered so for you."""
-        from timely.system import Forward
+        from timely.graph.system import Forward
 
         if scope.parent is None or self.scope is not scope.parent:
             raise GraphBuildError(
@@ -238,7 +238,7 @@ class Stream:
 
     def leave(self) -> Stream:
         """This stream outside its loop (the loop counter is dropped)."""
-        from timely.system import Forward
+        from timely.graph.system import Forward
 
         scope = self.scope
         if scope.parent is None:
@@ -323,7 +323,7 @@ class Stream:
         self, callback: Callable[[int, list[Any]], None], name: str = "subscribe"
     ) -> None:
         """Call ``callback(epoch, records)`` on the driver once per completed epoch, in order."""
-        from timely.system import Gathered
+        from timely.graph.system import Gathered
 
         self._top_level("subscribe")
         out = self.flow._outputs
@@ -339,7 +339,7 @@ class Stream:
 
     def collect(self, name: str) -> None:
         """Gather this stream's records; ``run()`` returns them under ``name``."""
-        from timely.system import Gathered
+        from timely.graph.system import Gathered
 
         self._top_level("collect")
         if name in self.flow._collects:
@@ -351,7 +351,8 @@ class Stream:
 
     def sink(self, sink: Sink, name: str = "sink") -> None:
         """Write this stream's records to ``sink`` epoch by epoch, exactly once."""
-        from timely.sinks import Sink, SinkVertex
+        from timely.graph.system import SinkVertex
+        from timely.sinks import Sink
 
         self._top_level("sink")
         if not isinstance(sink, Sink):
@@ -367,7 +368,7 @@ class Stream:
 
     def probe(self, name: str = "probe") -> Probe:
         """A handle on the frontier of this stream, readable from the driver."""
-        from timely.system import Forward
+        from timely.graph.system import Forward
 
         v = self.flow.vertex([(self, None)], Forward, name=name, outputs=0)
         del v
@@ -455,7 +456,7 @@ class Dataflow:
     # -- building -------------------------------------------------------------------------
     def new_input(self, name: str = "input") -> InputHandle:
         """An input fed from the driver; its stream is ``handle.stream``."""
-        from timely.system import InputVertex
+        from timely.graph.system import InputVertex
 
         v = self._add_vertex(name, InputVertex, (), (0,), where="input", kind="input")
         handle = InputHandle(self, v, name)
@@ -464,7 +465,7 @@ class Dataflow:
 
     def source(self, src: Source, name: str = "source") -> Stream:
         """A connector source; each worker reads its share of ``src``'s partitions."""
-        from timely.system import SourceVertex
+        from timely.graph.system import SourceVertex
 
         v = self._add_vertex(
             name,
@@ -516,7 +517,7 @@ class Dataflow:
         factory, default_where, label = _factory(vertex)
         marks: list[tuple[Stream, Channel | None]] = []
         if any(s.invariant for s, _ in inputs):
-            from timely.system import Marks
+            from timely.graph.system import Marks
 
             # Every worker must hear of each iteration its other inputs have records at,
             # to see the invariant records there too.
@@ -611,7 +612,7 @@ class Dataflow:
         when none is running; ``address="auto"`` or an address joins a cluster.
         ``backend="inline"`` runs every worker in this process (for tests).
         A progress bar shows on a terminal once the run lasts a second
-        (``progress=False``: none; see :mod:`timely.progressbar`).
+        (``progress=False``: none; see :mod:`timely.observe.progressbar`).
         """
         options.setdefault("progress", "auto")
         with self.activate(workers=workers, backend=backend, address=address, **options) as s:
@@ -627,7 +628,7 @@ class Dataflow:
         **options: Any,
     ) -> Session:
         """Start the dataflow and return a session: feed inputs while it runs, then ``join()``."""
-        from timely.runtime import start_session
+        from timely.session.start import start_session
 
         session = start_session(
             self._run_spec(), workers=workers, backend=backend, address=address, **options

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from progress import Timestamp
 
 if TYPE_CHECKING:
-    from timely.context import VertexContext
+    from timely.worker.context import VertexContext
 
 
 class Capability:
@@ -78,7 +78,7 @@ class Vertex:
     def on_notify(self, time: Timestamp) -> None:
         """No more records at or before ``time`` can arrive (requested by ``notify_at``)."""
 
-    # -- checkpointing (see timely/checkpoint.py) ---------------------------------------------
+    # -- checkpointing (see timely/worker/snapshots.py) ---------------------------------------
     def snapshot_at(self, epoch: int) -> dict[str, Any] | None:
         """State reflecting exactly the inputs of epochs ``<= epoch``, as plain data with a
         ``"kind"`` the coordinator knows how to re-partition (``None``: no state).

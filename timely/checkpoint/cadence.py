@@ -1,7 +1,7 @@
 """The driver's side of ``checkpoint_every="auto"``: measuring the coordination fraction
 and handing the controller's interval to the workers.
 
-The controller (:class:`~timely.aimd.AIMD`) is fed one :class:`Measurement` per
+The controller (:class:`~timely.checkpoint.aimd.AIMD`) is fed one :class:`Measurement` per
 *window*: the commits from one checkpoint to a later one, all under the same interval.
 
 - **What is measured.** Coordination is the workers' checkpoint work (each part is
@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from timely.aimd import AIMD
+from timely.checkpoint.aimd import AIMD
 
 MIN_WINDOW = 0.5
 """The shortest window measured (seconds): several bursts of commits."""

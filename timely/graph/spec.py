@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from timely.plan import Plan
+from timely.graph.plan import Plan
 from timely.sinks import Sink
 
 Callback = Callable[[int, list[Any]], None]

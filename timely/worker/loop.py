@@ -28,10 +28,9 @@ from progress import (
     source,
     target,
 )
-from timely.channels import Exchange
-from timely.checkpoint import Share, merge_pieces
-from timely.context import ProtocolError, VertexContext
-from timely.diskstate import StateStore
+from timely.checkpoint.store import Share, merge_pieces
+from timely.comm.messages import InputCommand, Send, WorkerMessage
+from timely.comm.serialization import PlainDataError
 from timely.errors import (
     TimelyError,
     UserFunctionError,
@@ -39,15 +38,16 @@ from timely.errors import (
     failure_location,
 )
 from timely.eventlog import COMMAND, NOTIFY, PULL, RECV, START, EventLog, clock
-from timely.messages import InputCommand, Send, WorkerMessage
-from timely.migration import Migration
-from timely.plan import EdgeSpec, Plan
-from timely.routing import Routing, default_table
-from timely.serialization import PlainDataError
-from timely.snapshots import Part, Snapshots
-from timely.state import StatefulVertex
-from timely.system import InputVertex, SourceVertex
+from timely.graph.plan import EdgeSpec, Plan
+from timely.graph.system import InputVertex, SourceVertex
+from timely.routing.bins import Routing, default_table
+from timely.routing.channels import Exchange
+from timely.state.disk import StateStore
+from timely.state.keyed import StatefulVertex
 from timely.vertex import Capability, Vertex
+from timely.worker.context import ProtocolError, VertexContext
+from timely.worker.migration import Migration
+from timely.worker.snapshots import Part, Snapshots
 
 ROUNDS_AHEAD = 8
 """How many rounds a loop's records may run ahead of its oldest round not done yet (on
@@ -136,9 +136,9 @@ class Worker:
         self.emitted: list[tuple[str, int, list[Any]]] = []
         self.received_since_step = False
         self.routing = Routing(plan.bins, default_table(plan.bins, peers))
-        """The routing table in force at each epoch (:mod:`timely.routing`)."""
+        """The routing table in force at each epoch (:mod:`timely.routing.bins`)."""
         self.migration = Migration(self, start)
-        """Configurations received, bins to ship and to install (:mod:`timely.migration`)."""
+        """Configurations received, bins to ship and to install (:mod:`timely.worker.migration`)."""
         checkpointing = checkpoint_every is not None or checkpoint_on_request
         self.snapshots = (
             Snapshots(self, checkpoint_every, start, checkpoint_incremental)
@@ -598,14 +598,14 @@ class Worker:
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoint_floor(self) -> int:
-        """See :meth:`timely.snapshots.Snapshots.floor` (-1 when not checkpointing)."""
+        """See :meth:`timely.worker.snapshots.Snapshots.floor` (-1 when not checkpointing)."""
         return -1 if self.snapshots is None else self.snapshots.floor()
 
     def request_checkpoint(
         self, epoch: int, every: int | None = None, fraction: float | None = None
     ) -> bool:
         """The driver asks for a checkpoint after ``epoch`` and, with ``every``, every
-        ``every`` epochs after it; see :meth:`timely.snapshots.Snapshots.request`.
+        ``every`` epochs after it; see :meth:`timely.worker.snapshots.Snapshots.request`.
         ``fraction``: the coordination fraction the driver measured that made it choose
         ``every`` (``checkpoint_every="auto"``), for the event log."""
         if self.snapshots is None:
@@ -619,7 +619,7 @@ class Worker:
 
     def checkpoint_work(self, epoch: int) -> int:
         """Nanoseconds spent snapshotting for the checkpoint at ``epoch`` (see
-        :meth:`timely.snapshots.Snapshots.take_work`)."""
+        :meth:`timely.worker.snapshots.Snapshots.take_work`)."""
         return 0 if self.snapshots is None else self.snapshots.take_work(epoch)
 
     def take_parts(self) -> list[Part]:
@@ -698,7 +698,7 @@ class Worker:
     def loop_rounds(self) -> list[tuple[int, Timestamp]]:
         """Per feedback vertex that has sent anything, the time of the furthest round it
         sent to, ``(vertex, time)``: what the driver's ``loop_warning`` watches
-        (:mod:`timely.loopwatch`). Safe to call from another thread (a heartbeat's)."""
+        (:mod:`timely.session.loopwatch`). Safe to call from another thread (a heartbeat's)."""
         out = []
         for v in self._feedback:
             furthest = getattr(self.vertices[v], "furthest", None)
@@ -713,7 +713,8 @@ class Worker:
 
 
 def _first_unroutable(channel: Any, records: list[Any]) -> Any:
-    from timely.channels import Exchange, stable_hash
+    from timely.routing.channels import Exchange
+    from timely.routing.hashing import stable_hash
 
     if not isinstance(channel, Exchange):
         return records[0] if records else None

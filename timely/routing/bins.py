@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from timely.channels import _mix_array, int_keys, stable_hash
+from timely.routing.hashing import int_keys, mix_array, stable_hash
 
 DEFAULT_BINS = 256
 """Bins per run unless ``bins=`` says otherwise."""
@@ -67,7 +67,7 @@ def bins_of(keys: Sequence[Any], bins: int) -> list[int]:
     """The bin of each key; a list of ints in one numpy pass."""
     arr = int_keys(keys)
     if arr is not None:
-        out: list[int] = (_mix_array(arr) % np.uint64(bins)).tolist()
+        out: list[int] = (mix_array(arr) % np.uint64(bins)).tolist()
         return out
     return [stable_hash(k) % bins for k in keys]
 
@@ -77,7 +77,7 @@ def keys_in_bins(keys: list[Any], nbins: int, bins: Iterable[int]) -> list[Any]:
     wanted = set(bins)
     arr = int_keys(keys)
     if arr is not None:
-        key_bins = _mix_array(arr) % np.uint64(nbins)
+        key_bins = mix_array(arr) % np.uint64(nbins)
         chosen = np.flatnonzero(np.isin(key_bins, np.fromiter(wanted, np.uint64)))
         return [keys[i] for i in chosen.tolist()]
     return [k for k, b in zip(keys, bins_of(keys, nbins)) if b in wanted]

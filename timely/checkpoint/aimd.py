@@ -12,7 +12,7 @@ run is paying too much now: back off fast), below ``lo`` it takes ``step`` off (
 checkpoints: recover sooner, probing down slowly), in between it keeps ``k``.
 
 It is pure: fed each cycle's measurement, it returns the next interval. Where it runs
-and what is measured is the coordinator's business (:mod:`timely.coordinator`).
+and what is measured is the coordinator's business (:mod:`timely.checkpoint.coordinator`).
 
 Why it does not oscillate at a steady load. With a checkpoint cost ``c`` and a
 processing cost ``p`` per epoch the fraction at ``k`` is ``c / (c + k p)``, which is in

@@ -14,7 +14,7 @@ Each backend applies it where it starts its library (:mod:`timely.backends.ray`,
 (:func:`connectors.spark.spark_log_options`).
 
 timely's own warnings about a run (a loop past ``loop_warning`` rounds,
-:mod:`timely.loopwatch`) go to the ``timely`` logger at WARNING, which nothing here
+:mod:`timely.session.loopwatch`) go to the ``timely`` logger at WARNING, which nothing here
 quiets: with logging not set up, Python prints them on stderr.
 """
 

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from progress import target
-from timely import serialization
+from timely.comm import serialization
 from timely.eventlog import clock
-from timely.state import StatefulVertex
+from timely.state.keyed import StatefulVertex
 
 if TYPE_CHECKING:
-    from timely.worker import Worker
+    from timely.worker.loop import Worker
 
 Part = tuple[int, dict[str, Any]]
 """``(epoch, part)``: one worker's share of the checkpoint at ``epoch``."""

@@ -1,10 +1,10 @@
 """The checkpoint coordinator: the driver's side of checkpoints, held by the session.
 
 It decides nothing about when a vertex is snapshotted (each worker does, see
-:mod:`timely.snapshots`); it commits a checkpoint once every worker's part is durable,
+:mod:`timely.worker.snapshots`); it commits a checkpoint once every worker's part is durable,
 asks the workers for a checkpoint when ``checkpoint_interval`` says so (or, with
 ``checkpoint_every="auto"``, when the cadence's controller picks another interval: see
-:mod:`timely.cadence`), keeps the driver's input commands that a restore would have to
+:mod:`timely.checkpoint.cadence`), keeps the driver's input commands that a restore would have to
 replay, finds the checkpoint to restore from, and tells the sinks what is committed and
 what to drop. The session calls it and stays a thin loop around the backend.
 """
@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from timely.aimd import AIMD
-from timely.cadence import AutoCadence, Request
-from timely.checkpoint import CheckpointConfig, CheckpointError, CheckpointStore, Share
-from timely.messages import Advance, InputCommand, Send
-from timely.routing import DEFAULT_BINS
+from timely.checkpoint.aimd import AIMD
+from timely.checkpoint.cadence import AutoCadence, Request
+from timely.checkpoint.config import CheckpointConfig
+from timely.checkpoint.store import CheckpointError, CheckpointStore, Share
+from timely.comm.messages import Advance, InputCommand, Send
+from timely.routing.bins import DEFAULT_BINS
 from timely.sinks import Sink, SinkLineage, display_location
 
 Restore = tuple[int, list[Share]]

@@ -1,34 +1,41 @@
-"""Sessions: a running dataflow the driver feeds, reads and joins (Naiad's Activate/Join)."""
+r"""Sessions: a running dataflow the driver feeds, reads and joins (Naiad's Activate/Join).
+
+:class:`Session` is the driver's side of a run whatever hosts its workers: inputs routed
+to the workers, outputs delivered once per epoch, checkpoints coordinated, recovery,
+rescale and reconfiguration. A backend (:mod:`timely.backends`) subclasses it to host the
+workers; :mod:`timely.session.start` checks a run's options and starts one. The session
+shows what it does in its :class:`~timely.session.view.RunView` and calls its
+:class:`Monitor`\ s, which it never imports (they are made from run options by
+:mod:`timely.session.monitors`).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import inspect
 import logging
-import os
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from timely.cadence import Measurement
-from timely.checkpoint import CheckpointConfig
-from timely.coordinator import CheckpointCoordinator, Restore
-from timely.diskstate import remove_store, state_options
+from timely.checkpoint.cadence import Measurement
+from timely.checkpoint.config import CheckpointConfig
+from timely.checkpoint.coordinator import CheckpointCoordinator, Restore
+from timely.comm.messages import Advance, Close, InputCommand, Send
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
-from timely.eventlog import EventLog, clock, open_driver_log, trace_option
-from timely.loopwatch import LoopWatch, loop_warning_option
-from timely.messages import Advance, Close, InputCommand, Send
-from timely.migration import BinLoad
-from timely.monitor import Monitor, RunView, monitor_options, remove_trace, temporary_trace
-from timely.routing import (
+from timely.eventlog import (
+    EventLog,
+    clock,
+    open_driver_log,
+    remove_trace,
+)
+from timely.graph.spec import RunSpec
+from timely.routing.bins import (
     Assignment,
     Table,
     balance,
-    check_bins,
     check_bins_per_step,
     default_table,
     per_worker,
@@ -36,11 +43,11 @@ from timely.routing import (
     steps,
     useful_per_bin,
 )
+from timely.session.loopwatch import LoopWatch
+from timely.session.view import RunView
 from timely.sinks import SinkLineage
-from timely.spec import RunSpec
-from timely.verbosity import resolve_verbose
-
-__all__ = ["Restore", "Results", "Session", "merge_frontiers", "route_input", "start_session"]
+from timely.state.disk import remove_store
+from timely.worker.migration import BinLoad
 
 
 class Results(dict[str, list[tuple[int, Any]]]):
@@ -58,6 +65,22 @@ class _RescaleNow(Exception):
         self.workers = workers
 
 
+class Monitor(Protocol):
+    """Watches one session from the driver's process. It may also have
+    ``check(workers, backend, checkpoint)``, called before anything starts, to refuse a
+    run it cannot serve with a :class:`~timely.errors.ConfigError` (a controller that
+    rescales needs checkpoints)."""
+
+    needs_trace: bool
+    """Whether it reads the event log (the session then keeps one)."""
+
+    def attach(self, session: Session) -> None:
+        """The session's workers run: start watching ``session.view``."""
+
+    def close(self) -> None:
+        """The session ended (or failed to start): stop, free ports and threads."""
+
+
 class Session(ABC):
     """A running dataflow. Use as a context manager; ``join()`` waits for the end.
 
@@ -65,7 +88,7 @@ class Session(ABC):
     outputs once per epoch and output key (across restarts too), and on a worker's
     failure has the backend start new workers from the last checkpoint. With
     checkpointing (``checkpoint=`` given) it holds a
-    :class:`~timely.coordinator.CheckpointCoordinator` for commits, requests, the input
+    :class:`~timely.checkpoint.coordinator.CheckpointCoordinator` for commits, requests, the input
     log and restores.
     """
 
@@ -129,9 +152,9 @@ class Session(ABC):
         self._rescale_asked = 0.0
         self._delivered: dict[str, int] = {}
         self.view = RunView(spec.name, spec.plan.describe(), workers, trace)
-        """What monitors read of this session (:mod:`timely.monitor`)."""
+        """What monitors read of this session (:mod:`timely.session.monitors`)."""
         self.loop_watch = LoopWatch(spec.plan, self.view)
-        """Warns about loops past ``loop_warning`` rounds (:mod:`timely.loopwatch`); the
+        """Warns about loops past ``loop_warning`` rounds (:mod:`timely.session.loopwatch`); the
         backends hand it what their workers report."""
         self.monitors: list[Monitor] = []
         self._temporary_trace: str | None = None
@@ -169,7 +192,7 @@ class Session(ABC):
     @property
     def cadence(self) -> list[Measurement]:
         """With ``checkpoint_every="auto"``, every window the interval's controller was
-        fed, in order (:class:`~timely.cadence.Measurement`: the interval it ran under,
+        fed, in order (:class:`~timely.checkpoint.cadence.Measurement`: the interval it ran under,
         the coordination fraction, the interval chosen after it); otherwise empty."""
         if self.coordinator is None or self.coordinator.cadence is None:
             return []
@@ -201,7 +224,7 @@ class Session(ABC):
         """Ask every worker for a checkpoint after ``epoch`` (and every ``every`` epochs
         after it; ``fraction`` is what made the driver choose ``every``, for the workers'
         event logs): whether all agreed, and the highest
-        :meth:`~timely.worker.Worker.checkpoint_floor` among them (to ask for a later
+        :meth:`~timely.worker.loop.Worker.checkpoint_floor` among them (to ask for a later
         epoch if not)."""
         raise NotImplementedError(f"{type(self).__name__} cannot checkpoint on request")
 
@@ -269,7 +292,7 @@ class Session(ABC):
 
         ``assignment``: the new routing table (one worker per bin), the bins that move
         (``{bin: worker}``), or a function of the current table that returns either
-        (:func:`timely.routing.move`, :func:`timely.routing.drain`). The new table takes
+        (:func:`timely.routing.bins.move`, :func:`timely.routing.bins.drain`). The new table takes
         effect at the next epoch the driver has not opened: data from then on goes to the
         new owners, which receive each moving bin's state once no earlier record for it
         can arrive. ``strategy="all-at-once"`` moves every bin under one configuration;
@@ -307,11 +330,11 @@ class Session(ABC):
     ) -> dict[str, Any]:
         """Move bins so that the busiest worker carries at most ``tolerance`` times the
         mean load, measured since the session started (or since the last ``rebalance``):
-        few bins move, the heaviest first that help (:func:`timely.routing.balance`), by
+        few bins move, the heaviest first that help (:func:`timely.routing.bins.balance`), by
         :meth:`reconfigure`.
 
         ``by="useful"`` weighs each bin by its records times its owner's useful time per
-        record in the keyed steps (:func:`timely.routing.useful_per_bin`);
+        record in the keyed steps (:func:`timely.routing.bins.useful_per_bin`);
         ``by="records"`` by its records alone. Returns what it measured and did:
         ``records`` and ``useful_s`` per worker, ``loads`` (the weights per worker
         before), ``expected`` (after the moves, by the same weights), ``moves``
@@ -691,129 +714,3 @@ def route_input(cmd: InputCommand, workers: int, turn: int) -> list[tuple[int, I
         if chunk:
             out.append(((turn + i) % workers, Send(chunk)))
     return out
-
-
-def _routing_options(
-    spec: RunSpec, workers: int, options: dict[str, Any]
-) -> tuple[RunSpec, list[tuple[int, Table, int | None]] | None]:
-    """``bins``, ``reconfigurable`` and ``reconfigure`` (a batch run's schedule), checked
-    before anything starts; the spec's plan gets the bins and, if needed, its control
-    input (:meth:`timely.plan.Plan.with_control`)."""
-    bins = check_bins(options.pop("bins", spec.plan.bins))
-    reconfigurable = options.pop("reconfigurable", False)
-    if not isinstance(reconfigurable, bool):
-        raise ConfigError(f"reconfigurable must be True or False, got {reconfigurable!r}")
-    raw = options.pop("reconfigure", None)
-    schedule: list[tuple[int, Table, int | None]] | None = None
-    if raw is not None:
-        schedule = []
-        table = default_table(bins, workers)
-        last = -1
-        for entry in raw:
-            if not isinstance(entry, tuple | list) or len(entry) not in (2, 3):
-                raise ConfigError(
-                    "reconfigure= takes a list of (epoch, assignment) or (epoch, assignment, "
-                    f"bins_per_step) tuples, got {entry!r}"
-                )
-            epoch, assignment, *per = entry
-            per_step = per[0] if per else None
-            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch <= last:
-                raise ConfigError(
-                    f"reconfigure=: epochs must be ints >= 0 in increasing order, got {epoch!r} "
-                    f"after {last}"
-                )
-            if per_step is not None:
-                check_bins_per_step(per_step, "reconfigure=")
-            prev = table
-            try:
-                table = resolve(assignment, table, workers)
-            except ValueError as e:
-                raise ConfigError(f"reconfigure= at epoch {epoch}: {e}") from None
-            moves = sum(a != b for a, b in zip(prev, table))
-            schedule.append((epoch, table, per_step))
-            last = epoch + (0 if per_step is None else max(0, -(-moves // per_step) - 1))
-    if reconfigurable and schedule is None and any(v.kind == "source" for v in spec.plan.vertices):
-        raise ConfigError(
-            "reconfigurable=True needs a dataflow fed by the driver (flow.new_input()): "
-            "configurations run one epoch ahead of the driver's inputs, and a source's "
-            "epochs would wait for them; for a run over a source, give the migrations "
-            "up front with reconfigure=[(epoch, assignment), ...]"
-        )
-    plan = spec.plan.with_control(bins, reconfigurable or schedule is not None)
-    return dataclasses.replace(spec, plan=plan), schedule
-
-
-def start_session(
-    spec: RunSpec, workers: int, backend: str | None, address: str | None, **options: Any
-) -> Session:
-    """Check the configuration, then start ``backend`` with ``workers`` workers.
-
-    ``verbose`` (default: ``TIMELY_VERBOSE``, see :mod:`timely.verbosity`) goes to the
-    backends that start a library with something to quiet (Ray); every backend accepts
-    it, so a run can switch backends without changing its options."""
-    from timely.backends import check_options
-
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ConfigError(f"workers must be a positive integer, got {workers!r}")
-    name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend
-    checkpoint = CheckpointConfig.from_options(options)
-    spec, schedule = _routing_options(spec, workers, options)
-    store = state_options(options)
-    trace = trace_option(options)
-    loop_warning = loop_warning_option(options)
-    verbose = resolve_verbose(options.pop("verbose", None))
-    if address is not None:
-        options["address"] = address
-    monitors = monitor_options(options)  # servers bind here: a port in use fails now
-    temporary = None
-    try:
-        for m in monitors:
-            check = getattr(m, "check", None)
-            if check is not None:  # what a monitor needs of the run, before it starts
-                check(workers, name, checkpoint)
-        cls = check_options(name, options)
-        if "verbose" in inspect.signature(cls).parameters:
-            options["verbose"] = verbose
-        if trace is None and any(m.needs_trace for m in monitors):
-            if "trace" not in inspect.signature(cls).parameters:
-                raise ConfigError(
-                    f"the {name} backend keeps no event log, which metrics and the live page "
-                    "read: drop those options or use backend 'inline' or 'ray'"
-                )
-            trace = temporary = temporary_trace()
-        if store is not None:
-            spec.plan.store = store = store.made()
-        if trace is None:
-            session = cls(spec, workers, checkpoint=checkpoint, **options)
-        elif "trace" not in inspect.signature(cls).parameters:
-            raise ConfigError(
-                f"the {name} backend keeps no event log: drop trace= or use backend "
-                "'inline' or 'ray'"
-            )
-        else:
-            session = cls(spec, workers, checkpoint=checkpoint, trace=trace, **options)
-    except BaseException:
-        for m in monitors:
-            m.close()
-        if temporary is not None:
-            remove_trace(temporary)
-        remove_store(store)
-        raise
-    session.monitors = monitors
-    session._temporary_trace = temporary
-    session.loop_watch.threshold = loop_warning
-    try:
-        if schedule is not None:
-            session._schedule(schedule)
-        else:
-            session._control_to(1)  # configurations run one epoch ahead of the data
-    except BaseException:
-        session.close()
-        raise
-    try:
-        for m in monitors:
-            m.attach(session)
-    except BaseException:
-        session.close()
-        raise
-    return session

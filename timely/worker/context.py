@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from progress import Timestamp, less_equal
 from timely.errors import TimelyError, WorkerDied, step_error
-from timely.plan import VertexSpec
+from timely.graph.plan import VertexSpec
 from timely.vertex import Capability
 
 if TYPE_CHECKING:
-    from timely.worker import Worker
+    from timely.worker.loop import Worker
 
 
 class ProtocolError(TimelyError):

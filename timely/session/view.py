@@ -1,115 +1,24 @@
-"""Monitors: what watches a run from the driver's process (metrics, a progress bar, a
-live page), never from a worker's step path.
+"""What a running session shows to whatever watches it: :class:`RunView`.
 
-A monitor is made from a run option before anything starts (so a port in use or a
-missing package fails with the fix, as any bad configuration does), is handed the
-session once its workers run (:meth:`Monitor.attach`), reads what the session shows
-(:class:`RunView`) and the event log on threads of its own, and is closed with the
-session. The options and the monitors they make:
-
-- ``metrics_port=PORT``: a Prometheus endpoint (:mod:`timely.metrics`);
-- ``progress=True``: a progress bar on stderr (:mod:`timely.progressbar`; ``run``
-  shows one by default when stderr is a terminal and the run lasts over a second);
-- options that layers above ``timely`` add through the ``timely.monitors`` entry point
-  group (the analysis's ``ui=True``, a live web page): the entry point's name is the
-  option, its object a factory like :data:`MONITORS`'.
-
-Metrics and the page read the event log, so they turn it on: without ``trace=``, the
-session logs to a temporary directory removed at its end.
+The session's thread writes it (outputs delivered, inputs advanced, checkpoints committed,
+restarts, rescales, the adaptive checkpoint interval, the driver's warnings, a controller's
+decisions); monitors (:mod:`timely.observe`, the analysis's live page, the autoscaler)
+read it on threads of their own. It imports nothing of the run: the session holds one.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from timely.runtime import Session
+    pass
 
-MONITORS_GROUP = "timely.monitors"
+
 KEEP_DECISIONS = 100
 """Controllers' decisions a view keeps (the latest)."""
-
-
-class Monitor(Protocol):
-    """Watches one session from the driver's process. It may also have
-    ``check(workers, backend, checkpoint)``, called before anything starts, to refuse a
-    run it cannot serve with a :class:`~timely.errors.ConfigError` (a controller that
-    rescales needs checkpoints)."""
-
-    needs_trace: bool
-    """Whether it reads the event log (the session then keeps one)."""
-
-    def attach(self, session: Session) -> None:
-        """The session's workers run: start watching ``session.view``."""
-
-    def close(self) -> None:
-        """The session ended (or failed to start): stop, free ports and threads."""
-
-
-MonitorFactory = Callable[[Any], "Monitor | None"]
-"""A run option's value -> its monitor (None: the option asks for none), raising
-:class:`~timely.errors.ConfigError` for a bad value."""
-
-MONITORS: dict[str, str] = {
-    "metrics_port": "timely.metrics:from_option",
-    "progress": "timely.progressbar:from_option",
-}
-"""timely's own monitor options, by the factory that makes each (``module:name``)."""
-
-
-@functools.cache
-def _factories() -> dict[str, str]:
-    """The monitor options, timely's and the installed packages' (read once per process:
-    scanning the entry points costs ~5 ms, and a session starts many runs)."""
-    from importlib.metadata import entry_points
-
-    found = dict(MONITORS)
-    for ep in entry_points(group=MONITORS_GROUP):
-        found.setdefault(ep.name, ep.value)
-    return found
-
-
-def _load(path: str) -> MonitorFactory:
-    module, _, name = path.partition(":")
-    factory: MonitorFactory = getattr(importlib.import_module(module), name)
-    return factory
-
-
-def monitor_options(options: dict[str, Any]) -> list[Monitor]:
-    """Take every monitor option out of ``options`` and make its monitor (closing the
-    ones made so far if a later one fails)."""
-    made: list[Monitor] = []
-    try:
-        for option, path in _factories().items():
-            if option not in options:
-                continue
-            value = options.pop(option)
-            monitor = _load(path)(value)
-            if monitor is not None:
-                made.append(monitor)
-    except BaseException:
-        for m in made:
-            m.close()
-        raise
-    return made
-
-
-def temporary_trace() -> str:
-    """A temporary event-log directory, for a monitor that reads the log in a run that
-    gave none (the session removes it at the end: see :func:`remove_trace`)."""
-    return tempfile.mkdtemp(prefix="timely-trace-")
-
-
-def remove_trace(directory: str) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @dataclass

@@ -19,12 +19,12 @@ when no operator holds a value, once the cache passes :data:`CACHE_KEYS` keys: m
 bounded by the cache, not by the state.
 
 Keys and values are encoded with the project's msgpack codec in its plain form
-(:func:`timely.serialization.encode_plain`): a value that only pickle could carry is
+(:func:`timely.comm.serialization.encode_plain`): a value that only pickle could carry is
 refused with a clear error, and nothing read from disk is unpickled. Keys equal in
 Python (``1``, ``1.0``, ``True``) are one key, stored in one form (:func:`canonical`).
 Values got by iterating a table are copies (a value got by key may change in place).
 
-The store is scratch, not durability: checkpoints (:mod:`timely.snapshots`) are what a
+The store is scratch, not durability: checkpoints (:mod:`timely.worker.snapshots`) are what a
 restore reads, so the write-ahead log is off and a worker's directory is removed when
 the worker closes.
 """
@@ -45,10 +45,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from timely.channels import stable_hash
+from timely.comm.serialization import PlainDataError, decode_plain, encode_plain, encode_plain_one
 from timely.errors import ConfigError, StateStoreError
-from timely.routing import bins_of
-from timely.serialization import PlainDataError, decode_plain, encode_plain, encode_plain_one
+from timely.routing.bins import bins_of
+from timely.routing.hashing import stable_hash
 
 T = TypeVar("T")
 BACKENDS = ("memory", "disk")

@@ -16,7 +16,7 @@ below ``loop_warning`` never warns.
 Once per loop (per session): a loop that runs long in one epoch will likely do so in
 the next, and one line with the fix is enough. The warning goes to the ``timely``
 logger at WARNING (Python shows it on stderr unless logging is set up otherwise; quiet
-mode, :mod:`timely.verbosity`, silences only the libraries timely starts) and to the
+mode, :mod:`timely.session.verbosity`, silences only the libraries timely starts) and to the
 session's ``RunView`` (``warnings``), which the live page shows.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from progress import Timestamp
 from timely.errors import ConfigError
-from timely.monitor import RunView
-from timely.plan import Plan
+from timely.graph.plan import Plan
+from timely.session.view import RunView
 
 LOG = logging.getLogger("timely")
 """timely's own logger: what the driver warns about (the libraries it starts log under

@@ -1,7 +1,7 @@
 """A Prometheus endpoint on the driver (``metrics_port=PORT``, the CLI's ``--metrics-port``).
 
 Every scrape reads what the workers' event logs flushed since the last one
-(:class:`~timely.tracestats.TraceStats`, at most ~0.2 s behind while they work) and the
+(:class:`~timely.observe.tracestats.TraceStats`, at most ~0.2 s behind while they work) and the
 session's own view (outputs, checkpoints, restarts): nothing is pushed by the workers
 and nothing runs between scrapes. The server binds 127.0.0.1 only (``PORT`` 0 takes any
 free port: ``session.metrics_url`` says which), on a registry of its own, so runs in
@@ -25,7 +25,7 @@ interval, and per operator and worker ``timely_instance_true_processing_rate`` a
 ``timely_instance_useful_seconds``; with ``checkpoint_every="auto"``, once a window
 has been measured, ``timely_checkpoint_interval_epochs`` (the interval chosen) and
 ``timely_checkpoint_coordination_ratio`` (the share of the last window's time spent
-coordinating, :mod:`timely.cadence`).
+coordinating, :mod:`timely.checkpoint.cadence`).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from prometheus_client.core import (
 )
 
 from timely.errors import ConfigError
-from timely.tracestats import TraceStats
+from timely.observe.tracestats import TraceStats
 
 if TYPE_CHECKING:
-    from timely.runtime import Session
+    from timely.session.base import Session
 
 HOST = "127.0.0.1"
 

@@ -11,7 +11,7 @@ It lives in ``timely`` (not ``operators``) because the checkpoint coordinator re
 
 Why keyed, and keyed by what: each of these operators exchanges its input by a key
 before it keeps anything, so a worker only ever holds the keys whose bin
-(``stable_hash(key) % bins``, :mod:`timely.routing`) the routing table gives it. A table
+(``stable_hash(key) % bins``, :mod:`timely.routing.bins`) the routing table gives it. A table
 keyed by that same key is therefore partitioned exactly like the channel that feeds it:
 on a change of worker count, :func:`repartition` moves each key to its new owner, and a
 live migration moves a bin's keys (:meth:`KeyedState.extract`, :meth:`KeyedState.install`)
@@ -26,7 +26,7 @@ That is only sound if state carried across epochs changes in ``on_notify`` alone
 in ``on_recv`` of a later time), which every operator here follows.
 
 Snapshots are plain data (dicts, lists, tuples, ints, str and the operators' own keys
-and values) so that ``timely.serialization`` (msgpack) carries them and a snapshot
+and values) so that ``timely.comm.serialization`` (msgpack) carries them and a snapshot
 taken on one machine restores on another.
 """
 
@@ -41,7 +41,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from progress import Timestamp
-from timely.routing import DEFAULT_BINS, bins_of, default_table, keys_in_bins
+from timely.routing.bins import DEFAULT_BINS, bins_of, default_table, keys_in_bins
 from timely.vertex import Vertex
 
 V = TypeVar("V")
@@ -161,7 +161,7 @@ class KeyedState(Generic[V]):
 
     def on_disk(self, store: Callable[[bool, int], MutableMapping[Any, Any]]) -> None:
         """Keep the tables in what ``store(ordered, nbins)`` makes (the disk backend's
-        :class:`~timely.diskstate.DiskTable`) instead of dicts; before any is made. With
+        :class:`~timely.state.disk.DiskTable`) instead of dicts; before any is made. With
         a bin index (``nbins``), such a table keeps its keys grouped by bin itself."""
         self._store = store
 

@@ -1,12 +1,13 @@
 """Megaphone's migration on one worker: configurations in, bins out and in.
 
-A reconfigurable run (:meth:`timely.plan.Plan.with_control`) broadcasts each routing
+A reconfigurable run (:meth:`timely.graph.plan.Plan.with_control`) broadcasts each routing
 configuration, a table in force from epoch ``T`` on, to a hidden input of every keyed
 vertex. On each worker, for each such vertex:
 
-1. **Receiving** the configuration at ``T`` records the table (:class:`~timely.routing.Routing`)
-   and holds a capability at ``T``, so nothing downstream completes ``T`` (and no
-   checkpoint after ``T`` is taken) before this worker's share of the migration is done.
+1. **Receiving** the configuration at ``T`` records the table
+   (:class:`~timely.routing.bins.Routing`) and holds a capability at ``T``, so nothing
+   downstream completes ``T`` (and no checkpoint after ``T`` is taken) before this
+   worker's share of the migration is done.
 2. **Routing.** A batch at epoch ``e`` bound for the vertex is routed by the table in force
    at ``e`` once every configuration up to ``e`` is known here: the frontier of the
    vertex's control input has passed ``e``. Until then it is held, counted at the
@@ -32,7 +33,7 @@ vertex. On each worker, for each such vertex:
    ``T``'s bins.
 
 Fluid migration is a sequence of configurations at successive epochs, each moving a few
-bins (:func:`timely.routing.steps`): each epoch waits only for its own bins.
+bins (:func:`timely.routing.bins.steps`): each epoch waits only for its own bins.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from progress import Timestamp, source, target
-from timely.channels import Exchange
-from timely.plan import EdgeSpec
-from timely.state import StatefulVertex
+from timely.graph.plan import EdgeSpec
+from timely.routing.channels import Exchange
+from timely.state.keyed import StatefulVertex
 
 if TYPE_CHECKING:
-    from timely.worker import Worker
+    from timely.worker.loop import Worker
 
 BinLoad = dict[str, Any]
 """``{"records": [per bin], "useful_ns": int}``: one worker's measure for a rebalance."""
@@ -94,7 +95,7 @@ class Migration:
         """Frontiers moved or state arrived since :meth:`advance` last ran."""
         self.load = np.zeros(plan.bins, dtype=np.int64) if self.migratable else None
         """Records this worker has routed to each bin of a migratable vertex (the
-        session reads and clears it for :meth:`~timely.runtime.Session.rebalance`)."""
+        session reads and clears it for :meth:`~timely.session.base.Session.rebalance`)."""
         self.useful_ns = 0
         """Time in the activations of :attr:`migratable` vertices (DS2's useful time), ns."""
 

@@ -8,13 +8,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
-from timely.channels import Broadcast, Channel, Exchange
-from timely.routing import DEFAULT_BINS
+from timely.routing.bins import DEFAULT_BINS
+from timely.routing.channels import Broadcast, Channel, Exchange
 from timely.sources import Source
 from timely.vertex import Vertex
 
 if TYPE_CHECKING:
-    from timely.diskstate import StoreConfig
+    from timely.state.disk import StoreConfig
 
 
 @dataclass
@@ -109,11 +109,11 @@ class Plan:
         """This plan with ``bins`` bins and, if ``reconfigurable``, a control input
         (``reconfigure``) broadcast to a hidden last input of every top-level vertex fed
         by an ``exchange``: the stream of configurations that Megaphone's migration
-        follows (:mod:`timely.routing`). Progress then orders every configuration before
+        follows (:mod:`timely.routing.bins`). Progress then orders every configuration before
         the data it applies to, on every worker."""
         if not reconfigurable:
             return Plan(self.name, self.vertices, self.edges, bins)
-        from timely.system import InputVertex
+        from timely.graph.system import InputVertex
 
         vertices = list(self.vertices)
         edges = list(self.edges)

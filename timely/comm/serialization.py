@@ -31,7 +31,7 @@ import msgpack  # type: ignore[import-untyped]
 import numpy as np
 
 from progress import Port, ProgressBatch, source, target
-from timely.messages import WorkerMessage
+from timely.comm.messages import WorkerMessage
 
 EXT_TUPLE = 1
 EXT_SET = 2

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from progress import Timestamp
-from timely.messages import Advance, InputCommand, Send
+from timely.comm.messages import Advance, InputCommand, Send
+from timely.sinks import Sink
 from timely.sources import Source
 from timely.vertex import Capability, Vertex
 
@@ -51,7 +52,7 @@ class FeedbackVertex(Vertex):
 
     ``furthest`` is the time of the furthest round it has sent records to (its last
     coordinate the loop's round, its first the epoch), for the driver's ``loop_warning``
-    (:mod:`timely.loopwatch`): a loop that never ends is seen by the rounds it reaches.
+    (:mod:`timely.session.loopwatch`): a loop that never ends is seen by the rounds it reaches.
     One tuple, replaced whole, so a heartbeat may read it from another thread."""
 
     def __init__(self, step: int, max_iters: int | None) -> None:
@@ -117,6 +118,20 @@ class Gathered(TimeBuffer):
 
     def complete(self, time: Timestamp, records: list[Any]) -> None:
         self._ctx.emit(self.key, time[0], records)
+
+
+class SinkVertex(TimeBuffer):
+    """Buffers each time's records and hands them to the sink when the time completes."""
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def complete(self, time: Timestamp, records: list[Any]) -> None:
+        try:
+            self.sink.write(self.worker, self.workers, time[0], records)
+        except Exception as e:
+            self.fail(e, time, None, type(self.sink).write)
 
 
 class InputVertex(Vertex):

@@ -27,7 +27,7 @@ class WorkerMessage:
     data: list[DataBatch] = field(default_factory=list)
     progress: ProgressBatch | None = None
     state: list[Any] = field(default_factory=list)
-    """Bins of keyed state moving to this peer (:data:`timely.migration.Shipment`)."""
+    """Bins of keyed state moving to this peer (:data:`timely.worker.migration.Shipment`)."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from timely.errors import ConfigError
 
 if TYPE_CHECKING:
-    from timely.runtime import Session
+    from timely.session.base import Session
 
 REFRESH = 0.1
 """Seconds between redraws."""
