@@ -46,15 +46,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import msgpack  # type: ignore[import-untyped]
 
 from timely.comm.messages import WorkerMessage
 from timely.errors import ConfigError
-
-if TYPE_CHECKING:
-    from timely.graph.plan import Plan
 
 RECV, NOTIFY, COMMAND, PULL, START = 0, 1, 2, 3, 4
 """Activation kinds."""
@@ -66,6 +63,25 @@ FLUSH_NS = 200_000_000
 
 clock = time.time_ns
 """The event log's clock: nanoseconds, shared by every process on a node."""
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class Described(Protocol):
+    """What a log's header takes of the dataflow it records (a
+    :class:`timely.graph.plan.Plan`): its name, its vertices' names, and the graph as
+    plain data. The event log sits below the graph, so it asks for no more."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vertices(self) -> Sequence[_Named]: ...
+
+    def describe(self) -> dict[str, list[list[object]]]: ...
 
 
 class EventLog:
@@ -93,7 +109,7 @@ class EventLog:
         graph: dict[str, Any] | None = None,
     ) -> EventLog:
         """The log of ``worker`` (of ``workers``) for restore attempt ``attempt``; ``graph``
-        is the dataflow as :meth:`~timely.graph.plan.Plan.describe` gives it."""
+        is the dataflow as :meth:`Described.describe` gives it."""
         header = {
             "format": 1,
             "worker": worker,
@@ -110,7 +126,7 @@ class EventLog:
 
     @classmethod
     def for_plan(
-        cls, directory: str, plan: Plan, worker: int, workers: int, attempt: int
+        cls, directory: str, plan: Described, worker: int, workers: int, attempt: int
     ) -> EventLog:
         """The log of ``worker`` running ``plan`` (its vertices named in the header)."""
         names = [spec.name for spec in plan.vertices]

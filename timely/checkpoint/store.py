@@ -42,6 +42,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from timely.comm import serialization
 from timely.errors import ConfigError, TimelyError
 from timely.routing.bins import DEFAULT_BINS, bins_of, default_table
 from timely.state.keyed import _keys, apply_deltas
@@ -364,8 +365,6 @@ def decode_part(data: bytes) -> dict[str, Any]:
     """A worker's part as written (checksum already verified), each vertex's snapshot
     decoded: parts of format 2 carry every vertex's snapshot encoded on its own, format 1
     (older runs) as plain data."""
-    from timely.comm import serialization
-
     part: dict[str, Any] = serialization.decode(data)
     if part.get("format") not in (1, 2):
         raise CheckpointError(f"checkpoint part of format {part.get('format')!r}: not readable")

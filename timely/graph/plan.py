@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
+from timely.graph.system import InputVertex
 from timely.routing.bins import DEFAULT_BINS
 from timely.routing.channels import Broadcast, Channel, Exchange
 from timely.sources import Source
@@ -113,8 +114,6 @@ class Plan:
         the data it applies to, on every worker."""
         if not reconfigurable:
             return Plan(self.name, self.vertices, self.edges, bins)
-        from timely.graph.system import InputVertex
-
         vertices = list(self.vertices)
         edges = list(self.edges)
         c = len(vertices)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from timely.errors import ConfigError
 from timely.routing.hashing import int_keys, mix_array, stable_hash
 
 DEFAULT_BINS = 256
@@ -33,8 +34,6 @@ Table = tuple[int, ...]
 
 def check_bins(bins: Any) -> int:
     """``bins`` if it is a usable bin count, else a ``ConfigError`` with the fix."""
-    from timely.errors import ConfigError
-
     if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1 << 16:
         raise ConfigError(
             f"bins must be an int between 1 and 65536 (keys hash to that many bins), got "
@@ -46,8 +45,6 @@ def check_bins(bins: Any) -> int:
 def check_bins_per_step(value: Any, where: str) -> int:
     """``value`` if it is a usable number of bins moved per epoch, else a
     ``ConfigError`` naming ``where`` it was given."""
-    from timely.errors import ConfigError
-
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where}: bins_per_step must be an int >= 1, got {value!r}")
     return value

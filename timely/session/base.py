@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from progress import Antichain
 from timely.checkpoint.cadence import Measurement
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import CheckpointCoordinator, Restore
@@ -688,8 +689,6 @@ def _first_line(text: str) -> str:
 
 def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[int, ...]]:
     """The minimal elements of several workers' frontiers."""
-    from progress import Antichain
-
     chain: Antichain[tuple[int, ...]] = Antichain()
     for f in frontiers:
         for t in f:

@@ -34,6 +34,7 @@ from timely.routing.bins import (
 from timely.session.base import Session
 from timely.session.loopwatch import loop_warning_option
 from timely.session.monitors import monitor_options
+from timely.session.registry import check_options
 from timely.session.verbosity import resolve_verbose
 from timely.state.disk import remove_store, state_options
 
@@ -96,8 +97,6 @@ def start_session(
     ``verbose`` (default: ``TIMELY_VERBOSE``, see :mod:`timely.session.verbosity`) goes to the
     backends that start a library with something to quiet (Ray); every backend accepts
     it, so a run can switch backends without changing its options."""
-    from timely.session.registry import check_options
-
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"workers must be a positive integer, got {workers!r}")
     name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend

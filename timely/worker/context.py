@@ -3,7 +3,8 @@ keep it honest (times it may act at, capabilities it holds, notifications it ask
 
 A :class:`~timely.vertex.Vertex` reaches the runtime only through its context; the
 context reaches the worker only through the worker's narrow interface
-(``send_from``, ``notification_requested``, ``capability_changed``, ``emitted``), in the
+(:class:`~timely.worker.ports.VertexHost`: ``send_from``, ``notification_requested``,
+``capability_changed``, ``emitted``), in the
 spirit of timely-dataflow's ``operate.rs``: an operator fills progress buffers, the
 worker decides what they mean.
 """
@@ -11,15 +12,13 @@ worker decides what they mean.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from progress import Timestamp, less_equal
 from timely.errors import TimelyError, WorkerDied, step_error
 from timely.graph.plan import VertexSpec
 from timely.vertex import Capability
-
-if TYPE_CHECKING:
-    from timely.worker.loop import Worker
+from timely.worker.ports import VertexHost
 
 
 class ProtocolError(TimelyError):
@@ -29,7 +28,7 @@ class ProtocolError(TimelyError):
 class VertexContext:
     """What a vertex instance can do on this worker, and the checks that keep it honest."""
 
-    def __init__(self, worker: Worker, spec: VertexSpec) -> None:
+    def __init__(self, worker: VertexHost, spec: VertexSpec) -> None:
         self.worker = worker
         self.spec = spec
         self.index = spec.index
@@ -101,7 +100,7 @@ class VertexContext:
         self._check_time("notify_at", time, None, None)
         if time not in self.requests:
             self.requests.add(time)
-            self._hold(time, 1)
+            self.hold(time, 1)
             self.worker.notification_requested(self.index, time)
 
     def retain(self, time: Timestamp | None) -> Capability:
@@ -121,7 +120,7 @@ class VertexContext:
                 ]
                 time = min(outs) if outs else time
         self._check_time("retain", time, None, None)
-        self._hold(time, 1)
+        self.hold(time, 1)
         return Capability(self, time)
 
     def downgrade_capability(self, old: Timestamp, new: Timestamp) -> None:
@@ -129,13 +128,13 @@ class VertexContext:
             raise ValueError(
                 f"step {self.spec.name!r}: cannot downgrade a capability from {old} to {new}"
             )
-        self._hold(new, 1)
-        self._hold(old, -1)
+        self.hold(new, 1)
+        self.hold(old, -1)
 
     def drop_capability(self, time: Timestamp) -> None:
-        self._hold(time, -1)
+        self.hold(time, -1)
 
-    def _hold(self, time: Timestamp, delta: int) -> None:
+    def hold(self, time: Timestamp, delta: int) -> None:
         self.caps[time] += delta
         if self.caps[time] < 0:
             raise ProtocolError(f"step {self.spec.name!r}: capability at {time} dropped twice")

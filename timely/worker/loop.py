@@ -42,6 +42,7 @@ from timely.graph.plan import EdgeSpec, Plan
 from timely.graph.system import InputVertex, SourceVertex
 from timely.routing.bins import Routing, default_table
 from timely.routing.channels import Exchange
+from timely.routing.hashing import stable_hash
 from timely.state.disk import StateStore
 from timely.state.keyed import StatefulVertex
 from timely.vertex import Capability, Vertex
@@ -435,7 +436,7 @@ class Worker:
                     self.max_epoch = max(self.max_epoch, t[0])
                 ctx.requests.discard(t)
                 self._activate(v, -1, t, self.vertices[v].on_notify, t)
-                ctx._hold(t, -1)
+                ctx.hold(t, -1)
             if not ctx.requests:
                 self._notify_pending.discard(v)
 
@@ -507,6 +508,12 @@ class Worker:
                 self._updates.update((source(v, output), time), 1)
                 continue
             self.route(v, edge, records, time)
+
+    def release_held(self, edge: EdgeSpec, records: list[Any], time: Timestamp) -> None:
+        """Send a batch the migration held (:meth:`send_from` counted it at its output),
+        now that every configuration up to its epoch is known."""
+        self._updates.update((source(edge.src, edge.src_port), time), -1)
+        self.route(edge.src, edge, records, time)
 
     def route(self, v: int, edge: EdgeSpec, records: list[Any], time: Timestamp) -> None:
         """Send ``records`` from ``v`` at ``time`` along ``edge``, now."""
@@ -713,9 +720,6 @@ class Worker:
 
 
 def _first_unroutable(channel: Any, records: list[Any]) -> Any:
-    from timely.routing.channels import Exchange
-    from timely.routing.hashing import stable_hash
-
     if not isinstance(channel, Exchange):
         return records[0] if records else None
     key = channel.key

@@ -38,17 +38,15 @@ bins (:func:`timely.routing.bins.steps`): each epoch waits only for its own bins
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from progress import Timestamp, source, target
+from progress import Timestamp, target
 from timely.graph.plan import EdgeSpec
 from timely.routing.channels import Exchange
 from timely.state.keyed import StatefulVertex
-
-if TYPE_CHECKING:
-    from timely.worker.loop import Worker
+from timely.worker.ports import MigrationHost
 
 BinLoad = dict[str, Any]
 """``{"records": [per bin], "useful_ns": int}``: one worker's measure for a rebalance."""
@@ -60,7 +58,7 @@ Shipment = tuple[int, int, list[int], Any]
 class Migration:
     """One worker's side of every migration (see the module's docstring)."""
 
-    def __init__(self, worker: Worker, start: int) -> None:
+    def __init__(self, worker: MigrationHost, start: int) -> None:
         self.w = worker
         plan = worker.plan
         self.control = {
@@ -141,7 +139,7 @@ class Migration:
             self.w.routing.add(epoch, table)
         if v in self.migratable and epoch > self.activated[v] and epoch not in self.holding[v]:
             self.holding[v].add(epoch)
-            self.w.contexts[v]._hold((epoch,), 1)
+            self.w.contexts[v].hold((epoch,), 1)
         self.dirty = True
 
     def waiting(self, v: int, epoch: int) -> bool:
@@ -182,8 +180,7 @@ class Migration:
                 if self.must_hold(edge, time):
                     self.held.append((edge, records, time))
                 else:
-                    w._updates.update((source(edge.src, edge.src_port), time), -1)
-                    w.route(edge.src, edge, records, time)
+                    w.release_held(edge, records, time)
         changed = False
         for v in self.migratable:
             changed |= self._activate(v)
@@ -314,7 +311,7 @@ class Migration:
         ]
         for t in done:
             self.holding[v].discard(t)
-            self.w.contexts[v]._hold((t,), -1)
+            self.w.contexts[v].hold((t,), -1)
         return bool(done)
 
     def take_shipped(self) -> dict[int, list[Shipment]]:

@@ -12,15 +12,13 @@ later epoch changes a vertex's state before its snapshot for the checkpoint in b
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from progress import target
 from timely.comm import serialization
 from timely.eventlog import clock
 from timely.state.keyed import StatefulVertex
-
-if TYPE_CHECKING:
-    from timely.worker.loop import Worker
+from timely.worker.ports import SnapshotHost
 
 Part = tuple[int, dict[str, Any]]
 """``(epoch, part)``: one worker's share of the checkpoint at ``epoch``."""
@@ -45,7 +43,9 @@ class Snapshots:
     from an epoch on (:meth:`request`): one epoch (``checkpoint_interval``) or a new
     cadence (``checkpoint_every="auto"``)."""
 
-    def __init__(self, worker: Worker, every: int | None, start: int, incremental: int = 0) -> None:
+    def __init__(
+        self, worker: SnapshotHost, every: int | None, start: int, incremental: int = 0
+    ) -> None:
         self.w = worker
         self.segments: list[tuple[int, int | None]] = [] if every is None else [(every - 1, every)]
         """The schedule, in order of ``first`` (empty: no checkpoint until asked)."""
