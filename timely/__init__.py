@@ -1,6 +1,24 @@
 """timely: timely dataflow in Python, with Naiad-style progress tracking, on Ray.
 
 Build a :class:`Dataflow`, place vertices on its streams, and ``run`` it on workers.
+
+The package is in layers, each importing only the layers below it (import-linter checks
+it: ``[tool.importlinter]`` in pyproject.toml; ARCHITECTURE.md draws it), top first:
+
+- :mod:`timely.cli` (``python -m timely``): the command line;
+- :mod:`timely.dataflow`, the graph a user builds and runs; :mod:`timely.observe`,
+  monitors that read a running session; :mod:`timely.backends`, what hosts the workers;
+- :mod:`timely.session`: the driver's side of a run;
+- :mod:`timely.worker`: the step loop, and its parts behind narrow interfaces;
+- :mod:`timely.graph` (the plan a session runs) and :mod:`timely.checkpoint`;
+- :mod:`timely.state`: keyed state, in memory or on disk;
+- the interfaces: the vertex API (:mod:`timely.vertex`), sources and sinks
+  (:mod:`timely.sources`, :mod:`timely.sinks`), the event log (:mod:`timely.eventlog`);
+- :mod:`timely.routing` (key -> bin -> worker) and :mod:`timely.comm` (the messages,
+  their wire format, the sockets between workers);
+- :mod:`timely.errors`.
+
+Below them all, ``progress`` (timestamps, frontiers, the progress protocol).
 """
 
 from timely.dataflow import (
