@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.analysis.test_layering import _imports
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: import-linter depends on tomli there
@@ -71,6 +73,12 @@ def test_the_tree_keeps_every_contract() -> None:
     kept = {line[: -len(" KEPT")] for line in done.stdout.splitlines() if line.endswith(" KEPT")}
     assert kept == set(names.values())
     assert f"Contracts: {len(names)} kept, 0 broken." in done.stdout
+
+
+def test_progress_imports_the_stdlib_only() -> None:
+    """DESIGN.md: ``progress`` stays importable and testable alone. The contracts see only
+    the project's own packages; this sees the rest."""
+    assert _imports("progress") - set(sys.stdlib_module_names) == {"progress"}
 
 
 def test_the_tree_has_no_import_cycle() -> None:
