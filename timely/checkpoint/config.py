@@ -1,6 +1,7 @@
-"""The checkpoint options of a run (``checkpoint=``, ``checkpoint_every=``,
-``checkpoint_interval=``, ``checkpoint_incremental=``, ``keep_checkpoints=``, ``resume=``,
-``checkpoint_fraction=``), checked before anything starts: :class:`CheckpointConfig`.
+"""The checkpoint and recovery options of a run (``checkpoint=``, ``checkpoint_every=``,
+``checkpoint_interval=``, ``checkpoint_incremental=``, ``checkpoint_fraction=``,
+``keep_checkpoints=``, ``resume=``, ``on_error=``, ``max_restarts=``), checked before
+anything starts: :class:`CheckpointConfig`.
 """
 
 from __future__ import annotations

@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 
 _MASK = (1 << 64) - 1
-
-
 _GOLDEN = 0x9E3779B97F4A7C15
 
 

@@ -11,11 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
-
+from typing import Any
 
 KEEP_DECISIONS = 100
 """Controllers' decisions a view keeps (the latest)."""
