@@ -1,6 +1,6 @@
 """A dataflow's graph drawn as SVG, for the profile report and for pages that update it.
 
-The graph is what an event log's header carries (:meth:`timely.plan.Plan.describe`):
+The graph is what an event log's header carries (:meth:`timely.graph.plan.Plan.describe`):
 ``{"vertices": [[name, kind], ...], "edges": [[src, dst, channel], ...]}``. Layout is
 Sugiyama's first steps, kept small: edges that close a cycle (a loop's feedback) are
 found by a depth-first search from the vertices nothing feeds and set aside; every

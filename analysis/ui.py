@@ -1,6 +1,6 @@
 """The live page (``ui=True``, the CLI's ``--ui``): a running dataflow, seen in a browser.
 
-A monitor (:mod:`timely.monitor`) of the driver's process, made through the
+A monitor (:mod:`timely.session.monitors`) of the driver's process, made through the
 ``timely.monitors`` entry point so that the runtime never imports the analysis. It
 serves three things on 127.0.0.1 (``ui=True``: any free port, ``ui=PORT``: that one;
 ``session.ui_url`` and a line on stderr say where):
@@ -14,9 +14,9 @@ serves three things on 127.0.0.1 (``ui=True``: any free port, ``ui=PORT``: that 
   share of time waiting, the latest window's critical participation (an
   :class:`~analysis.online.OnlineProfiler` on the event log), checkpoints, restarts,
   rescales, a controller's latest scaling decision, and the driver's warnings about the
-  run (``warnings``: a loop past ``loop_warning`` rounds, :mod:`timely.loopwatch`).
+  run (``warnings``: a loop past ``loop_warning`` rounds, :mod:`timely.session.loopwatch`).
 
-Rates come from :class:`~timely.tracestats.TraceStats`, sampled by a thread of its own
+Rates come from :class:`~timely.observe.tracestats.TraceStats`, sampled by a thread of its own
 every ``SAMPLE`` seconds; nothing here runs on a worker.
 """
 
@@ -36,10 +36,10 @@ from analysis.online import OnlineProfiler
 from analysis.summaries import Summary
 from analysis.trace import INPUT
 from timely.errors import ConfigError
-from timely.tracestats import Totals, TraceStats
+from timely.observe.tracestats import Totals, TraceStats
 
 if TYPE_CHECKING:
-    from timely.runtime import Session
+    from timely.session.base import Session
 
 HOST = "127.0.0.1"
 SAMPLE = 0.25

@@ -4,7 +4,7 @@ A running sum per key over ``KEYS`` keys (state that every checkpoint encodes) o
 workers, fed ``EPOCHS`` epochs by the driver: the first half of ``BIG`` records each,
 the second half ten times smaller (so a checkpoint costs ten times more per epoch).
 For no checkpoints, ``checkpoint_every`` 1, 4 and 16, and ``"auto"`` (AIMD on the
-interval, :mod:`timely.aimd`):
+interval, :mod:`timely.checkpoint.aimd`):
 
 - **overhead**: the run's time over the run without checkpoints (median of interleaved
   repetitions);

@@ -37,9 +37,10 @@ from typing import Any
 
 import operators  # noqa: F401 - registers the stream methods
 from benchmarks.tables import markdown
-from timely import Dataflow, serialization
-from timely.checkpoint import CheckpointStore, decode_part
-from timely.state import KeyedState
+from timely import Dataflow
+from timely.checkpoint.store import CheckpointStore, decode_part
+from timely.comm import serialization
+from timely.state.keyed import KeyedState
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -273,8 +274,8 @@ def restore_time(keys: int, deltas: int) -> dict[str, Any]:
     of a chain of ``deltas`` deltas each touching 1% of the keys. Timed: finding,
     verifying, decoding and applying the chain (``CheckpointStore.latest``), then putting
     the state into a table (``KeyedState.restore``), as a worker's restore does."""
-    from timely.checkpoint import CheckpointConfig
-    from timely.coordinator import CheckpointCoordinator
+    from timely.checkpoint.config import CheckpointConfig
+    from timely.checkpoint.coordinator import CheckpointCoordinator
 
     rng = random.Random(0)
     state: KeyedState[int] = KeyedState(tracked=True, incremental=True)

@@ -58,7 +58,7 @@ from benchmarks.bench_wordcount import (
 )
 from benchmarks.tables import RESULTS, markdown, write_results
 from timely import Dataflow, stable_hash
-from timely.channels import Exchange, exchange
+from timely.routing.channels import Exchange, exchange
 
 # -- (a) overhead ----------------------------------------------------------------------------
 

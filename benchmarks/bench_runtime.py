@@ -192,7 +192,7 @@ def raw_socket_rate(batches: int, size: int, window: int = 8) -> dict[str, Any]:
     @ray.remote(num_cpus=0.5)
     class Peer:
         async def listen(self, index: int, secret: bytes) -> Any:
-            from timely.comm import Allocator
+            from timely.comm.allocator import Allocator
 
             self.comm = Allocator(index, 2, secret, window)
             return await self.comm.listen("node")

@@ -95,8 +95,8 @@ def dataflow_run(keys: int, batch: int, updates: int, **options: Any) -> dict[st
 def raw_run(keys: int, batch: int, updates: int, **_: Any) -> dict[str, Any]:
     """The same keys and values written (and, for updates, read first, as a running
     value is) straight into RocksDB through rocksdict, encoded with the same codec."""
-    from timely.diskstate import _open
-    from timely.serialization import decode_plain, encode_plain
+    from timely.comm.serialization import decode_plain, encode_plain
+    from timely.state.disk import _open
 
     loads, touches = epochs(keys, batch, updates)
     d = tempfile.mkdtemp(prefix="bench-state-")

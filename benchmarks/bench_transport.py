@@ -14,7 +14,7 @@ both ends being Ray async actors on this node:
   show what the asyncio machinery costs.
 
 Latency: round trips of a 32-byte message, p50 and p99. Throughput: msgpack batches of
-1,000 ints (``timely.serialization.encode`` on the sender and ``decode`` on the
+1,000 ints (``timely.comm.serialization.encode`` on the sender and ``decode`` on the
 receiver, both inside the timing), with at most ``--window`` batches unacknowledged:
 the receiver returns a credit after every ``window // 2`` decoded batches, as a Ray
 call returns once its batch is taken in. ``unix, drain only`` drops the credits and
@@ -74,7 +74,7 @@ from timely.comm.handshake import (
     hello_listener,
     listener_proof,
 )
-from timely.serialization import decode, encode
+from timely.comm.serialization import decode, encode
 
 try:
     import zmq

@@ -45,7 +45,7 @@ from connectors._storage import resolve
 from connectors.arrow_records import SchemaError
 from connectors.committed import committed_epoch, committed_files, read_marker, write_marker
 from connectors.parquet import ParquetSink, ParquetSource
-from timely.verbosity import resolve_verbose
+from timely.session.verbosity import resolve_verbose
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,7 +73,7 @@ QUIET_LOG4J = Path(__file__).resolve().with_name("log4j2-quiet.properties")
 
 def spark_log_options(verbose: bool | None = None) -> dict[str, str]:
     """SparkSession settings that keep Spark's log lines off the terminal, unless
-    ``verbose`` (default: ``TIMELY_VERBOSE``, see :mod:`timely.verbosity`).
+    ``verbose`` (default: ``TIMELY_VERBOSE``, see :mod:`timely.session.verbosity`).
 
     Why a JVM option and not only ``setLogLevel``: Spark prints its start-up WARN lines
     and its notes on the log4j profile before any session exists to call it on. The

@@ -1,12 +1,12 @@
 """DS2 acting on a run: ``flow.run(..., autoscale=...)`` / ``activate(...)``.
 
-A monitor (:mod:`timely.monitor`), made through the ``timely.monitors`` entry point,
+A monitor (:mod:`timely.session.monitors`), made through the ``timely.monitors`` entry point,
 that closes DS2's loop on the driver, never on a worker: a thread wakes every policy
 interval, reads what the workers' event logs flushed since (:class:`~control.rates.
 RateMeter`), measures the interval that every worker's log has reached, and hands the
 measurement to :class:`~control.ds2.Policy`. Each decision goes to the session's view
 (metrics and the live page show it) and to :attr:`AutoscaleMonitor.decisions`; one that
-changes the worker count asks :meth:`~timely.runtime.Session.rescale`, which takes a
+changes the worker count asks :meth:`~timely.session.base.Session.rescale`, which takes a
 checkpoint, stops the workers and restores at W* on the driver's own thread (so the
 option needs ``checkpoint=``). The policy warms up again after every rescale.
 
@@ -31,8 +31,8 @@ from control.threshold import ThresholdPolicy
 from timely.errors import ConfigError
 
 if TYPE_CHECKING:
-    from timely.checkpoint import CheckpointConfig
-    from timely.runtime import Session
+    from timely.checkpoint.config import CheckpointConfig
+    from timely.session.base import Session
 
 NS = 1_000_000_000
 

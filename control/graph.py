@@ -6,7 +6,7 @@ every cycle passes through a ``feedback`` vertex, so the edges out of feedback v
 are the back edges, and any cycle left (a graph made by hand) is broken where a
 depth-first search from the roots closes it. What remains is a DAG, ordered.
 
-The graph comes from :meth:`timely.plan.Plan.describe` (every event log's header has
+The graph comes from :meth:`timely.graph.plan.Plan.describe` (every event log's header has
 it): ``vertices`` as ``[name, kind]`` and ``edges`` as ``[src, dst, channel]``, where
 vertices are named by their index.
 """
@@ -66,7 +66,7 @@ class Graph:
 
     @classmethod
     def from_describe(cls, described: Mapping[str, Any]) -> Graph:
-        """The graph that :meth:`~timely.plan.Plan.describe` gives (or a log header's)."""
+        """The graph that :meth:`~timely.graph.plan.Plan.describe` gives (or a log header's)."""
         vertices = described["vertices"]
         return cls(
             tuple(str(name) for name, _ in vertices),

@@ -12,7 +12,8 @@ def add_run_flags(ap: argparse.ArgumentParser, workers: int = 2) -> None:
     ``--checkpoint`` (where checkpoints go: recovery from failures, resume),
     ``--trace`` (where every worker's event log goes: ``python -m timely profile``),
     ``--ui`` (a live page), ``--metrics-port`` (Prometheus metrics) and
-    ``--verbose`` (Ray's and Spark's own log lines, off by default: ``timely.verbosity``)."""
+    ``--verbose`` (Ray's and Spark's own log lines, off by default:
+    ``timely.session.verbosity``)."""
     ap.add_argument("--workers", type=int, default=workers)
     ap.add_argument("--backend", default="ray", choices=["ray", "inline"])
     ap.add_argument("--address", default=None, help="a Ray cluster to join ('auto' or host:port)")

@@ -8,6 +8,8 @@ epochs ``(w - size, w]`` at the window end ``w``), the running ones
 (``running_reduce``, ``map_with_state``: every epoch up to ``t``) and ``join_streaming``
 (every pair of records across times, at the later one). Stateful operators
 keep their state in :class:`~operators.state.KeyedState` tables (see ``operators/state.py``).
+The table API (columnar streams of Arrow batches, with expressions) is
+:mod:`operators.table`; ``as_table`` and ``to_table`` lead into it.
 """
 
 from operators.batch import select_batch, where_batch
@@ -18,16 +20,15 @@ from operators.loops import fixpoint
 from operators.running import map_with_state, running_reduce
 from operators.state import KeyedState, Snapshot, StatefulVertex, owner, repartition
 from operators.stateless import distinct, select, select_many, where
-from operators.table import Table, col, lit, table_input, when
+from operators.table import as_table, to_table
 from operators.windows import reduce_by_window, window
 
 __all__ = [
     "KeyedState",
     "Snapshot",
     "StatefulVertex",
-    "Table",
     "aggregate",
-    "col",
+    "as_table",
     "count_by",
     "count_columns",
     "distinct",
@@ -35,7 +36,6 @@ __all__ = [
     "group_by",
     "join",
     "join_streaming",
-    "lit",
     "map_with_state",
     "max_by",
     "min_by",
@@ -46,8 +46,7 @@ __all__ = [
     "select",
     "select_batch",
     "select_many",
-    "table_input",
-    "when",
+    "to_table",
     "where",
     "where_batch",
     "where_columns",

@@ -33,8 +33,8 @@ from operators.state import Snapshot, StatefulVertex
 from operators.stateless import _check
 from progress import Timestamp
 from timely import Stream, Vertex, stream_method
-from timely.channels import Exchange
 from timely.errors import function_location
+from timely.routing.channels import Exchange
 
 Chunk = Any
 """A column chunk: a pyarrow Array/ChunkedArray/RecordBatch/Table or a numpy array."""

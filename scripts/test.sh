@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: set up, lint (ruff), type-check (mypy), build the documentation site
-# (mkdocs, strict: a broken link or API reference fails it), then the test suite.
+# The test command: set up, lint (ruff), type-check (mypy), check the import contracts
+# (import-linter: the layers in pyproject.toml's [tool.importlinter]), build the
+# documentation site (mkdocs, strict: a broken link or API reference fails it), then the
+# test suite.
 # HYPOTHESIS_PROFILE=ci selects the deeper property-test profile (.ci/run sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +10,7 @@ bash scripts/setup.sh dev,spark  # the Spark connector's tests run a real local 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-logo
 # The site goes to a temporary directory (never site/ in the repository). Not -q: with it
 # mkdocs drops the warnings before --strict counts them, and a broken link passes. Its log
 # is shown only when the build fails.

@@ -268,7 +268,7 @@ def test_hooks_point_repository_links_at_the_site() -> None:
     hooks = _script("mkdocs_hooks")
     readme = (
         "[start](docs/getting-started.md) [map](ARCHITECTURE.md#layers) "
-        "[bench](benchmarks/README.md) [code](timely/worker.py) [gone](nowhere.md) "
+        "[bench](benchmarks/README.md) [code](timely/worker/loop.py) [gone](nowhere.md) "
         "[web](https://example.org) ![shot](docs/live-page.png)\n"
         "```text\n[kept](docs/getting-started.md)\n```\n"
     )

@@ -1,4 +1,5 @@
-"""Quiet by default, ``--verbose`` to see the libraries' own lines (:mod:`timely.verbosity`).
+"""Quiet by default, ``--verbose`` to see the libraries' own lines
+(:mod:`timely.session.verbosity`).
 
 The real runs are subprocesses: what reaches a terminal is the point, and Ray prints its
 banner only once per process. One quiet and one verbose ``python -m timely run`` on local
@@ -19,7 +20,7 @@ import pytest
 
 from timely import ConfigError, Dataflow
 from timely.cli import main
-from timely.verbosity import VERBOSE_ENV, parse_verbose, resolve_verbose, verbose_from_env
+from timely.session.verbosity import VERBOSE_ENV, parse_verbose, resolve_verbose, verbose_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -48,4 +48,4 @@ def test_a_dataflow_that_never_ends_fails_with_a_stack_trace(tmp_path: Path) -> 
     assert "Timeout" in done.stdout, done.stdout
     assert "1 failed" in done.stdout
     # the trace names the step loop the run was in
-    assert "timely/worker.py" in done.stdout or "timely/backends/inline.py" in done.stdout
+    assert "timely/worker/loop.py" in done.stdout or "timely/backends/inline.py" in done.stdout

@@ -8,7 +8,7 @@ a ``.py`` file. Every flag has an environment variable, so a deployment can set 
 once: ``TIMELY_WORKERS``, ``TIMELY_BACKEND``, ``TIMELY_ADDRESS``, ``TIMELY_CHECKPOINT``,
 ``TIMELY_CHECKPOINT_EVERY``, ``TIMELY_TRACE``, ``TIMELY_METRICS_PORT``, ``TIMELY_UI``,
 ``TIMELY_VERBOSE``. Quiet by default: ``--verbose`` lets Ray print its banner, notices
-and the workers' output as it would on its own (:mod:`timely.verbosity`).
+and the workers' output as it would on its own (:mod:`timely.session.verbosity`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from timely.backends import backend_names
 from timely.dataflow import Dataflow
 from timely.errors import ConfigError, TimelyError
-from timely.verbosity import VERBOSE_ENV, parse_verbose
+from timely.session.registry import backend_names
+from timely.session.verbosity import VERBOSE_ENV, parse_verbose
 
 ENV = {
     "workers": "TIMELY_WORKERS",

@@ -9,16 +9,28 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from progress import GraphError, PathSummary
-from timely.channels import Channel, Gather, broadcast, exchange, pipeline
+from timely.comm.messages import Advance, Close, InputCommand, Send
 from timely.errors import GraphBuildError, function_location
-from timely.messages import Advance, Close, InputCommand, Send
-from timely.plan import EdgeSpec, Plan, VertexSpec
-from timely.spec import RunSpec
+from timely.graph.plan import EdgeSpec, Plan, VertexSpec
+from timely.graph.spec import RunSpec
+from timely.graph.system import (
+    Concat,
+    FeedbackVertex,
+    Forward,
+    Gathered,
+    InputVertex,
+    Inspect,
+    Marks,
+    SinkVertex,
+    SourceVertex,
+)
+from timely.routing.channels import Channel, Gather, broadcast, exchange, pipeline
+from timely.session.start import start_session
+from timely.sinks import Sink
 from timely.vertex import Vertex
 
 if TYPE_CHECKING:
-    from timely.runtime import Results, Session
-    from timely.sinks import Sink
+    from timely.session.base import Results, Session
     from timely.sources import Source
 
 VertexFactory = Callable[[], Vertex]
@@ -51,8 +63,6 @@ class Feedback:
     """The far end of a loop: records connected here re-enter the loop one iteration later."""
 
     def __init__(self, scope: Scope, step: int, name: str) -> None:
-        from timely.system import FeedbackVertex
-
         self.scope = scope
         self.connected = False
         d = scope.depth
@@ -174,28 +184,20 @@ class Stream:
 
     def concat(self, *others: Stream, name: str | None = None) -> Stream:
         """All records of this stream and ``others``, times unchanged."""
-        from timely.system import Concat
-
         ins: list[tuple[Stream, Channel | None]] = [(s, None) for s in (self, *others)]
         return self.flow.vertex(ins, Concat, name=name or "concat", where="concat")[0]
 
     def exchange(self, key: Callable[[Any], Any] | None = None, name: str | None = None) -> Stream:
         """Repartition: each record moves to the worker that owns ``key(record)`` (without
         ``key``, the record itself)."""
-        from timely.system import Forward
-
         return self.unary(Forward, name=name or "exchange", channel=exchange(key))
 
     def broadcast(self, name: str | None = None) -> Stream:
         """Every worker receives every record."""
-        from timely.system import Forward
-
         return self.unary(Forward, name=name or "broadcast", channel=broadcast())
 
     def inspect(self, f: Callable[[Any], Any], name: str | None = None) -> Stream:
         """Call ``f(record)`` on every record (on its worker) and pass records on unchanged."""
-        from timely.system import Inspect
-
         return self.flow.vertex(
             [(self, None)], lambda: Inspect(f), name=name or "inspect", where=function_location(f)
         )[0]
@@ -207,8 +209,6 @@ class Stream:
         time (epoch) too, as if sent again at each (what a table used in a loop body
         wants: edges joined with each round's frontier). A stream of an enclosing scope
         used by a step inside a loop is entered so for you."""
-        from timely.system import Forward
-
         if scope.parent is None or self.scope is not scope.parent:
             raise GraphBuildError(
                 f"stream {self.name!r} in scope {self.scope.name!r} can only enter a loop "
@@ -238,8 +238,6 @@ class Stream:
 
     def leave(self) -> Stream:
         """This stream outside its loop (the loop counter is dropped)."""
-        from timely.system import Forward
-
         scope = self.scope
         if scope.parent is None:
             raise GraphBuildError(f"stream {self.name!r} is not inside a loop; nothing to leave")
@@ -323,8 +321,6 @@ class Stream:
         self, callback: Callable[[int, list[Any]], None], name: str = "subscribe"
     ) -> None:
         """Call ``callback(epoch, records)`` on the driver once per completed epoch, in order."""
-        from timely.system import Gathered
-
         self._top_level("subscribe")
         out = self.flow._outputs
         key = f"{name}#{len(out)}"
@@ -339,8 +335,6 @@ class Stream:
 
     def collect(self, name: str) -> None:
         """Gather this stream's records; ``run()`` returns them under ``name``."""
-        from timely.system import Gathered
-
         self._top_level("collect")
         if name in self.flow._collects:
             raise GraphBuildError(f"collect name {name!r} is used twice")
@@ -351,8 +345,6 @@ class Stream:
 
     def sink(self, sink: Sink, name: str = "sink") -> None:
         """Write this stream's records to ``sink`` epoch by epoch, exactly once."""
-        from timely.sinks import Sink, SinkVertex
-
         self._top_level("sink")
         if not isinstance(sink, Sink):
             raise GraphBuildError(f"sink: expected a timely.Sink, got {sink!r}")
@@ -367,8 +359,6 @@ class Stream:
 
     def probe(self, name: str = "probe") -> Probe:
         """A handle on the frontier of this stream, readable from the driver."""
-        from timely.system import Forward
-
         v = self.flow.vertex([(self, None)], Forward, name=name, outputs=0)
         del v
         probe = Probe(self.flow, len(self.flow._vertices) - 1)
@@ -455,8 +445,6 @@ class Dataflow:
     # -- building -------------------------------------------------------------------------
     def new_input(self, name: str = "input") -> InputHandle:
         """An input fed from the driver; its stream is ``handle.stream``."""
-        from timely.system import InputVertex
-
         v = self._add_vertex(name, InputVertex, (), (0,), where="input", kind="input")
         handle = InputHandle(self, v, name)
         self._inputs.append(handle)
@@ -464,8 +452,6 @@ class Dataflow:
 
     def source(self, src: Source, name: str = "source") -> Stream:
         """A connector source; each worker reads its share of ``src``'s partitions."""
-        from timely.system import SourceVertex
-
         v = self._add_vertex(
             name,
             lambda: SourceVertex(src),
@@ -516,8 +502,6 @@ class Dataflow:
         factory, default_where, label = _factory(vertex)
         marks: list[tuple[Stream, Channel | None]] = []
         if any(s.invariant for s, _ in inputs):
-            from timely.system import Marks
-
             # Every worker must hear of each iteration its other inputs have records at,
             # to see the invariant records there too.
             marks = [
@@ -611,7 +595,7 @@ class Dataflow:
         when none is running; ``address="auto"`` or an address joins a cluster.
         ``backend="inline"`` runs every worker in this process (for tests).
         A progress bar shows on a terminal once the run lasts a second
-        (``progress=False``: none; see :mod:`timely.progressbar`).
+        (``progress=False``: none; see :mod:`timely.observe.progressbar`).
         """
         options.setdefault("progress", "auto")
         with self.activate(workers=workers, backend=backend, address=address, **options) as s:
@@ -627,8 +611,6 @@ class Dataflow:
         **options: Any,
     ) -> Session:
         """Start the dataflow and return a session: feed inputs while it runs, then ``join()``."""
-        from timely.runtime import start_session
-
         session = start_session(
             self._run_spec(), workers=workers, backend=backend, address=address, **options
         )

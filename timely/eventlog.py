@@ -22,7 +22,7 @@ across nodes as good as their clock sync):
 
 The driver keeps a log of its own beside the workers' (``driver.trace``,
 :func:`read_driver_log`): ``("decision", t, t, record)`` for a controller's decision
-(:meth:`~timely.runtime.Session.log_event`) and ``("rescale", t0, t1, record)``.
+(:meth:`~timely.session.base.Session.log_event`) and ``("rescale", t0, t1, record)``.
 - ``("k", t, t, epoch, every, fraction)``: the checkpoint cadence changed
   (``checkpoint_every="auto"``): checkpoints after ``epoch`` and every ``every`` epochs
   after it, chosen because the driver measured ``fraction`` of the time coordinating.
@@ -40,19 +40,18 @@ at most about that far behind.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import msgpack  # type: ignore[import-untyped]
 
+from timely.comm.messages import WorkerMessage
 from timely.errors import ConfigError
-from timely.messages import WorkerMessage
-
-if TYPE_CHECKING:
-    from timely.plan import Plan
 
 RECV, NOTIFY, COMMAND, PULL, START = 0, 1, 2, 3, 4
 """Activation kinds."""
@@ -64,6 +63,25 @@ FLUSH_NS = 200_000_000
 
 clock = time.time_ns
 """The event log's clock: nanoseconds, shared by every process on a node."""
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class Described(Protocol):
+    """What a log's header takes of the dataflow it records (a
+    :class:`timely.graph.plan.Plan`): its name, its vertices' names, and the graph as
+    plain data. The event log sits below the graph, so it asks for no more."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vertices(self) -> Sequence[_Named]: ...
+
+    def describe(self) -> dict[str, list[list[object]]]: ...
 
 
 class EventLog:
@@ -91,7 +109,7 @@ class EventLog:
         graph: dict[str, Any] | None = None,
     ) -> EventLog:
         """The log of ``worker`` (of ``workers``) for restore attempt ``attempt``; ``graph``
-        is the dataflow as :meth:`~timely.plan.Plan.describe` gives it."""
+        is the dataflow as :meth:`Described.describe` gives it."""
         header = {
             "format": 1,
             "worker": worker,
@@ -108,7 +126,7 @@ class EventLog:
 
     @classmethod
     def for_plan(
-        cls, directory: str, plan: Plan, worker: int, workers: int, attempt: int
+        cls, directory: str, plan: Described, worker: int, workers: int, attempt: int
     ) -> EventLog:
         """The log of ``worker`` running ``plan`` (its vertices named in the header)."""
         names = [spec.name for spec in plan.vertices]
@@ -187,6 +205,16 @@ def read_trace(directory: str | os.PathLike[str]) -> list[tuple[dict[str, Any], 
         if isinstance(tail.header, dict):
             out.append((tail.header, tail.events))
     return out
+
+
+def temporary_trace() -> str:
+    """A temporary event-log directory, for a monitor that reads the log in a run that
+    gave none (the session removes it at the end: see :func:`remove_trace`)."""
+    return tempfile.mkdtemp(prefix="timely-trace-")
+
+
+def remove_trace(directory: str) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 DRIVER_LOG = "driver.trace"

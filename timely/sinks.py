@@ -24,9 +24,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from progress import Timestamp
-from timely.system import TimeBuffer
-
 
 @dataclass(frozen=True)
 class SinkLineage:
@@ -42,7 +39,7 @@ class SinkLineage:
     dataflow: str
     """The dataflow's name (for messages)."""
     fingerprint: str
-    """The plan's fingerprint (:meth:`timely.plan.Plan.fingerprint`)."""
+    """The plan's fingerprint (:meth:`timely.graph.plan.Plan.fingerprint`)."""
     lineage: str
     """The checkpoint directory's lineage id, or ``run-<id>`` for a run without one."""
     checkpoint: str | None
@@ -144,17 +141,3 @@ class Sink(ABC):
         the same lineage writes again (checking they are the same), and refuses another
         lineage's writes into what it committed.
         """
-
-
-class SinkVertex(TimeBuffer):
-    """Buffers each time's records and hands them to the sink when the time completes."""
-
-    def __init__(self, sink: Sink) -> None:
-        super().__init__()
-        self.sink = sink
-
-    def complete(self, time: Timestamp, records: list[Any]) -> None:
-        try:
-            self.sink.write(self.worker, self.workers, time[0], records)
-        except Exception as e:
-            self.fail(e, time, None, type(self.sink).write)

@@ -15,12 +15,74 @@ frontier downstream.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from progress import Timestamp
 
 if TYPE_CHECKING:
-    from timely.context import VertexContext
+    from timely.routing.bins import Routing
+
+
+class Step(Protocol):
+    """What a vertex reads of its step's spec (:class:`timely.graph.plan.VertexSpec`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def outputs(self) -> int: ...
+
+
+class Host(Protocol):
+    """What a vertex reads of the worker that hosts it (:class:`timely.worker.loop.Worker`)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def peers(self) -> int: ...
+
+    @property
+    def checkpointing(self) -> bool: ...
+
+    @property
+    def routing(self) -> Routing: ...
+
+    def frontier(self, vertex: int, port: int = 0) -> tuple[Timestamp, ...]: ...
+
+
+class Context(Protocol):
+    """Everything a vertex asks of the runtime: its context on its worker
+    (:class:`timely.worker.context.VertexContext`, which checks each call). The vertex
+    API depends on this and nothing of the worker's."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def spec(self) -> Step: ...
+
+    @property
+    def worker(self) -> Host: ...
+
+    def send(self, output: int, records: Any, time: Timestamp, held: Timestamp | None) -> None: ...
+
+    def notify_at(self, time: Timestamp) -> None: ...
+
+    def retain(self, time: Timestamp | None) -> Capability: ...
+
+    def downgrade_capability(self, old: Timestamp, new: Timestamp) -> None: ...
+
+    def drop_capability(self, time: Timestamp) -> None: ...
+
+    def emit(self, key: str, epoch: int, records: list[Any]) -> None: ...
+
+    def user_error(
+        self, error: BaseException, time: Timestamp | None, record: Any, fn: Any
+    ) -> NoReturn: ...
 
 
 class Capability:
@@ -28,7 +90,7 @@ class Capability:
 
     __slots__ = ("_ctx", "_live", "_time")
 
-    def __init__(self, ctx: VertexContext, time: Timestamp) -> None:
+    def __init__(self, ctx: Context, time: Timestamp) -> None:
         self._ctx = ctx
         self._time = time
         self._live = True
@@ -69,7 +131,7 @@ class Capability:
 class Vertex:
     """Base class of vertices: override ``on_recv`` and, if it asks for them, ``on_notify``."""
 
-    _ctx: VertexContext
+    _ctx: Context
 
     # -- called by the framework --------------------------------------------------------
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
@@ -78,7 +140,7 @@ class Vertex:
     def on_notify(self, time: Timestamp) -> None:
         """No more records at or before ``time`` can arrive (requested by ``notify_at``)."""
 
-    # -- checkpointing (see timely/checkpoint.py) ---------------------------------------------
+    # -- checkpointing (see timely/worker/snapshots.py) ---------------------------------------
     def snapshot_at(self, epoch: int) -> dict[str, Any] | None:
         """State reflecting exactly the inputs of epochs ``<= epoch``, as plain data with a
         ``"kind"`` the coordinator knows how to re-partition (``None``: no state).

@@ -33,8 +33,15 @@ from operators.table.vertices import (
     ToTable,
     to_batch,
 )
-from timely import Dataflow, GraphBuildError, InputHandle, Stream, exchange, pipeline
-from timely.columns import exchange_columns
+from timely import (
+    Dataflow,
+    GraphBuildError,
+    InputHandle,
+    Stream,
+    exchange,
+    exchange_columns,
+    pipeline,
+)
 
 
 def _schema(schema: Any) -> pa.Schema:

@@ -15,7 +15,7 @@ import pytest
 
 import operators  # noqa: F401  (select_many, count_by)
 from timely import ConfigError, Dataflow
-from timely.runtime import Session
+from timely.session.base import Session
 
 LINE = "the quick brown fox jumps over the lazy dog"
 

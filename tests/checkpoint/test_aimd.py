@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timely.aimd import AIMD, DEFAULT_BOUNDS, band_ratio, check_bounds
+from timely.checkpoint.aimd import AIMD, DEFAULT_BOUNDS, band_ratio, check_bounds
 
 Make = Callable[..., AIMD]
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import operators  # noqa: F401 - registers the stream methods
-import timely.cadence
+import timely.checkpoint.cadence
 from tests.checkpoint.sweep import SCRATCH, epochs_for, run, sweep
 from timely import Dataflow, Source, Vertex, pipeline
 from timely.eventlog import read_trace
@@ -55,13 +55,13 @@ class FakeClock:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import timely.backends.inline
-        import timely.coordinator
-        import timely.snapshots
-        import timely.worker
+        import timely.checkpoint.coordinator
+        import timely.worker.loop
+        import timely.worker.snapshots
 
-        for module in (timely.snapshots, timely.worker, timely.backends.inline):
+        for module in (timely.worker.snapshots, timely.worker.loop, timely.backends.inline):
             monkeypatch.setattr(module, "clock", self)
-        for module in (timely.coordinator, timely.cadence):
+        for module in (timely.checkpoint.coordinator, timely.checkpoint.cadence):
             monkeypatch.setattr(module, "time", self)
         monkeypatch.setattr(sys.modules[__name__], "CLOCK", self)
 
@@ -136,7 +136,7 @@ c / (c + k p) (the runtime's own costs are nil on the fake clock): 0.155 at k = 
 at k = 2 (within the default bounds, 5-10 %), then, with small epochs, 0.48 at k = 2,
 down to 0.103 at
 k = 16 and 0.054 at k = 32 (within). So the interval must settle at 1-2 epochs while
-the epochs are big and at 18-36 once they are small (see :mod:`timely.aimd`)."""
+the epochs are big and at 18-36 once they are small (see :mod:`timely.checkpoint.aimd`)."""
 
 
 def test_epochs_ten_times_smaller_lengthen_the_interval_within_the_bounds(
@@ -188,7 +188,7 @@ def test_every_crash_point_with_auto_gives_the_failure_free_outputs(
     """With no shortest window the interval changes every few epochs (the runtime's own
     costs are all there is to measure), so crashes land before, during and after
     changes, and restores start the new workers at the controller's interval."""
-    monkeypatch.setattr(timely.cadence, "MIN_WINDOW", 0.0)
+    monkeypatch.setattr(timely.checkpoint.cadence, "MIN_WINDOW", 0.0)
     epochs = epochs_for(20, 3)
     with tempfile.TemporaryDirectory(dir=SCRATCH) as d:
         _, session = run(
@@ -205,7 +205,7 @@ def test_every_worker_logs_the_same_changes(
 ) -> None:
     """A change reaches the event log as ``("k", t, t, epoch, every, fraction)``, the same
     on every worker, and the run's view shows the latest interval and fraction."""
-    monkeypatch.setattr(timely.cadence, "MIN_WINDOW", 0.0)
+    monkeypatch.setattr(timely.checkpoint.cadence, "MIN_WINDOW", 0.0)
     trace = tmp_path / "trace"
     _, session = shrinking(
         [4] * 40,
@@ -268,7 +268,7 @@ def from_source(sizes: list[int], per_snapshot: int, backend: str, **options: An
 def test_on_ray_workers_switch_together_and_outputs_are_unchanged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(timely.cadence, "MIN_WINDOW", 0.05)
+    monkeypatch.setattr(timely.checkpoint.cadence, "MIN_WINDOW", 0.05)
     sizes = [8] * 300
     expected, _ = from_source(sizes, 0, "inline")
     trace = tmp_path / "trace"

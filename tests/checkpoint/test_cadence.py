@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timely.aimd import AIMD
-from timely.cadence import AutoCadence
-from timely.checkpoint import CheckpointConfig
+from timely.checkpoint.aimd import AIMD
+from timely.checkpoint.cadence import AutoCadence
+from timely.checkpoint.config import CheckpointConfig
 from timely.errors import ConfigError
-from timely.snapshots import Snapshots
+from timely.worker.snapshots import Snapshots
 
 # -- options --------------------------------------------------------------------------------
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-import timely.snapshots
-import timely.state
+import timely.state.keyed
+import timely.worker.snapshots
 from tests.checkpoint.sweep import ALL, SCRATCH, build, epochs_for, sweep
 from timely import Dataflow, Source
-from timely.snapshots import Snapshots
+from timely.worker.snapshots import Snapshots
 
 EPOCHS = epochs_for(10, 3)
 LOOPS = {"reach", "loop_and_running", "labels"}
@@ -113,7 +113,7 @@ def test_mutation_changes_left_unreported_are_caught(monkeypatch: pytest.MonkeyP
     """A table whose changes are not reported (an operator breaking the contract, or a
     delta taken from the wrong record of them) writes stale deltas: a restore loses
     the running values, and the sweep sees it."""
-    monkeypatch.setattr(timely.state.KeyedState, "changed", lambda self, time, pairs: None)
+    monkeypatch.setattr(timely.state.keyed.KeyedState, "changed", lambda self, time, pairs: None)
     _, wrong = sweep(
         "running", EPOCHS, True, workers=3, seed=1, first_wrong=True, checkpoint_incremental=2
     )
@@ -125,7 +125,7 @@ def test_mutation_a_snapshot_sharing_the_live_state_is_caught(
 ) -> None:
     """Encode the snapshots at the end of the step instead of when taken, as before the
     fix: state changed in place after the snapshot leaks into the checkpoint."""
-    monkeypatch.setattr(timely.snapshots, "_encode", lambda snapshot: snapshot)
+    monkeypatch.setattr(timely.worker.snapshots, "_encode", lambda snapshot: snapshot)
     _, wrong = sweep("user_vertex", EPOCHS, True, workers=3, seed=1, first_wrong=True)
     assert wrong, "a snapshot that shares objects with the live state went unnoticed"
 

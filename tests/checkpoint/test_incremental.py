@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import timely.state
+import timely.state.keyed
 from tests.checkpoint import mutable
 from tests.checkpoint.pipelines import build
 from timely import ConfigError, Dataflow, exchange
-from timely.checkpoint import CheckpointError, CheckpointStore
-from timely.state import KeyedState, apply_delta
+from timely.checkpoint.store import CheckpointError, CheckpointStore
+from timely.state.keyed import KeyedState, apply_delta
 
 # -- the table level: a delta applied on its base is the whole snapshot ------------------------
 
@@ -107,7 +107,7 @@ def test_a_chain_applied_in_one_pass_gives_the_last_whole_snapshot(
     steps = replay(ops, 1)
     if steps:
         first = steps[0][0]
-        assert timely.state.apply_deltas(first, [d for _, d, _ in steps]) == steps[-1][2]
+        assert timely.state.keyed.apply_deltas(first, [d for _, d, _ in steps]) == steps[-1][2]
 
 
 def test_mutation_applying_changes_in_place_loses_the_order(
@@ -295,15 +295,15 @@ def test_unreported_keys_in_an_incremental_table_are_the_operators_contract() ->
     state.taken(0)
     state.table((0,))[2] = 2  # unreported
     assert state.delta(1, 0)["patches"] == []
-    assert timely.state.apply_delta(base, state.delta(1, 0)) != state.snapshot(1)
+    assert timely.state.keyed.apply_delta(base, state.delta(1, 0)) != state.snapshot(1)
 
 
 def test_a_delta_on_a_part_never_written_is_never_committed(tmp_path: Path) -> None:
     """A worker's delta on a part the driver never saw written (a part given up after a
     later one had begun on it) cannot be restored, nor can the deltas on it: none of them
     is committed, and the next whole part commits again."""
-    from timely.checkpoint import CheckpointConfig
-    from timely.coordinator import CheckpointCoordinator
+    from timely.checkpoint.config import CheckpointConfig
+    from timely.checkpoint.coordinator import CheckpointCoordinator
 
     store = CheckpointStore(str(tmp_path))
     coordinator = CheckpointCoordinator(
@@ -387,13 +387,13 @@ def test_a_restore_never_falls_back_to_a_chain_link(tmp_path: Path) -> None:
 def test_a_restore_that_would_need_inputs_no_longer_kept_fails_clearly(tmp_path: Path) -> None:
     """Every kept checkpoint damaged, and the inputs before them gone: the recovery stops
     with an error naming the store and what to do, not with outputs from half the inputs."""
-    from timely.checkpoint import CheckpointConfig
-    from timely.coordinator import CheckpointCoordinator
+    from timely.checkpoint.config import CheckpointConfig
+    from timely.checkpoint.coordinator import CheckpointCoordinator
 
     coordinator = CheckpointCoordinator(
         CheckpointConfig(uri=str(tmp_path), keep=1), "flow", "fp", 1, []
     )
-    from timely import serialization
+    from timely.comm import serialization
 
     store = coordinator.store
     for epoch in range(3):

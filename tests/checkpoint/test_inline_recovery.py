@@ -113,7 +113,7 @@ import operator, resource, signal, sys
 sys.path.insert(0, {root!r})
 import operators
 from timely import Dataflow
-from timely.checkpoint import CheckpointError
+from timely.checkpoint.store import CheckpointError
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
 flow = Dataflow("grows")

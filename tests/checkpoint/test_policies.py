@@ -20,7 +20,7 @@ from connectors.files import JsonLinesSink, read_committed
 from tests.checkpoint.pipelines import build
 from timely import ConfigError, Dataflow, UserFunctionError
 from timely.backends.ray_pool import release_workers
-from timely.checkpoint import CheckpointError
+from timely.checkpoint.store import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -30,7 +30,7 @@ from connectors.files import CsvSink, JsonLinesSink, TextSink, read_committed
 from connectors.parquet import ParquetSink
 from connectors.parquet import read_committed as read_parquet
 from timely import Dataflow, UserFunctionError
-from timely.checkpoint import epoch_dir
+from timely.checkpoint.store import epoch_dir
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 
@@ -461,7 +461,7 @@ def test_the_lineage_is_written_once_and_a_damaged_one_stops_the_run(tmp_path: P
     run to run); an unreadable lineage file is an error naming it, not a new lineage."""
     import json
 
-    from timely.checkpoint import LINEAGE, CheckpointError
+    from timely.checkpoint.store import LINEAGE, CheckpointError
 
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     first_run(out, ckpt)

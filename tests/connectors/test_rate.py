@@ -83,10 +83,10 @@ def test_a_run_on_a_fixed_clock_lasts_what_the_rate_says(
     waits for each tick instead of spinning: a few steps per tick, and one wait per tick
     at most (60 ticks, and the one that finds the end)."""
     import timely.backends.inline
-    import timely.system
+    import timely.graph.system
 
     clock = FakeTime()
-    for module in (connectors.rate, timely.system, timely.backends.inline):
+    for module in (connectors.rate, timely.graph.system, timely.backends.inline):
         monkeypatch.setattr(module, "time", clock)
     start = clock.now
     source, results = paced_run("inline", tmp_path)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the Stream methods
 from operators.columnar import SumCounts, _count_rows, _key_table, _sum_counts
-from timely import Dataflow, UserFunctionError, serialization
+from timely import Dataflow, UserFunctionError
+from timely.comm import serialization
 
 workers = st.integers(1, 4)
 seeds = st.integers(0, 2**16)

@@ -1,4 +1,4 @@
-"""The disk state backend: a :class:`~timely.diskstate.DiskTable` behaves as the dict it
+"""The disk state backend: a :class:`~timely.state.disk.DiskTable` behaves as the dict it
 replaces, and the operators whose tables it holds give the memory backend's outputs.
 
 The table is checked against a dict under random operations, with flushes (the worker's
@@ -23,18 +23,11 @@ from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the Stream methods
 from timely import ConfigError, Dataflow
-from timely.diskstate import (
-    _DELETED,
-    DiskTable,
-    StateStore,
-    StoreConfig,
-    canonical,
-    state_options,
-)
+from timely.comm.serialization import PlainDataError
 from timely.errors import StateStoreError
-from timely.routing import bins_of
-from timely.serialization import PlainDataError
-from timely.state import StatefulVertex
+from timely.routing.bins import bins_of
+from timely.state.disk import _DELETED, DiskTable, StateStore, StoreConfig, canonical, state_options
+from timely.state.keyed import StatefulVertex
 
 keys = st.one_of(
     st.integers(-1, 3),
@@ -257,10 +250,10 @@ def test_mutation_a_broken_table_is_caught(
     ordered: bool,
 ) -> None:
     if mutant is None:  # broken: keys equal in Python but of other types stored apart
-        monkeypatch.setattr("timely.diskstate.canonical", _not_canonical)
-        monkeypatch.setattr("timely.diskstate._CANONICAL", frozenset({str, int, bytes, float}))
+        monkeypatch.setattr("timely.state.disk.canonical", _not_canonical)
+        monkeypatch.setattr("timely.state.disk._CANONICAL", frozenset({str, int, bytes, float}))
     else:
-        monkeypatch.setattr("timely.diskstate.DiskTable", mutant)
+        monkeypatch.setattr("timely.state.disk.DiskTable", mutant)
         made = store.table("probe", ordered)
         assert type(made) is mutant
         made.drop()
@@ -467,7 +460,7 @@ def test_a_damaged_store_file_restores_from_the_last_checkpoint(
 _FULL = """
 import resource, signal, sys
 sys.path.insert(0, {root!r})
-from timely.diskstate import StateStore, StoreConfig
+from timely.state.disk import StateStore, StoreConfig
 from timely.errors import StateStoreError
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
@@ -518,7 +511,7 @@ def test_a_rescale_on_disk_is_read_by_each_worker_one_old_part_at_a_time(
     goes on with the outputs of a run without a stop."""
     from tests.checkpoint.pipelines import build
     from tests.checkpoint.sweep import epochs_for
-    from timely import checkpoint
+    from timely.checkpoint import store as checkpoint_store
 
     epochs = epochs_for(10, 3)
     flow, expected = build("session_ends", epochs)
@@ -531,13 +524,13 @@ def test_a_rescale_on_disk_is_read_by_each_worker_one_old_part_at_a_time(
     session.close()  # the driver stops with the sessions open
 
     reads: list[tuple[int, int]] = []  # (reading worker, old part)
-    whole_part = checkpoint.CheckpointStore.whole_part
+    whole_part = checkpoint_store.CheckpointStore.whole_part
 
     def counted(self: Any, epoch: int, part: dict[str, Any]) -> Any:
         reads.append(part["worker"])
         return whole_part(self, epoch, part)
 
-    monkeypatch.setattr(checkpoint.CheckpointStore, "whole_part", counted)
+    monkeypatch.setattr(checkpoint_store.CheckpointStore, "whole_part", counted)
     flow, got = build("session_ends", epochs)
     session = flow.activate(workers=new_workers, backend="inline", checkpoint=ckpt, **disk)
     for h in flow._inputs:

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
-import timely.worker
+import timely.worker.loop
 from operators.join import Join
 from tests.examples.test_connected_components import union_find_labels
 from tests.operators.test_properties import counter_loop
@@ -274,7 +274,7 @@ def test_mutation_entered_records_seen_at_iteration_0_only_are_caught(
 
     want = per_time_reference("count_by", [1, 2], [0, 3])
     assert per_time_run("count_by", [1, 2], [0, 3], 2, 0) == want
-    monkeypatch.setattr(timely.worker.Worker, "_recv_in_loop", round_0_only)
+    monkeypatch.setattr(timely.worker.loop.Worker, "_recv_in_loop", round_0_only)
     assert per_time_run("count_by", [1, 2], [0, 3], 2, 0) != want
 
 

@@ -29,7 +29,8 @@ from tests.operators.test_properties import (
     send,
     state_backends,
 )
-from timely import Dataflow, GraphBuildError, serialization
+from timely import Dataflow, GraphBuildError
+from timely.comm import serialization
 
 workers = st.integers(1, 4)
 seeds = st.integers(0, 2**16)

@@ -12,8 +12,9 @@ from operators import KeyedState, StatefulVertex, owner, repartition
 from operators.join import Join
 from operators.keyed import GroupBy, Merge
 from operators.stateless import Distinct
-from timely import serialization, stable_hash
-from timely.routing import DEFAULT_BINS
+from timely import stable_hash
+from timely.comm import serialization
+from timely.routing.bins import DEFAULT_BINS
 
 keys = st.one_of(
     st.integers(-5, 50), st.text(max_size=3), st.tuples(st.integers(0, 3), st.text(max_size=2))

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from timely.comm import Address, Allocator, PeerLost
+from timely.comm.allocator import Address, Allocator, PeerLost
 from timely.comm.handshake import NONCE, PROOF
 
 SECRET = b"s" * 32

@@ -140,8 +140,8 @@ def test_every_backend_refuses_an_unknown_option_the_same_way(backend: str) -> N
 
 
 def test_a_registered_backend_is_usable_by_name() -> None:
-    from timely.backends import backend_names, register_backend
     from timely.backends.inline import InlineSession
+    from timely.session.registry import backend_names, register_backend
 
     class Traced(InlineSession):
         started: ClassVar[list[int]] = []

@@ -119,8 +119,8 @@ def test_a_trace_directory_that_cannot_be_made_fails_before_starting(tmp_path: P
 
 
 def test_a_backend_without_an_event_log_refuses_trace(tmp_path: Path) -> None:
-    from timely.backends import register_backend
     from timely.backends.inline import InlineSession
+    from timely.session.registry import register_backend
 
     class Plain(InlineSession):
         def __init__(self, spec: Any, workers: int, checkpoint: Any = None) -> None:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import operators  # noqa: F401  (select_many, count_by)
 from timely import ConfigError, Dataflow
-from timely.runtime import Session
+from timely.session.base import Session
 
 WORDS = ["a", "b", "c", "d", "e", "f"] * 50
 EPOCHS = 5
@@ -113,9 +113,9 @@ def test_restarts_and_checkpoints_are_counted(tmp_path: Path) -> None:
 def test_the_adaptive_interval_and_its_fraction_are_shown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import timely.cadence
+    import timely.checkpoint.cadence
 
-    monkeypatch.setattr(timely.cadence, "MIN_WINDOW", 0.0)  # a window every few epochs
+    monkeypatch.setattr(timely.checkpoint.cadence, "MIN_WINDOW", 0.0)  # a window every few epochs
     flow = Dataflow("adaptive")
     lines = flow.new_input("words")
     lines.stream.count_by(lambda w: w).collect("counts")
@@ -164,8 +164,8 @@ def test_bad_ports_fail_before_anything_starts() -> None:
 
 
 def test_a_backend_without_an_event_log_refuses_metrics() -> None:
-    from timely.backends import register_backend
     from timely.backends.inline import InlineSession
+    from timely.session.registry import register_backend
 
     class Plain(InlineSession):
         def __init__(self, spec: Any, workers: int, checkpoint: Any = None) -> None:

@@ -23,14 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
-import timely.migration
-import timely.routing
-import timely.state
+import timely.routing.bins
+import timely.state.keyed
+import timely.worker.migration
 from tests.checkpoint.pipelines import EpochSource, build
 from tests.checkpoint.sweep import SCRATCH
 from tests.conftest import crash_points
 from timely import ConfigError, Dataflow, Stream, TimelyError
-from timely.routing import Routing, balance, drain, move, resolve, steps
+from timely.routing.bins import Routing, balance, drain, move, resolve, steps
 
 
 def _update(key: Any, pair: Any, state: int) -> tuple[int, list[Any]]:
@@ -155,17 +155,17 @@ def test_a_migration_on_disk_takes_its_bins_out_of_the_store(
     monkeypatch: pytest.MonkeyPatch, pipeline: str
 ) -> None:
     """Not vacuous: the bins leave as ranges of the store, keys and all."""
-    import timely.diskstate
+    import timely.state.disk
 
     taken: list[int] = []
-    take = timely.diskstate.DiskTable.take_bins
+    take = timely.state.disk.DiskTable.take_bins
 
     def counted(self: Any, bins: Any) -> Any:
         out = take(self, bins)
         taken.append(len(out[0]))
         return out
 
-    monkeypatch.setattr(timely.diskstate.DiskTable, "take_bins", counted)
+    monkeypatch.setattr(timely.state.disk.DiskTable, "take_bins", counted)
     epochs = [[i * 3 + j for j in range(8)] for i in range(8)]
     plan = [(2, {b: 1 - b // 4 for b in range(8)}, 2)]
     expected = run(pipeline, epochs, 2, 1)
@@ -178,10 +178,10 @@ def test_every_pipeline_really_moves_state(monkeypatch: pytest.MonkeyPatch) -> N
     """The property is not vacuous: for every operator, a plan that moves every bin
     twice ships keys, and the outputs still match."""
     shipped: dict[str, int] = {}
-    take = timely.migration.Migration.take_shipped
+    take = timely.worker.migration.Migration.take_shipped
     current = [""]
 
-    def spy(self: timely.migration.Migration) -> Any:
+    def spy(self: timely.worker.migration.Migration) -> Any:
         out = take(self)
         for shipments in out.values():
             for _, _, _, tables in shipments:
@@ -189,7 +189,7 @@ def test_every_pipeline_really_moves_state(monkeypatch: pytest.MonkeyPatch) -> N
                 shipped[current[0]] = shipped.get(current[0], 0) + keys
         return out
 
-    monkeypatch.setattr(timely.migration.Migration, "take_shipped", spy)
+    monkeypatch.setattr(timely.worker.migration.Migration, "take_shipped", spy)
     epochs = [[(e * 7 + i * 5) % 23 for i in range(6)] for e in range(8)]
     plan = [(2, move(range(8), 1)), (4, move(range(8), 0), 3)]
     for pipeline in PIPELINES:
@@ -224,7 +224,7 @@ def test_mutation_shipping_before_the_frontier_passed_is_caught(
 ) -> None:
     """The old owner ships a bin as soon as the configuration is active, while records
     of earlier epochs may still reach it: they change a state that has left."""
-    monkeypatch.setattr(timely.migration.Migration, "ready", lambda self, v, epoch: True)
+    monkeypatch.setattr(timely.worker.migration.Migration, "ready", lambda self, v, epoch: True)
     assert any(caught(case) for case in MUTATION_CASES)
 
 
@@ -244,7 +244,9 @@ def test_mutation_routing_before_the_configuration_is_known_is_caught(
     """A worker routes a batch without waiting for the configurations up to its epoch
     (a source ahead of them): the batch goes by an old table to a worker that gave the
     bin away."""
-    monkeypatch.setattr(timely.migration.Migration, "must_hold", lambda self, edge, time: False)
+    monkeypatch.setattr(
+        timely.worker.migration.Migration, "must_hold", lambda self, edge, time: False
+    )
     assert any(caught(case) for case in MUTATION_CASES)
 
 
@@ -347,7 +349,7 @@ def test_steps_move_each_bin_once_and_end_at_the_target(
 
 
 def test_drain_empties_a_worker_and_move_names_bins() -> None:
-    table = timely.routing.default_table(12, 3)
+    table = timely.routing.bins.default_table(12, 3)
     drained = resolve(drain(1), table, 3)
     assert 1 not in drained and sorted(set(drained)) == [0, 2]
     assert resolve(move([0, 1], 2), table, 3)[:2] == (2, 2)
@@ -523,11 +525,11 @@ def skewed(
     once that epoch is done.
     Returns the outputs, the records each worker received after the rebalance (by bin,
     through the routing table then in force) and what ``rebalance`` reported."""
-    from timely.routing import bin_of, default_table
+    from timely.routing.bins import bin_of, default_table
 
-    table = default_table(timely.routing.DEFAULT_BINS, workers)
+    table = default_table(timely.routing.bins.DEFAULT_BINS, workers)
     keys = list(range(4000))
-    hot = [k for k in keys if table[bin_of(k, timely.routing.DEFAULT_BINS)] == 0]
+    hot = [k for k in keys if table[bin_of(k, timely.routing.bins.DEFAULT_BINS)] == 0]
     cold = sorted(set(keys) - set(hot))
     flow = Dataflow("skewed")
     handle = flow.new_input("events")
@@ -603,7 +605,7 @@ def test_useful_per_bin_splits_each_owners_time_by_records(case: Any) -> None:
     """Per owner, its bins' weights add up to its useful time (each bin by its share of
     the owner's records); an owner with records but no time measured is costed at the
     mean cost of those measured; with nothing measured the records are the weights."""
-    from timely.routing import useful_per_bin
+    from timely.routing.bins import useful_per_bin
 
     table, records, useful = case
     weights = useful_per_bin(records, useful, tuple(table))
@@ -693,7 +695,7 @@ def test_on_ray_a_worker_killed_during_a_migration_recovers_the_same_outputs(
 
 
 def tracked_state(keys: list[int], unreported: list[int]) -> Any:
-    from timely.state import KeyedState
+    from timely.state.keyed import KeyedState
 
     state: KeyedState[int] = KeyedState(tracked=True)
     state.keep_bin_index(8)
@@ -711,10 +713,10 @@ def check_index(keys: list[int], unreported: list[int], deleted: list[int], bins
     table = state.table((0,))
     for k in deleted:
         table.pop(k, None)  # removals need no report
-    expected = sorted(k for k in table if timely.routing.bin_of(k, 8) in bins)
+    expected = sorted(k for k in table if timely.routing.bins.bin_of(k, 8) in bins)
     got = state.extract(bins, 8)
     assert sorted(k for _, ks, _ in got["times"] for k in ks) == expected
-    assert all(timely.routing.bin_of(k, 8) not in bins for k in state.table((0,)))
+    assert all(timely.routing.bins.bin_of(k, 8) not in bins for k in state.table((0,)))
     # The new owner indexes what arrives (by the runs shipped with it, or by hashing):
     # taking the bins out of it again finds every key, with its value.
     other = tracked_state([], [])
@@ -754,9 +756,11 @@ def test_keys_added_unreported_make_it_hash_every_key(
 
 def test_a_bin_index_is_used_when_it_is_complete(monkeypatch: pytest.MonkeyPatch) -> None:
     state = tracked_state(list(range(200)), [])
-    monkeypatch.setattr(timely.state, "keys_in_bins", lambda *a: pytest.fail("hashed every key"))
+    monkeypatch.setattr(
+        timely.state.keyed, "keys_in_bins", lambda *a: pytest.fail("hashed every key")
+    )
     got = state.extract({3}, 8)
-    assert got["times"] and all(timely.routing.bin_of(k, 8) == 3 for k in got["times"][0][1])
+    assert got["times"] and all(timely.routing.bins.bin_of(k, 8) == 3 for k in got["times"][0][1])
 
 
 def test_mutation_indexing_shipped_runs_under_the_wrong_bin_is_caught(
@@ -764,12 +768,12 @@ def test_mutation_indexing_shipped_runs_under_the_wrong_bin_is_caught(
 ) -> None:
     """Keys that arrive grouped by bin are indexed by their runs, unhashed: a variant
     that files a run under the next bin strands those keys at the new owner."""
-    index_runs = timely.state.KeyedState._index_runs
+    index_runs = timely.state.keyed.KeyedState._index_runs
 
     def shifted(self: Any, time: Any, keys: list[Any], runs: list[Any]) -> None:
         index_runs(self, time, keys, [((b + 1) % 8, n) for b, n in runs])
 
-    monkeypatch.setattr(timely.state.KeyedState, "_index_runs", shifted)
+    monkeypatch.setattr(timely.state.keyed.KeyedState, "_index_runs", shifted)
     with pytest.raises(AssertionError):
         check_index(list(range(100)), [], [], {1})
 
@@ -813,8 +817,8 @@ def test_room_is_made_for_arriving_bins_before_they_are_installed(
     first install, by the share of keys coming; the outputs stay those of a run where
     nothing moves."""
     events: list[tuple[str, int, Any]] = []
-    reserve = timely.state.KeyedState.reserve
-    install = timely.state.StatefulVertex.install_bins
+    reserve = timely.state.keyed.KeyedState.reserve
+    install = timely.state.keyed.StatefulVertex.install_bins
 
     def reserving(self: Any, share: float) -> None:
         events.append(("reserve", id(self), share))
@@ -824,8 +828,8 @@ def test_room_is_made_for_arriving_bins_before_they_are_installed(
         events.append(("install", id(self._states["state"]), epoch))
         install(self, tables, epoch)
 
-    monkeypatch.setattr(timely.state.KeyedState, "reserve", reserving)
-    monkeypatch.setattr(timely.state.StatefulVertex, "install_bins", installing)
+    monkeypatch.setattr(timely.state.keyed.KeyedState, "reserve", reserving)
+    monkeypatch.setattr(timely.state.keyed.StatefulVertex, "install_bins", installing)
 
     def go(moves: bool) -> list[Any]:
         flow = Dataflow("room")
@@ -860,7 +864,7 @@ def test_room_is_made_for_arriving_bins_before_they_are_installed(
 def test_mutation_trusting_an_incomplete_index_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the check that the index counts at least the table's keys, a key added
     unreported stays behind when its bin moves; the property above sees it."""
-    monkeypatch.setattr(timely.state, "len", lambda table: 0, raising=False)
+    monkeypatch.setattr(timely.state.keyed, "len", lambda table: 0, raising=False)
     with pytest.raises(AssertionError):
         check_index(list(range(50)), [501, 502, 503, 504, 505], [], set(range(8)))
 
@@ -911,6 +915,6 @@ def test_mutation_shipping_before_the_checkpoint_snapshot_is_caught(
 ) -> None:
     """Bins that leave after a checkpoint's epoch but before the old owner's snapshot
     for it are in neither worker's part: the restore loses them."""
-    monkeypatch.setattr(timely.migration.Migration, "snapshotted", lambda self, v, e: True)
+    monkeypatch.setattr(timely.worker.migration.Migration, "snapshotted", lambda self, v, e: True)
     got, expected = rescaled_mid_migration(tmp_path)
     assert got != expected

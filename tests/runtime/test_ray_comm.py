@@ -17,7 +17,7 @@ import ray
 
 from timely import Dataflow, Session, Source, Vertex
 from timely.comm.handshake import NONCE, PROOF
-from timely.state import owner
+from timely.state.keyed import owner
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -258,7 +258,7 @@ def test_a_driver_burst_is_held_back_by_credits() -> None:
 def test_a_driver_connection_without_the_secret_is_refused_and_the_run_goes_on() -> None:
     """Someone claiming to be the driver (index = workers) without the secret is refused,
     whether with a forged proof on the raw socket or through the driver's own code."""
-    from timely.comm import PeerLost
+    from timely.comm.allocator import PeerLost
     from timely.comm.driver import DriverLinks
     from timely.comm.handshake import dialer_proof
 

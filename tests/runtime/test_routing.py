@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import timely.channels as channels
+import timely.routing.channels as channels
 from timely import stable_hash
-from timely.channels import Exchange
-from timely.routing import DEFAULT_BINS
+from timely.routing.bins import DEFAULT_BINS
+from timely.routing.channels import Exchange
 
 keys = st.one_of(
     st.integers(-(2**70), 2**70),

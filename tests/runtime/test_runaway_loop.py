@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 
 import operators  # noqa: F401  (join, distinct)
-import timely.worker
+import timely.worker.loop
 from progress import Timestamp
 from timely import ConfigError, Dataflow, Stream, Vertex
 from timely.backends.inline import InlineSession
-from timely.worker import Worker
+from timely.worker.loop import Worker
 
 EDGES = [(0, 1), (1, 2), (2, 0), (2, 3), (4, 5)]
 FLAT = 2_000
@@ -201,7 +201,7 @@ def test_loops_held_to_one_round_ahead_give_the_same_results(
     every round, over epochs some of which are still open while their loops run: the
     issue's loop bounded by max_iters and a fixpoint whose records pass without a
     notification still give every record they reach."""
-    monkeypatch.setattr(timely.worker, "ROUNDS_AHEAD", 1)
+    monkeypatch.setattr(timely.worker.loop, "ROUNDS_AHEAD", 1)
     flow, edges, reach = the_issue_s_loop(max_iters=50)
     reach.distinct().collect("reach")
     doubled = edges.stream.select(lambda e: e[0]).fixpoint(lambda s: s.select(lambda x: 2 * x % 23))

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from progress import Location, Port, ProgressBatch, source, target
-from timely.messages import WorkerMessage
-from timely.serialization import (
+from timely.comm.messages import WorkerMessage
+from timely.comm.serialization import (
     PlainDataError,
     decode,
     decode_message,
@@ -218,7 +218,7 @@ _nested = st.recursive(
 @given(st.lists(_nested, max_size=12))
 def test_flatness_check_agrees_with_its_definition(items: list[Any]) -> None:
     """The column-wise check over tuples of one length answers as the record-wise one."""
-    from timely.serialization import _is_flat
+    from timely.comm.serialization import _is_flat
 
     assert _is_flat(items) == _flat_reference(items)
     assert decode(encode(items)) == items or any(x != x for x in _leaves(items))
@@ -270,7 +270,7 @@ def test_plain_data_is_encoded_as_the_wire_codec_encodes_it(items: list[Any]) ->
 def test_plain_scalars_take_the_short_way_to_the_same_bytes(items: list[Any]) -> None:
     """Lists of scalars skip the codec's hooks; the bytes are those the hooks give (an
     int beyond 64 bits, a lone surrogate go the long way)."""
-    import timely.serialization as ser
+    import timely.comm.serialization as ser
 
     hooked = []
     for x in items:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from timely import stable_hash
-from timely.columns import ColumnHasher, key_hashes, split_by
+from timely.routing.columns import ColumnHasher, key_hashes, split_by
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 COLUMNS: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {

@@ -13,15 +13,16 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from timely import serialization
-from timely.checkpoint import CheckpointConfig
+from timely.checkpoint.config import CheckpointConfig
+from timely.checkpoint.coordinator import Restore
+from timely.comm import serialization
+from timely.comm.messages import InputCommand, WorkerMessage
 from timely.errors import ConfigError, WorkerDied
 from timely.eventlog import clock, message_event
-from timely.messages import InputCommand, WorkerMessage
-from timely.migration import BinLoad
-from timely.runtime import Restore, Session, merge_frontiers, route_input
-from timely.spec import RunSpec
-from timely.worker import Worker
+from timely.graph.spec import RunSpec
+from timely.session.base import Session, merge_frontiers, route_input
+from timely.worker.loop import Worker
+from timely.worker.migration import BinLoad
 
 if TYPE_CHECKING:
     pass

@@ -1,6 +1,6 @@
 """The Ray backend: one async actor per worker; workers talk over their own sockets.
 
-Each actor hosts a :class:`~timely.worker.Worker` and runs its step loop as an async
+Each actor hosts a :class:`~timely.worker.loop.Worker` and runs its step loop as an async
 method the driver starts; commands, queries and the connections' reader tasks are
 served between steps. Heartbeats are served by a concurrency group of their own
 (another thread), so a worker busy in a long user function still answers them.
@@ -14,8 +14,8 @@ TCP across nodes), accepts the higher ones, and every connection proves the secr
 before anything else is read. A relaunch makes new actors, a new secret and new sockets.
 
 Transport (see DESIGN.md, Execution): after a step the worker writes one frame per
-peer carrying that step's :class:`~timely.messages.WorkerMessage` (data and
-progress), encoded by :mod:`timely.serialization`; a reader task per connection
+peer carrying that step's :class:`~timely.comm.messages.WorkerMessage` (data and
+progress), encoded by :mod:`timely.comm.serialization`; a reader task per connection
 queues what arrives and the loop applies it between steps. A connection is FIFO, so
 no reordering is needed. Credits bound each direction: a sender has at most
 ``max_inflight`` frames per peer that the peer's worker has not applied, and waits
@@ -65,20 +65,22 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
-from timely import serialization
 from timely.backends.ray_pool import POOL, kill
-from timely.checkpoint import CheckpointConfig, CheckpointStore, Share
-from timely.comm import Address, Allocator, Channel, PeerLost
+from timely.checkpoint.config import CheckpointConfig
+from timely.checkpoint.coordinator import Restore
+from timely.checkpoint.store import CheckpointStore, Share
+from timely.comm import serialization
+from timely.comm.allocator import Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
+from timely.comm.messages import InputCommand, command_from_wire, command_to_wire
 from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.eventlog import EventLog, clock, message_event
-from timely.messages import InputCommand, command_from_wire, command_to_wire
-from timely.migration import BinLoad
-from timely.plan import Plan
-from timely.runtime import Restore, Session, merge_frontiers, route_input
-from timely.spec import RunSpec
-from timely.verbosity import resolve_verbose
-from timely.worker import Worker
+from timely.graph.plan import Plan
+from timely.graph.spec import RunSpec
+from timely.session.base import Session, merge_frontiers, route_input
+from timely.session.verbosity import resolve_verbose
+from timely.worker.loop import Worker
+from timely.worker.migration import BinLoad
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -458,7 +460,7 @@ class WorkerActor:
         self, epoch: int, every: int | None = None, fraction: float | None = None
     ) -> tuple[bool, int]:
         """The driver asks for a checkpoint after ``epoch`` (and every ``every`` epochs
-        after it), between steps; see :meth:`timely.worker.Worker.request_checkpoint`."""
+        after it), between steps; see :meth:`timely.worker.loop.Worker.request_checkpoint`."""
         agreed = self.worker.request_checkpoint(epoch, every, fraction)
         return agreed, self.worker.checkpoint_floor()
 
@@ -645,7 +647,8 @@ class RaySession(Session):
         self._links: DriverLinks | None = None
         """The driver's connections to this set of actors (commands out, reports in)."""
         self._held: dict[int, list[Any]] = {}
-        """Per worker, commands held for one frame (:meth:`~timely.runtime.Session._batched`)."""
+        """Per worker, commands held for one frame
+        (:meth:`~timely.session.base.Session._batched`)."""
         self._ended: set[int] = set()
         """Workers whose last report has arrived: nothing more comes from them."""
         self._delivering = False

@@ -1,14 +1,17 @@
-"""The communication layer (timely's *allocator*): how workers' messages travel.
+"""The communication layer (timely's *allocator*): what travels between the driver and the
+workers and between workers, and how.
 
-:class:`Allocator` gives a worker a FIFO :class:`Channel` per peer with a bounded
-window of credits, one merged receive, and :class:`PeerLost` when a connection ends.
-Connections are asyncio streams (Unix sockets on one node, TCP across nodes) that
-prove the run's secret before anything else is read (:mod:`timely.comm.handshake`);
-frames are ``<u32 length><u8 kind>`` + payload (:mod:`timely.comm.frames`). The Ray
-backend uses it between its actors, and the driver dials every actor as one more
-endpoint (:mod:`timely.comm.driver`); the inline backend keeps messages in-process.
+- :mod:`~timely.comm.messages`: the typed messages (a worker's per-peer
+  ``WorkerMessage``, the driver's input commands);
+- :mod:`~timely.comm.serialization`: their wire format (msgpack, Arrow-friendly, with a
+  pickle fallback that is never used on what a run did not write itself);
+- :mod:`~timely.comm.allocator`: a worker's FIFO channel per peer with a bounded window of
+  credits, one merged receive, and ``PeerLost`` when a connection ends; connections are
+  asyncio streams (Unix sockets on one node, TCP across nodes);
+- :mod:`~timely.comm.handshake`: the proof of the run's secret before anything is read;
+- :mod:`~timely.comm.frames`: ``<u32 length><u8 kind>`` + payload;
+- :mod:`~timely.comm.driver`: the driver as one more endpoint, on blocking sockets.
+
+The Ray backend uses the sockets between its actors; the inline backend keeps messages
+in-process. A low layer: it imports ``progress`` and :mod:`timely.errors` only.
 """
-
-from timely.comm.allocator import Address, Allocator, Channel, PeerLost
-
-__all__ = ["Address", "Allocator", "Channel", "PeerLost"]

@@ -1,6 +1,6 @@
 """The framing on a connection between workers: ``<u32 length><u8 kind>`` then the payload.
 
-Two kinds travel: ``DATA`` (one encoded :class:`~timely.messages.WorkerMessage`) and
+Two kinds travel: ``DATA`` (one encoded :class:`~timely.comm.messages.WorkerMessage`) and
 ``CREDIT`` (a ``<u64>`` count of the sender's frames the receiver has applied so far,
 cumulative, so a lost or merged credit frame cannot skew the count). The layout and
 the credit rule are those ``benchmarks/bench_transport.py`` measured (it imports them

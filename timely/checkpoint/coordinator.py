@@ -1,0 +1,285 @@
+"""The checkpoint coordinator: the driver's side of checkpoints, held by the session.
+
+It decides nothing about when a vertex is snapshotted (each worker does, see
+:mod:`timely.worker.snapshots`); it commits a checkpoint once every worker's part is durable,
+asks the workers for a checkpoint when ``checkpoint_interval`` says so (or, with
+``checkpoint_every="auto"``, when the cadence's controller picks another interval: see
+:mod:`timely.checkpoint.cadence`), keeps the driver's input commands that a restore would have to
+replay, finds the checkpoint to restore from, and tells the sinks what is committed and
+what to drop. The session calls it and stays a thin loop around the backend.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from timely.checkpoint.aimd import AIMD
+from timely.checkpoint.cadence import AutoCadence, Request
+from timely.checkpoint.config import CheckpointConfig
+from timely.checkpoint.store import CheckpointError, CheckpointStore, Share
+from timely.comm.messages import Advance, InputCommand, Send
+from timely.routing.bins import DEFAULT_BINS
+from timely.sinks import Sink, SinkLineage, display_location
+
+Restore = tuple[int, list[Share]]
+"""A checkpoint to start from: its epoch and each new worker's share of it (which the
+worker reads itself)."""
+
+_MAX_LOOKAHEAD = 1 << 20
+"""Bounds the checkpoint request's lookahead (in epochs)."""
+
+
+class CheckpointCoordinator:
+    """Commits, requests, the input log and restores for one run of dataflow ``name``."""
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        name: str,
+        fingerprint: str,
+        workers: int,
+        sinks: list[Sink],
+        parallel: int | None = None,
+    ) -> None:
+        """``parallel``: how many workers run at once (``workers`` by default; the inline
+        backend runs one at a time), for ``checkpoint_every="auto"``'s measurements."""
+        self.config = config
+        self.store = CheckpointStore(config.uri)
+        self.name = name
+        self.fingerprint = fingerprint
+        self.workers = workers
+        self.bins = DEFAULT_BINS
+        """The run's bin count (the session sets it from the plan): restores re-partition
+        keyed state over it when the worker count or the bin count changed."""
+        self.sinks = sinks
+        self.restored_epoch = -1
+        """The epoch of the checkpoint the workers last started from (-1: none)."""
+        self.committed: list[int] = []
+        """Epochs of the checkpoints committed in this run, in order."""
+        self.commit_times: list[float] = []
+        """When each of ``committed`` was committed (``time.monotonic()``)."""
+        self._parts: dict[int, dict[int, dict[str, Any]]] = {}
+        self._trimmed = -1
+        """The driver's inputs up to this epoch are no longer logged: no restore before it."""
+        self._starts: dict[int, int] = {}
+        """Per committed checkpoint, the epoch of the whole parts its chains start from."""
+        self._written: dict[tuple[int, int], dict[str, Any]] = {}
+        """Per ``(epoch, worker)``, the part written, with the chain of parts it is a delta
+        on (incremental checkpoints): kept until no committed chain needs it."""
+        self._part_at: dict[int, float] = {}
+        """Per epoch, when its latest part so far was durable."""
+        self._input_log: list[tuple[int, InputCommand, int]] = []
+        self._input_epoch: dict[int, int] = {}
+        self._requested: int | None = None
+        """Interval mode: the epoch every worker agreed to checkpoint after, until committed."""
+        self._requested_at = 0.0
+        self._floor = -1
+        """The highest checkpoint floor a worker has answered (see ``Worker.checkpoint_floor``)."""
+        self._lookahead = 1
+        """How far past the floor the next checkpoint request asks."""
+        self._next_request = time.monotonic() + (config.interval or 0.0)
+        self.cadence = (
+            None
+            if config.fraction is None
+            else AutoCadence(
+                AIMD(config.every, *config.fraction), workers if parallel is None else parallel
+            )
+        )
+        """The adaptive interval (``checkpoint_every="auto"``), or None."""
+
+    @property
+    def every(self) -> int | None:
+        """The workers' ``checkpoint_every`` (None: checkpoints on request); with
+        ``"auto"``, the controller's interval, which new workers start with."""
+        if self.cadence is not None:
+            return self.cadence.interval
+        return self.config.every if self.config.interval is None else None
+
+    def sink_lineage(self) -> SinkLineage:
+        """This run's lineage for its sinks: the checkpoint directory's (made on first use)."""
+        lineage = self.store.lineage(self.name, self.fingerprint)
+        return SinkLineage(self.name, self.fingerprint, lineage, display_location(self.config.uri))
+
+    # -- the driver's inputs ------------------------------------------------------------------
+    def log_input(self, vertex: int, cmd: InputCommand) -> bool:
+        """Note a driver command for the replay; False when the checkpoint the run resumed
+        from already reflects it (a ``Send`` at an epoch it covers): then drop it."""
+        if isinstance(cmd, Advance):
+            self._input_epoch[vertex] = cmd.epoch
+        epoch = self._input_epoch.get(vertex, 0)
+        if isinstance(cmd, Send) and epoch <= self.restored_epoch:
+            return False
+        self._input_log.append((vertex, cmd, epoch))
+        return True
+
+    def replay(self) -> list[tuple[int, InputCommand]]:
+        """The logged commands new workers need after a restore, in order."""
+        return [
+            (vertex, cmd)
+            for vertex, cmd, epoch in self._input_log
+            if not (isinstance(cmd, Send) and epoch <= self.restored_epoch)
+        ]
+
+    # -- restoring ----------------------------------------------------------------------------
+    def initial_restore(self) -> Restore | None:
+        """The checkpoint to start from (None: from scratch, and sinks drop every epoch)."""
+        if not self.config.resume:
+            for sink in self.sinks:
+                sink.abort_after(-1)  # a fresh run: output left by an earlier one goes
+            return None
+        return self.load_restore()
+
+    def load_restore(self) -> Restore | None:
+        """The newest usable checkpoint, split over this run's workers; sinks drop what is
+        after it (it is produced again)."""
+        found = self.store.newest(self.fingerprint, self.name)
+        epoch = -1 if found is None else found[0]
+        if epoch < self._trimmed:
+            raise CheckpointError(
+                f"no usable checkpoint at or after epoch {self._trimmed} is left in "
+                f"{self.config.uri!r} (the newest {epoch if epoch >= 0 else 'none'}), and the "
+                f"driver's inputs up to epoch {self._trimmed} are no longer kept: the run "
+                "cannot be recovered; keep more checkpoints (keep_checkpoints=) or check the store"
+            )
+        for sink in self.sinks:
+            sink.abort_after(epoch)
+        self.restored_epoch = epoch
+        self._parts.clear()
+        self._part_at.clear()
+        self._requested = None
+        if self.cadence is not None:
+            self.cadence.restarted(epoch)
+        if self.config.interval is not None:
+            self._next_request = time.monotonic() + self.config.interval
+        if found is None:
+            return None
+        parts = tuple(found[1]["parts"])
+        return epoch, [
+            Share(self.store, epoch, parts, w, self.workers, self.bins) for w in range(self.workers)
+        ]
+
+    # -- commits ------------------------------------------------------------------------------
+    def part_written(self, epoch: int, info: dict[str, Any]) -> None:
+        """A worker wrote its part of the checkpoint at ``epoch``; commit once all have.
+
+        ``info`` is what the manifest records of the part, and what the backend adds for
+        ``checkpoint_every="auto"`` (taken out here): ``"work"``, the seconds of checkpoint
+        work the part took, and ``"at"``, when it was durable (seconds since the epoch)."""
+        info = dict(info)
+        work = float(info.pop("work", 0.0))
+        at = float(info.pop("at", 0.0)) or time.time()
+        base = info.get("base")
+        if base is not None:  # incremental: the parts it is a delta on, newest first
+            prev = self._written.get((base, info["worker"]))
+            if prev is None or prev["chain"] is None:
+                info["chain"] = None  # a delta on a part that is not restorable: nor is it
+            else:
+                info["chain"] = [_link(base, prev), *prev["chain"]]
+        else:
+            info["chain"] = []
+        self._written[(epoch, info["worker"])] = info
+        stale = epoch <= self.restored_epoch or bool(self.committed and epoch <= self.committed[-1])
+        if self.cadence is not None:
+            self.cadence.part(epoch, work, committable=not stale)
+        if stale:
+            return
+        self._part_at[epoch] = max(self._part_at.get(epoch, 0.0), at)
+        parts = self._parts.setdefault(epoch, {})
+        parts[info["worker"]] = info
+        if len(parts) < self.workers:
+            return
+        if any(p["chain"] is None for p in parts.values()):
+            # A delta on a part this driver never saw written: not restorable. The next
+            # part of that worker is whole (the worker saw the part given up); with
+            # checkpoint_interval, ask again rather than wait for this one.
+            if self._requested == epoch:
+                self._requested = None
+            return
+        at = self._part_at[epoch]  # the last part's: when the checkpoint was complete
+        started = time.perf_counter()
+        try:
+            self.store.commit(
+                epoch, self.workers, self.fingerprint, self.name, list(parts.values())
+            )
+        except OSError as e:
+            raise CheckpointError(f"cannot commit the checkpoint at epoch {epoch}: {e}") from e
+        self.committed.append(epoch)
+        self.commit_times.append(time.monotonic())
+        for done in [e for e in self._parts if e <= epoch]:
+            del self._parts[done]
+            self._part_at.pop(done, None)
+        start = min([epoch, *(link["epoch"] for p in parts.values() for link in p["chain"])])
+        self._starts[epoch] = start
+        self._written = {k: i for k, i in self._written.items() if k[0] >= start}
+        # Keep the newest `keep` checkpoints and, with incremental ones, the newest one
+        # before the newest chain began: a damaged link then still leaves a checkpoint to
+        # fall back to (the checkpoints of a chain share its links).
+        kept = self.committed[-self.config.keep :]
+        before = [c for c in self.committed if c < start]
+        if self.config.incremental and before and before[-1] not in kept:
+            kept.insert(0, before[-1])
+        self._starts = {c: e for c, e in self._starts.items() if c >= kept[0]}
+        # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
+        # newest damaged falls back to an older one and must replay from there.
+        if len(self.committed) > len(kept):
+            self._trimmed = max(self._trimmed, kept[0])
+        self._input_log = [
+            entry
+            for entry in self._input_log
+            if not (isinstance(entry[1], Send) and entry[2] <= self._trimmed)
+        ]
+        for sink in self.sinks:
+            sink.commit(epoch)
+        self.store.collect_garbage(self.config.keep, also=kept, starts=self._starts)
+        if self.cadence is not None:
+            self.cadence.driver(time.perf_counter() - started)
+            self.cadence.committed(epoch, at)
+
+    # -- interval mode ------------------------------------------------------------------------
+    def request_soon(self) -> None:
+        """Ask for a checkpoint as soon as one can be (interval mode: now, not after the
+        interval; with ``checkpoint_every`` the next due epoch is as soon as it gets)."""
+        if self.config.interval is not None and self._requested is None:
+            self._next_request = time.monotonic()
+
+    def maybe_request(self, request: Request) -> None:
+        """With ``checkpoint_interval``: once it has passed since the last agreed request,
+        ask every worker (through ``request(epoch) -> (all agreed, highest floor)``) for a
+        checkpoint after an epoch none has passed. With ``checkpoint_every="auto"``: ask
+        for the interval the controller chose, if the workers have not all agreed to it."""
+        if self.cadence is not None:
+            self.cadence.reschedule(request)
+            return
+        interval = self.config.interval
+        if interval is None:
+            return
+        now = time.monotonic()
+        if self._requested is not None:
+            if not (self.committed and self.committed[-1] >= self._requested):
+                return
+            self._requested = None
+            # Measured from the agreed request, not the commit: the gap between two
+            # commits is then about the interval, not the interval plus a commit's latency.
+            self._next_request = self._requested_at + interval
+        if now < self._next_request:
+            return
+        # The floor moves on while the request travels: ask that far ahead of the last
+        # floor heard, doubling the distance after each refusal and halving it after
+        # each agreement, so it settles near how far the workers move in one round trip.
+        epoch = max(self._floor, self.restored_epoch) + self._lookahead
+        self._next_request = float("inf")  # no second request from inside this one
+        agreed, floor = request(epoch)
+        self._floor = max(self._floor, floor)
+        if agreed:
+            self._requested = epoch
+            self._requested_at = now
+            self._lookahead = max(1, self._lookahead // 2)
+        else:
+            self._lookahead = min(2 * self._lookahead, _MAX_LOOKAHEAD)
+            self._next_request = now  # ask again, after the floor they answered
+
+
+def _link(epoch: int, info: dict[str, Any]) -> dict[str, Any]:
+    """A part as a link of an incremental chain: where it is and how to verify it."""
+    return {"epoch": epoch, "path": info["path"], "size": info["size"], "sha256": info["sha256"]}

@@ -1,0 +1,515 @@
+"""Checkpoints: where they are stored, how a commit is made atomic, and how one is read back.
+
+Layout under the checkpoint root (a local directory, or any URI pyarrow's filesystems
+accept: ``file://``, ``s3://``, ``gs://``, ``hdfs://``)::
+
+    ckpt-000000000041/part-0-of-2.bin      worker 0's snapshot after epoch 41 (msgpack)
+    ckpt-000000000041/part-1-of-2.bin
+    ckpt-000000000041/MANIFEST.json        written last: the commit
+    LINEAGE.json                           the directory's lineage id, written once
+
+Why a manifest: every worker writes its part on its own, off its step loop, whenever its
+vertices have passed the epoch. Only the coordinator (on the driver) knows when all parts
+are durable; it then writes the manifest, which names each part with its size and
+SHA-256. A checkpoint without a manifest, or whose parts do not match it, was never
+committed and is never used: :meth:`CheckpointStore.latest` falls back to the previous
+one. Files are written to a temporary name and renamed, so a reader never sees half a
+file on a local or POSIX store (object stores write whole objects anyway).
+
+``LINEAGE.json`` names the lineage every run resuming from this directory belongs to,
+whichever of its checkpoints it restores (or none, when all are damaged): sinks record
+it with their commits, so that such a run's replay of epochs they committed is told
+from another job's writes (:class:`timely.sinks.SinkLineage`). A run with
+``resume=False`` is of the same lineage: it computes every epoch again.
+
+Parts are decoded only after their checksum matches a manifest this dataflow wrote, so
+nothing is unpickled (the wire format's fallback for exotic values) that the run did
+not write itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from timely.comm import serialization
+from timely.errors import ConfigError, TimelyError
+from timely.routing.bins import DEFAULT_BINS, bins_of, default_table
+from timely.state.keyed import _keys, apply_deltas
+
+FORMAT = 1
+_PREFIX = "ckpt-"
+LINEAGE = "LINEAGE.json"
+
+
+class CheckpointError(TimelyError):
+    """A checkpoint could not be written or used (the message says why and what to do)."""
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in uri:
+        uri = os.path.abspath(uri)
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except Exception as e:
+        raise ConfigError(
+            f"checkpoint store {uri!r} is not usable ({e}); give a local directory or a URI "
+            "pyarrow can open (file://, s3://, gs://, hdfs://) that every node can reach"
+        ) from e
+    return fs, path.rstrip("/")
+
+
+def epoch_dir(epoch: int) -> str:
+    return f"{_PREFIX}{epoch:012d}"
+
+
+def part_name(worker: int, workers: int) -> str:
+    return f"part-{worker}-of-{workers}.bin"
+
+
+class CheckpointStore:
+    """Reads and writes checkpoint files under one root; picklable (workers get a copy)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._fs: pafs.FileSystem | None = None
+        self._root = ""
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._root = _filesystem(self.uri)
+        return self._fs
+
+    @property
+    def root(self) -> str:
+        _ = self.fs
+        return self._root
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["uri"])  # type: ignore[misc]
+
+    def _path(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    def write(self, relpath: str, data: bytes) -> None:
+        """Write a whole file under a temporary name, then rename it into place. A write
+        that fails (a full disk, a file size limit, no permission) leaves no file behind
+        and raises :class:`CheckpointError` naming the file: the checkpoint is not
+        committed, and the ones committed before stay usable."""
+        path = self._path(relpath)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(tmp)
+            raise CheckpointError(
+                f"cannot write checkpoint file {path} ({len(data):,} bytes): {e}; the "
+                "checkpoints committed before it are kept (free space, or give another "
+                "checkpoint= directory, and resume)"
+            ) from e
+
+    def read(self, relpath: str) -> bytes:
+        with self.fs.open_input_stream(self._path(relpath)) as f:
+            data: bytes = f.readall()
+        return data
+
+    def write_part(
+        self, epoch: int, worker: int, workers: int, data: bytes, base: int | None = None
+    ) -> dict[str, Any]:
+        """Write one worker's part; return what the manifest records of it (``base``: the
+        epoch of the worker's earlier part that this one's deltas are on)."""
+        name = f"{epoch_dir(epoch)}/{part_name(worker, workers)}"
+        self.write(name, data)
+        return {
+            "worker": worker,
+            "path": name,
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "base": base,
+        }
+
+    def commit(
+        self, epoch: int, workers: int, fingerprint: str, name: str, parts: list[dict[str, Any]]
+    ) -> None:
+        """Write the manifest: from now on the checkpoint at ``epoch`` exists."""
+        manifest = {
+            "format": FORMAT,
+            "dataflow": name,
+            "fingerprint": fingerprint,
+            "epoch": epoch,
+            "workers": workers,
+            "parts": sorted(parts, key=lambda p: p["worker"]),
+            "committed_at": time.time(),
+        }
+        self.write(f"{epoch_dir(epoch)}/MANIFEST.json", json.dumps(manifest, indent=1).encode())
+
+    def lineage(self, name: str, fingerprint: str) -> str:
+        """The lineage id of this directory, made (a random id) on first use. Every run
+        with this ``checkpoint=`` is of it, whichever checkpoint it starts from (none:
+        all damaged, or ``resume=False``). An unreadable file is an error, not a new
+        lineage: sinks would then refuse the output this directory's runs wrote."""
+        path = self._path(LINEAGE)
+        try:
+            data = json.loads(self.read(LINEAGE))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            raise CheckpointError(
+                f"cannot read the checkpoint lineage {path}: {e}; restore the file, or "
+                "delete it to start a new lineage (sinks holding this lineage's output "
+                "will then refuse the run)"
+            ) from e
+        else:
+            lineage = data.get("lineage") if isinstance(data, dict) else None
+            if not isinstance(lineage, str) or not lineage:
+                raise CheckpointError(
+                    f"checkpoint lineage {path} holds no lineage id ({data!r}); restore "
+                    "the file, or delete it to start a new lineage"
+                )
+            return lineage
+        lineage = uuid.uuid4().hex
+        record = {
+            "format": FORMAT,
+            "lineage": lineage,
+            "dataflow": name,
+            "fingerprint": fingerprint,
+            "created_at": time.time(),
+        }
+        self.write(LINEAGE, json.dumps(record, indent=1).encode())
+        return lineage
+
+    def epochs(self) -> list[int]:
+        """The epochs with a checkpoint directory (committed or not), ascending."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        except Exception as e:
+            raise CheckpointError(f"cannot list checkpoint store {self.uri!r}: {e}") from e
+        out = []
+        for info in infos:
+            base = info.base_name
+            if info.type == pafs.FileType.Directory and base.startswith(_PREFIX):
+                suffix = base[len(_PREFIX) :]
+                if suffix.isdigit():
+                    out.append(int(suffix))
+        return sorted(out)
+
+    def load(self, epoch: int) -> tuple[dict[str, Any], list[bytes]]:
+        """The manifest and verified parts of the checkpoint at ``epoch``; raise
+        :class:`CheckpointError` if it is not committed or any part, or any part of an
+        incremental part's chain, is damaged."""
+        manifest, datas, _ = self._load(epoch)
+        return manifest, datas
+
+    def _load(self, epoch: int) -> tuple[dict[str, Any], list[bytes], list[list[bytes]]]:
+        """:meth:`load`, and each part's chain as read and verified, newest first."""
+        manifest = self._manifest(epoch)
+        datas = []
+        chains = []
+        for part in manifest["parts"]:
+            datas.append(self._verified(epoch, part))
+            # The parts its deltas are on: all must hold.
+            chains.append([self._verified(epoch, link) for link in part.get("chain", [])])
+        return manifest, datas, chains
+
+    def _manifest(self, epoch: int) -> dict[str, Any]:
+        """The committed manifest of the checkpoint at ``epoch``, checked for its format and
+        its number of parts."""
+        try:
+            manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint {epoch} has no manifest (never committed)") from None
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
+        if manifest.get("format") != FORMAT:
+            raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
+        if len(manifest["parts"]) != manifest["workers"]:
+            raise CheckpointError(
+                f"checkpoint {epoch}: {len(manifest['parts'])} parts for a run of "
+                f"{manifest['workers']} workers"
+            )
+        return manifest  # type: ignore[no-any-return]
+
+    def whole_part(self, epoch: int, part: dict[str, Any]) -> dict[str, Any]:
+        """One worker's part of the checkpoint at ``epoch`` (its manifest entry), read,
+        verified and decoded whole (its chain applied): what a worker restoring reads."""
+        data = self._verified(epoch, part)
+        chain = [self._verified(epoch, link) for link in part.get("chain", [])]
+        return self._whole(data, chain)
+
+    def _verified(self, epoch: int, entry: dict[str, Any]) -> bytes:
+        """The file a manifest entry names, if it has the recorded size and checksum."""
+        path = entry["path"]
+        try:
+            data = self.read(path)
+        except OSError as e:
+            raise CheckpointError(f"checkpoint {epoch}: {path} unreadable: {e}") from e
+        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise CheckpointError(f"checkpoint {epoch}: {path} fails its checksum")
+        return data
+
+    @staticmethod
+    def _whole(data: bytes, chain: list[bytes]) -> dict[str, Any]:
+        """A part decoded whole: an incremental one with the deltas of its chain (the
+        parts it is on, newest first, as :meth:`_load` verified them) applied on the
+        whole part the chain starts from."""
+        part = decode_part(data)
+        if not chain:
+            return part
+        return apply_chain([*(decode_part(d) for d in reversed(chain)), part])
+
+    def newest(self, fingerprint: str, name: str) -> tuple[int, dict[str, Any]] | None:
+        """The newest usable checkpoint: ``(epoch, manifest)``, every file it needs read
+        and checked but nothing decoded (each worker decodes its own share, :class:`Share`);
+        damaged or uncommitted ones are skipped. Refuses checkpoints of another dataflow."""
+        for epoch in reversed(self.epochs()):
+            try:
+                manifest = self._manifest(epoch)
+                for part in manifest["parts"]:
+                    _check_chain(epoch, part)
+                    for entry in (part, *part.get("chain", [])):
+                        self._verified(epoch, entry)  # read, hashed and let go
+            except CheckpointError:
+                continue
+            self._same_dataflow(manifest, fingerprint, name)
+            return epoch, manifest
+        return None
+
+    def _same_dataflow(self, manifest: dict[str, Any], fingerprint: str, name: str) -> None:
+        if manifest["fingerprint"] != fingerprint:
+            raise CheckpointError(
+                f"the checkpoints in {self.uri!r} are of dataflow "
+                f"{manifest.get('dataflow')!r} with a different graph (fingerprint "
+                f"{manifest['fingerprint']}, this one {fingerprint}); {name!r} cannot resume "
+                "from them: use another checkpoint directory, or delete this one to start over"
+            )
+
+    def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
+        """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
+        ones are skipped. Refuses checkpoints of a different dataflow."""
+        for epoch in reversed(self.epochs()):
+            try:
+                manifest, datas, chains = self._load(epoch)
+            except CheckpointError:
+                continue
+            self._same_dataflow(manifest, fingerprint, name)
+            try:
+                parts = [self._whole(d, c) for d, c in zip(datas, chains)]
+            except CheckpointError:
+                continue  # a chain that does not hold a vertex's base: the one before, then
+            return epoch, parts
+        return None
+
+    def collect_garbage(
+        self, keep: int, also: Iterable[int] = (), starts: dict[int, int] | None = None
+    ) -> None:
+        """Delete all but the newest ``keep`` committed checkpoints (and those in ``also``),
+        and any uncommitted directory older than the oldest one kept. The parts a kept
+        checkpoint's chain needs stay, without their manifest: they are no checkpoint to
+        restore from any more (the driver's inputs before the oldest kept one are gone).
+        ``starts``: per committed checkpoint, the epoch its chains start from, as the
+        coordinator knows it (a kept one it does not know has its manifest read)."""
+        epochs = self.epochs()
+        committed = [e for e in epochs if self._has_manifest(e)]
+        if len(committed) <= keep:
+            return
+        kept = sorted({*committed[-keep:], *(e for e in also if e in committed)})
+        oldest_kept = kept[0]
+        needed: set[int] = set()  # the parts the kept incremental checkpoints are deltas on
+        known = starts or {}
+        for epoch in kept:
+            if epoch in known:  # every part from the chains' start on may be a link
+                needed.update(e for e in epochs if known[epoch] <= e < epoch)
+                continue
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
+                needed.update(
+                    link["epoch"] for p in manifest["parts"] for link in p.get("chain", [])
+                )
+        for epoch in epochs:
+            if epoch in kept:
+                continue
+            if epoch < kept[-1] and epoch in needed:
+                # Kept for the chains only: no longer a checkpoint to restore from (the
+                # driver's inputs before the oldest kept checkpoint are gone).
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(self._path(epoch_dir(epoch), "MANIFEST.json"))
+            elif epoch < oldest_kept or (epoch < kept[-1] and epoch in committed):
+                # On failure (a concurrent reader, an eventual store) try again next time.
+                with contextlib.suppress(OSError):
+                    self.fs.delete_dir(self._path(epoch_dir(epoch)))
+
+    def _has_manifest(self, epoch: int) -> bool:
+        info = self.fs.get_file_info(self._path(epoch_dir(epoch), "MANIFEST.json"))
+        return bool(info.type == pafs.FileType.File)
+
+
+def decode_part(data: bytes) -> dict[str, Any]:
+    """A worker's part as written (checksum already verified), each vertex's snapshot
+    decoded: parts of format 2 carry every vertex's snapshot encoded on its own, format 1
+    (older runs) as plain data."""
+    part: dict[str, Any] = serialization.decode(data)
+    if part.get("format") not in (1, 2):
+        raise CheckpointError(f"checkpoint part of format {part.get('format')!r}: not readable")
+    part["vertices"] = {
+        int(v): serialization.decode(s) if isinstance(s, bytes) else s
+        for v, s in part["vertices"].items()
+    }
+    return part
+
+
+def apply_chain(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last of ``parts`` (a worker's decoded parts along a chain, the whole one first)
+    made whole: each keyed snapshot that is a delta gets the snapshots of its chain, back
+    to a whole one, applied in one pass (:func:`timely.state.keyed.apply_deltas`); every other
+    snapshot stands as it is."""
+    by_epoch = {p["epoch"]: p for p in parts}
+    last = parts[-1]
+    vertices = {}
+    for v, snap in last["vertices"].items():
+        if isinstance(snap, dict) and snap.get("kind") == "keyed" and "base" in snap:
+            chain = [snap]
+            while "base" in chain[-1]:
+                earlier = by_epoch.get(chain[-1]["base"], {}).get("vertices", {}).get(v)
+                if not isinstance(earlier, dict):
+                    raise CheckpointError(
+                        f"checkpoint part {last['epoch']}: vertex {v} is a delta on epoch "
+                        f"{chain[-1]['base']}, which its chain does not hold"
+                    )
+                chain.append(earlier)
+            whole, *deltas = reversed(chain)
+            tables = {
+                name: apply_deltas(whole["tables"][name], [d["tables"][name] for d in deltas])
+                for name in snap["tables"]
+            }
+            snap = {k: x for k, x in snap.items() if k != "base"} | {"tables": tables}
+        vertices[v] = snap
+    return {**last, "base": None, "vertices": vertices}
+
+
+def _check_chain(epoch: int, part: dict[str, Any]) -> None:
+    """A manifest entry's chain is the one its base says, newest first, epochs falling
+    (what the worker will apply without the driver decoding anything)."""
+    chain = part.get("chain") or []
+    epochs = [link.get("epoch") for link in chain]
+    base = part.get("base")
+    if (
+        (base is None) != (not chain)
+        or (chain and epochs[0] != base)
+        or any(
+            not isinstance(a, int) or not isinstance(b, int) or a <= b
+            for a, b in itertools.pairwise(epochs)
+        )
+    ):
+        raise CheckpointError(
+            f"checkpoint {epoch}: {part.get('path')} has base {base!r} but its chain is {epochs!r}"
+        )
+
+
+@dataclass(frozen=True)
+class Share:
+    """Worker ``worker`` of ``workers``' share of the checkpoint at ``epoch``, which the
+    worker reads from the store itself: the driver only checks the files, so no process
+    holds more of the state than one old part and its own share, whatever the state's
+    size (the disk backend's point).
+
+    With the worker count and bins the checkpoint was written with, the share is the
+    worker's own part. Otherwise (a rescale) every old part is read in turn and the keys
+    whose bin the default table of ``workers`` gives to this worker are kept; sources'
+    offsets are merged (worker ``w`` reads the partitions ``p % workers == w``).
+    """
+
+    store: CheckpointStore
+    epoch: int
+    parts: tuple[dict[str, Any], ...]
+    worker: int
+    workers: int
+    bins: int = DEFAULT_BINS
+
+    def pieces(self) -> Iterator[dict[int, Any]]:
+        """The share, one old part at a time: per vertex, its snapshot (keyed ones with
+        only this worker's keys)."""
+        parts = sorted(self.parts, key=lambda p: p["worker"])
+        if len(parts) == self.workers:
+            own = self.store.whole_part(self.epoch, parts[self.worker])
+            if all(
+                s.get("bins") == self.bins  # older parts, without bins, placed keys by hash
+                for s in own["vertices"].values()
+                if isinstance(s, dict) and s.get("kind") == "keyed"
+            ):
+                yield {int(v): s for v, s in own["vertices"].items()}
+                return
+        table = default_table(self.bins, self.workers)
+        for i, p in enumerate(parts):
+            part = self.store.whole_part(self.epoch, p)
+            yield _share_of(part, self.worker, table, self.bins, first=i == 0, parts=len(parts))
+
+
+def _share_of(
+    part: dict[str, Any], worker: int, table: Any, bins: int, first: bool, parts: int
+) -> dict[int, Any]:
+    """What of one old worker's part belongs to ``worker`` under routing ``table``."""
+    out: dict[int, Any] = {}
+    for v, snap in part["vertices"].items():
+        kind = snap.get("kind") if isinstance(snap, dict) else None
+        if kind == "keyed":
+            tables = {}
+            for name, t in snap["tables"].items():
+                if t.get("replicated"):  # every worker had the same table: one copy
+                    tables[name] = t if first else {**t, "times": []}
+                    continue
+                times = []
+                for time, keys, values in t["times"]:
+                    keys = _keys(keys)
+                    mine = [i for i, b in enumerate(bins_of(keys, bins)) if table[b] == worker]
+                    if mine:
+                        times.append((time, [keys[i] for i in mine], [values[i] for i in mine]))
+                tables[name] = {"format": t["format"], "replicated": False, "times": times}
+            out[int(v)] = {"kind": "keyed", "tables": tables}
+        elif kind == "offsets":
+            out[int(v)] = snap
+        else:
+            raise CheckpointError(
+                f"vertex {v} keeps state of kind {kind!r}, which cannot be re-partitioned; "
+                f"restore it with the {parts} workers it was written with"
+            )
+    return out
+
+
+def merge_pieces(snaps: list[Any]) -> Any:
+    """One vertex's snapshots from several old parts (a rescale), as one: keyed tables
+    with every piece's keys (replicated ones from the first). For a vertex that restores
+    with its own code, which must see the share whole."""
+    if len(snaps) == 1:
+        return snaps[0]
+    first = snaps[0]
+    tables: dict[str, Any] = {}
+    for name, t in first["tables"].items():
+        if t.get("replicated"):
+            tables[name] = t
+            continue
+        times: dict[Any, tuple[list[Any], list[Any]]] = {}
+        for snap in snaps:
+            for at, keys, values in snap["tables"][name]["times"]:
+                ks, vs = times.setdefault(tuple(at), ([], []))
+                ks.extend(keys)
+                vs.extend(values)
+        tables[name] = {**t, "times": [(t_, k, v) for t_, (k, v) in sorted(times.items())]}
+    return {**first, "tables": tables}

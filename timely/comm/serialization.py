@@ -1,0 +1,327 @@
+"""The wire format between workers (and the driver) on the ray backend.
+
+msgpack, with ext types for what msgpack alone would lose or could not carry:
+tuples come back as tuples and lists as lists (records are arbitrary Python values,
+timestamps are tuples), numpy arrays and scalars travel as dtype + shape + raw bytes,
+sets and frozensets keep their type, integers beyond 64 bits survive, and anything
+else falls back to (cloud)pickle, so a record of any picklable type round-trips.
+
+Two shortcuts keep batches cheap. A list whose items hold only scalars and tuples
+of scalars (the common batch: words, ``(key, value)`` pairs) is packed in one go as
+plain msgpack arrays and read back with every array as a tuple, instead of one ext
+per record. Progress updates ``((Location, time), delta)`` travel as small int lists
+and are rebuilt as real ``Location``/``Port`` values on arrival.
+
+Arrays are decoded zero-copy: they are read-only views over the received bytes; copy
+one (``a.copy()``) before changing it in place. ``bytearray`` and ``memoryview``
+values arrive as ``bytes`` (msgpack packs them natively).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import struct
+import threading
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+import numpy as np
+
+from progress import Port, ProgressBatch, source, target
+from timely.comm.messages import WorkerMessage
+
+EXT_TUPLE = 1
+EXT_SET = 2
+EXT_FROZENSET = 3
+EXT_NDARRAY = 4
+EXT_NPSCALAR = 5
+EXT_BIGINT = 6
+EXT_FLAT = 7
+EXT_PICKLE = 8
+
+_SCALARS = frozenset({str, int, float, bytes, bool, type(None)})
+_FLAT_MIN = 4
+"""Lists shorter than this are not worth a flatness check and a separate region."""
+_HEADER = struct.Struct("<I")
+_UNICODE = "surrogatepass"
+"""Strings with lone surrogates are valid Python strings: carry them as they are."""
+
+
+class _Packers(threading.local):
+    """Per-thread packers, one per nesting depth: ``Packer.pack`` is not reentrant,
+    and an actor encodes on its step thread and its event loop at once."""
+
+    def __init__(self) -> None:
+        self.nested: list[msgpack.Packer] = []
+        self.depth = 0
+        self.flat = msgpack.Packer(default=_default, datetime=False, unicode_errors=_UNICODE)
+        self.scalar = msgpack.Packer(datetime=False)
+        """Packs a scalar as :func:`_pack` does (no ext type involved), without its hooks."""
+        self.plain = False
+        """Set while encoding or decoding plain data (:func:`encode_plain`): no pickle."""
+
+
+_dumps: Callable[[Any], bytes] | None = None
+
+
+def _pickle_dumps(obj: Any) -> bytes:
+    """cloudpickle when available (classes defined in a driver's ``__main__`` travel by
+    value), else the standard pickle."""
+    global _dumps
+    if _dumps is None:
+        for module in ("cloudpickle", "ray.cloudpickle"):
+            try:
+                _dumps = importlib.import_module(module).dumps
+                break
+            except ImportError:
+                continue
+        else:  # pragma: no cover - ray, a dependency, ships cloudpickle
+            _dumps = pickle.dumps
+    return _dumps(obj)
+
+
+def _pack(obj: Any) -> bytes:
+    p = _packers
+    depth = p.depth
+    if depth == len(p.nested):
+        p.nested.append(
+            msgpack.Packer(
+                default=_default, strict_types=True, datetime=False, unicode_errors=_UNICODE
+            )
+        )
+    p.depth = depth + 1
+    try:
+        data: bytes = p.nested[depth].pack(obj)
+        return data
+    finally:
+        p.depth = depth
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(
+        data, ext_hook=_ext_hook, strict_map_key=False, use_list=True, unicode_errors=_UNICODE
+    )
+
+
+def _is_flat(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Only scalars and tuples (of scalars and tuples) inside: no list, dict, set or other type."""
+    types = set(map(type, items))  # one pass in C: cheap even for long batches
+    if types <= _SCALARS:
+        return True
+    if tuple not in types or not types - {tuple} <= _SCALARS:
+        return False
+    tuples = items if len(types) == 1 else [x for x in items if type(x) is tuple]
+    lengths = set(map(len, tuples))
+    if len(lengths) == 1:
+        # Tuples of one length (the common batch: pairs): check column by column, each
+        # column taken and typed in one pass in C, instead of one Python call per record.
+        return all(_is_flat(list(map(itemgetter(i), tuples))) for i in range(lengths.pop()))
+    return all(_is_flat(x) for x in tuples)
+
+
+def _maybe_flat(items: list[Any]) -> Any:
+    """``items`` as one flat region when it qualifies, else unchanged."""
+    if len(items) >= _FLAT_MIN and _is_flat(items):
+        return msgpack.ExtType(EXT_FLAT, _packers.flat.pack(items))
+    return items
+
+
+def _default(obj: Any) -> Any:
+    """msgpack's hook for what it does not pack itself (strict types: tuples come here)."""
+    t = type(obj)
+    if t is tuple:
+        return msgpack.ExtType(
+            EXT_TUPLE, _pack([_maybe_flat(x) if type(x) is list else x for x in obj])
+        )
+    if t is int:  # beyond 64 bits
+        return msgpack.ExtType(
+            EXT_BIGINT, obj.to_bytes((obj.bit_length() + 8) // 8, "little", signed=True)
+        )
+    if t is set or t is frozenset:
+        items = list(obj)
+        if _packers.plain and len(items) > 1:
+            # Plain data may be a key on disk: equal sets must be equal bytes, whatever
+            # order they iterate in (which depends on how they were built).
+            packed = [_pack(x) for x in items]
+            items = [items[i] for i in sorted(range(len(items)), key=packed.__getitem__)]
+        return msgpack.ExtType(EXT_SET if t is set else EXT_FROZENSET, _pack(items))
+    if t is np.ndarray and not obj.dtype.hasobject and obj.dtype.fields is None:
+        return msgpack.ExtType(EXT_NDARRAY, _array_bytes(obj))
+    if isinstance(obj, np.generic) and not obj.dtype.hasobject and obj.dtype.fields is None:
+        return msgpack.ExtType(EXT_NPSCALAR, _array_bytes(np.asarray(obj)))
+    if _packers.plain:
+        raise PlainDataError(
+            f"a value of type {t.__module__}.{t.__qualname__} is not plain data: kept on disk, "
+            "state holds what msgpack carries (None, bool, int, float, str, bytes, and lists, "
+            "tuples, dicts, sets of those, numpy arrays and scalars)"
+        )
+    return msgpack.ExtType(EXT_PICKLE, _pickle_dumps(obj))
+
+
+def _array_bytes(arr: np.ndarray[Any, Any]) -> bytes:
+    """Header (dtype, shape) then the raw data: one copy, straight from the array's buffer."""
+    header = msgpack.packb([arr.dtype.str, list(arr.shape)])
+    raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    return b"".join((_HEADER.pack(len(header)), header, raw.data))
+
+
+def _array_from(data: bytes) -> np.ndarray[Any, Any]:
+    """A read-only view over ``data`` (no copy)."""
+    (n,) = _HEADER.unpack_from(data)
+    start = _HEADER.size + n
+    dtype_str, dims = msgpack.unpackb(data[_HEADER.size : start])
+    dtype = np.dtype(dtype_str)
+    shape = tuple(int(d) for d in dims)
+    count = 1
+    for d in shape:
+        count *= d
+    if count == 0:
+        empty: np.ndarray[Any, Any] = np.empty(shape, dtype)
+        return empty
+    arr: np.ndarray[Any, Any] = np.frombuffer(data, dtype=dtype, count=count, offset=start)
+    return arr.reshape(shape)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_TUPLE:
+        return tuple(_unpack(data))
+    if code == EXT_FLAT:
+        return list(
+            msgpack.unpackb(
+                data,
+                ext_hook=_ext_hook,
+                strict_map_key=False,
+                use_list=False,
+                unicode_errors=_UNICODE,
+            )
+        )
+    if code == EXT_SET:
+        return set(_unpack(data))
+    if code == EXT_FROZENSET:
+        return frozenset(_unpack(data))
+    if code == EXT_NDARRAY:  # plain data is state: an array the operator may change
+        return _array_from(data).copy() if _packers.plain else _array_from(data)
+    if code == EXT_NPSCALAR:
+        return _array_from(data)[()]
+    if code == EXT_BIGINT:
+        return int.from_bytes(data, "little", signed=True)
+    if code == EXT_PICKLE:
+        if _packers.plain:
+            raise PlainDataError("plain data holds a pickled value: not written by this run")
+        return pickle.loads(data)
+    raise ValueError(f"unknown msgpack ext type {code}: sender and receiver run different timely")
+
+
+_packers = _Packers()  # after _default, which its packers call
+
+
+# -- public -----------------------------------------------------------------------------------
+def encode(obj: Any) -> bytes:
+    """Any picklable value to bytes; ``decode`` gives back an equal value of the same types."""
+    if type(obj) is list:
+        obj = _maybe_flat(obj)
+    return _pack(obj)
+
+
+def decode(data: bytes) -> Any:
+    """The value ``encode`` packed."""
+    return _unpack(data)
+
+
+class PlainDataError(TypeError):
+    """A value that plain data (:func:`encode_plain`) cannot carry without pickling."""
+
+    vertex = -1
+    """The vertex whose state held it (-1: not known)."""
+    key: Any = None
+    """The key it was kept under."""
+
+
+def encode_plain(objs: list[Any]) -> list[bytes]:
+    """Each of ``objs`` encoded as :func:`encode` does, but refusing what only pickle
+    carries (:class:`PlainDataError`): for bytes kept on disk, which are then read back
+    without unpickling anything."""
+    p = _packers
+    if set(map(type, objs)) <= _SCALARS:  # keys and values of one scalar each: no hooks
+        try:
+            return list(map(p.scalar.pack, objs))
+        except (OverflowError, UnicodeEncodeError):  # an int beyond 64 bits, a lone surrogate
+            p.scalar.reset()
+    p.plain = True
+    try:
+        return [_pack(_maybe_flat(o) if type(o) is list else o) for o in objs]
+    finally:
+        p.plain = False
+
+
+def encode_plain_one(obj: Any) -> bytes:
+    """:func:`encode_plain` of one value (a key looked up): the same bytes."""
+    t = type(obj)
+    if t is str or t is int:
+        scalar = _packers.scalar
+        try:
+            data: bytes = scalar.pack(obj)
+            return data
+        except (OverflowError, UnicodeEncodeError):
+            scalar.reset()
+    return encode_plain([obj])[0]
+
+
+def decode_plain(blobs: list[bytes]) -> list[Any]:
+    """The values :func:`encode_plain` packed; a pickled one is refused, not loaded."""
+    p = _packers
+    p.plain = True
+    try:
+        return [_unpack(b) for b in blobs]
+    finally:
+        p.plain = False
+
+
+def encode_message(msg: WorkerMessage) -> bytes:
+    """One worker-to-worker message: ``[sender, seq, data, progress]``, and ``state``
+    after them when a migration ships some.
+
+    Data batches are ``[vertex, port, time, records]`` with the time as an int list;
+    progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]``; state is
+    ``[[vertex, epoch, bins, tables], ...]``.
+    """
+    data = [[v, port, list(time), _maybe_flat(records)] for v, port, time, records in msg.data]
+    progress = None
+    batch = msg.progress
+    if batch is not None:
+        updates = [
+            [loc.node, int(loc.kind), loc.port, list(time), delta]
+            for (loc, time), delta in batch.updates
+        ]
+        progress = [batch.sender, batch.seq, updates]
+    if msg.state:
+        return _pack([msg.sender, msg.seq, data, progress, [list(s) for s in msg.state]])
+    return _pack([msg.sender, msg.seq, data, progress])
+
+
+def decode_message(data: bytes) -> WorkerMessage:
+    """The message ``encode_message`` packed, with real tuples, ``Location``s and ``Port``s."""
+    sender, seq, batches, progress, *state = _unpack(data)
+    out = WorkerMessage(
+        sender, seq, [(v, port, tuple(time), records) for v, port, time, records in batches]
+    )
+    if state:
+        out.state = [(v, epoch, list(bins), tables) for v, epoch, bins, tables in state[0]]
+    if progress is not None:
+        p_sender, p_seq, updates = progress
+        src = int(Port.SOURCE)
+        out.progress = ProgressBatch(
+            p_sender,
+            p_seq,
+            tuple(
+                (
+                    (source(node, port) if kind == src else target(node, port), tuple(time)),
+                    delta,
+                )
+                for node, kind, port, time, delta in updates
+            ),
+        )
+    return out

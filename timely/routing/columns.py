@@ -1,0 +1,215 @@
+"""Routing batches of columns: a key's bin from whole columns, the same bin as
+:func:`~timely.routing.hashing.stable_hash` gives the row.
+
+A table stream's records are Arrow ``RecordBatch``es; an exchange by key columns must
+put every key in the bin the row path would (DESIGN.md, invariant 8), so that routing
+tables, Megaphone's migration, rescales and checkpoints never depend on which path
+carried a key. Integers, booleans, floats and nulls are hashed in numpy passes that
+repeat ``stable_hash``'s arithmetic in uint64; strings and bytes are hashed once per
+distinct value of a batch (a dictionary encoding) through ``stable_hash`` itself, and
+remembered across batches. Several key columns combine as ``stable_hash`` combines a
+tuple.
+
+A batch is split with one stable sort of its rows by destination, one ``take``, and a
+zero-copy slice per worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timely.routing.channels import Exchange, _default_array
+from timely.routing.hashing import _GOLDEN, stable_hash
+
+_NULL = np.uint64(0x5BD1E995)
+_G = np.uint64(_GOLDEN)
+_S32 = np.uint64(32)
+_CACHE = 1 << 20
+"""How many distinct strings a channel remembers the hash of (cleared when full)."""
+
+
+def _mix(h: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    with np.errstate(over="ignore"):
+        h = h * _G
+    out: np.ndarray[Any, Any] = h ^ (h >> _S32)
+    return out
+
+
+def _int_hashes(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``stable_hash`` of machine integers (the two's complement bits, as ``& _MASK``)."""
+    if values.dtype == np.uint64:
+        big = values >= np.uint64(1 << 63)
+        h = _mix(values)
+        if big.any():  # stable_hash folds ints of 2**63 and more: _mix(v) ^ _mix(v >> 64)
+            h = np.where(big, h ^ _mix(np.zeros(1, np.uint64)), h)
+        return h
+    return _mix(values.astype(np.int64).view(np.uint64))
+
+
+@dataclass
+class ColumnHasher:
+    """Per-row ``stable_hash`` of one column's values, remembering strings' hashes."""
+
+    _strings: dict[Any, int] = field(default_factory=dict)
+
+    def hashes(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, Any]:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        t = column.type
+        n = len(column)
+        if pa.types.is_dictionary(t):
+            return self._by_dictionary(column.dictionary, column.indices, n)
+        if pa.types.is_null(t):
+            return np.full(n, _NULL, dtype=np.uint64)
+        if pa.types.is_boolean(t) or pa.types.is_integer(t):
+            zero = pa.scalar(False if pa.types.is_boolean(t) else 0, t)
+            filled = pc.fill_null(column, zero) if column.null_count else column
+            values = filled.to_numpy(zero_copy_only=False)
+            if values.dtype == np.bool_:
+                values = values.astype(np.int64)
+            h = _int_hashes(values)
+        elif pa.types.is_floating(t):
+            h = self._floats(column)
+        elif (
+            pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or pa.types.is_binary(t)
+            or (pa.types.is_large_binary(t))
+        ):
+            encoded = pc.dictionary_encode(column)
+            return self._by_dictionary(encoded.dictionary, encoded.indices, n)
+        else:  # other types: stable_hash per row, the slow path
+            return np.fromiter(
+                (stable_hash(v) for v in column.to_pylist()), dtype=np.uint64, count=n
+            )
+        if column.null_count:
+            h = np.where(column.is_null().to_numpy(zero_copy_only=False), _NULL, h)
+        return h
+
+    def _floats(self, column: pa.Array) -> np.ndarray[Any, Any]:
+        values = pc.fill_null(column, 0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+        whole = (np.floor(values) == values) & (np.abs(values) < 2.0**63)
+        as_int = _int_hashes(np.where(whole, values, 0).astype(np.int64))
+        as_bits = _mix(values.view(np.uint64))
+        return np.where(whole, as_int, as_bits)
+
+    def _by_dictionary(self, values: pa.Array, indices: pa.Array, n: int) -> np.ndarray[Any, Any]:
+        cache = self._strings
+        keys = values.to_pylist()
+        if len(cache) + len(keys) > _CACHE:
+            cache.clear()
+        get = cache.get
+        hashed = []
+        for k in keys:
+            known = get(k)
+            if known is None:
+                known = cache[k] = stable_hash(k)
+            hashed.append(known)
+        table = np.array(hashed, dtype=np.uint64)
+        if not len(table):
+            return np.full(n, _NULL, dtype=np.uint64)
+        idx = (
+            indices.fill_null(0).to_numpy(zero_copy_only=False)
+            if indices.null_count
+            else (indices.to_numpy(zero_copy_only=False))
+        )
+        out: np.ndarray[Any, Any] = table[idx.astype(np.intp)]
+        if indices.null_count:
+            out = np.where(indices.is_null().to_numpy(zero_copy_only=False), _NULL, out)
+        return out
+
+
+def key_hashes(
+    batch: pa.RecordBatch | pa.Table, keys: tuple[str, ...], hashers: list[ColumnHasher]
+) -> np.ndarray[Any, Any]:
+    """Per row, ``stable_hash`` of the row's key: the value of one key column, or the
+    tuple of several."""
+    if len(keys) == 1:
+        return hashers[0].hashes(batch.column(keys[0]))
+    h = np.full(batch.num_rows, np.uint64(0x345678 + len(keys)), dtype=np.uint64)
+    for name, hasher in zip(keys, hashers):
+        h = _mix(h ^ hasher.hashes(batch.column(name)))
+    return h
+
+
+class ColumnExchange(Exchange):
+    """Batches of rows go to the workers owning their key's bin, by whole columns: each
+    batch is split into one slice per worker (see the module docstring)."""
+
+    kind = "exchange"
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        super().__init__(None)
+        self.keys = keys
+        self._hashers = [ColumnHasher() for _ in keys]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_hashers"] = [ColumnHasher() for _ in self.keys]  # a memory, not the plan
+        state["_bins"] = {}
+        return state
+
+    def __repr__(self) -> str:
+        return f"exchange_columns{self.keys}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ColumnExchange) and other.keys == self.keys
+
+    def __hash__(self) -> int:
+        return hash(("exchange_columns", self.keys))
+
+    def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
+        if workers == 1:
+            return {here: records}
+        return self.route_by(records, _default_array(workers), here)
+
+    def route_by(
+        self,
+        records: list[Any],
+        table: np.ndarray[Any, Any],
+        here: int,
+        load: np.ndarray[Any, Any] | None = None,
+    ) -> dict[int, list[Any]]:
+        bins = len(table)
+        out: dict[int, list[Any]] = {}
+        for batch in records:
+            if batch.num_rows == 0:
+                continue
+            key_bins = (key_hashes(batch, self.keys, self._hashers) % np.uint64(bins)).astype(
+                np.intp
+            )
+            if load is not None:
+                load += np.bincount(key_bins, minlength=bins)
+            dest = table[key_bins]
+            for w, part in split_by(batch, dest):
+                out.setdefault(w, []).append(part)
+        return out
+
+
+def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> list[tuple[int, Any]]:
+    """``batch``'s rows grouped by ``dest`` (one worker per row): ``(worker, slice)``,
+    with one stable sort, one ``take`` and zero-copy slices."""
+    first = int(dest[0])
+    if (dest == first).all():
+        return [(first, batch)]
+    order = np.argsort(dest, kind="stable")
+    sorted_dest = dest[order]
+    taken = batch.take(pa.array(order))
+    cuts = np.flatnonzero(np.diff(sorted_dest)) + 1
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [len(dest)]])
+    return [(int(sorted_dest[s]), taken.slice(int(s), int(e - s))) for s, e in zip(starts, ends)]
+
+
+def exchange_columns(*keys: str) -> ColumnExchange:
+    """Partition a table stream's batches by the values of the ``keys`` columns: each
+    row goes where ``exchange(lambda r: key)`` would send its key (see
+    :mod:`timely.routing.columns`)."""
+    if not keys or not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"exchange_columns takes column names, got {keys!r}")
+    return ColumnExchange(tuple(keys))

@@ -1,0 +1,90 @@
+"""The stable hash every route of a key goes through: the same in every process and every
+run (Python's ``hash`` of ``str`` is salted per process), so that a key's records meet on
+one worker, a replay routes them the same way, and every path that routes a key (one
+record's :func:`stable_hash`, a vectorised pass over a column of ints, :func:`mix_array`)
+puts it in the same bin (the brief's invariant 8).
+
+Both the channels (:mod:`timely.routing.channels`) and the bins and routing tables
+(:mod:`timely.routing.bins`) hash through here.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(x: int) -> int:
+    """Fibonacci hashing of a 64-bit value, folded: spreads nearby integers apart."""
+    x = ((x & _MASK) * _GOLDEN) & _MASK
+    return x ^ (x >> 32)
+
+
+def mix_array(keys: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``_mix`` over an integer array (uint64 arithmetic wraps exactly like ``& _MASK``)."""
+    h = keys.astype(np.uint64) * np.uint64(_GOLDEN)
+    mixed: np.ndarray[Any, Any] = h ^ (h >> np.uint64(32))
+    return mixed
+
+
+def int_keys(keys: Sequence[Any]) -> np.ndarray[Any, Any] | None:
+    """``keys`` as one int64/uint64 array when they are (16 or more) machine-size ints,
+    else None: such a batch is hashed in one numpy pass (:func:`mix_array`)."""
+    if len(keys) < 16 or type(keys[0]) is not int:
+        return None
+    try:
+        arr = np.asarray(keys)
+    except (OverflowError, ValueError):  # huge ints; ints mixed with tuples
+        return None
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8:
+        return arr
+    return None
+
+
+def stable_hash(value: Any) -> int:
+    """A 64-bit hash that is the same in every process and run.
+
+    Supports None, bool, int, float, str, bytes, and tuples/frozensets of those (and
+    numpy scalars through ``.item()``). Equal keys hash equal (``1``, ``1.0`` and
+    ``True`` meet on one worker). Anything else raises ``TypeError``.
+    """
+    if value is None:
+        return 0x5BD1E995
+    if isinstance(value, int):  # bool too: True == 1, and equal keys must meet
+        if -(2**63) <= value < 2**63:
+            return _mix(value)
+        return _mix(value & _MASK) ^ _mix(value >> 64)
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        return _mix(zlib.crc32(data) | (len(data) << 32))
+    if isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+        return _mix(zlib.crc32(data) ^ 0xB7E5 | (len(data) << 32))
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 2**63:
+            return stable_hash(int(value))  # 1.0 and 1 meet, as they are equal
+        return _mix(struct.unpack("<q", struct.pack("<d", value))[0] & _MASK)
+    if isinstance(value, tuple):
+        h = 0x345678 + len(value)
+        for item in value:
+            h = _mix(h ^ stable_hash(item))
+        return h
+    if isinstance(value, frozenset):
+        acc = 0
+        for item in value:
+            acc ^= stable_hash(item)
+        return _mix(acc ^ 0xF5E7)
+    item = getattr(value, "item", None)
+    if callable(item) and type(value).__module__ == "numpy":
+        return stable_hash(item())
+    raise TypeError(
+        f"exchange key {value!r} of type {type(value).__name__} has no stable hash; "
+        "return None, bool, int, float, str, bytes or a tuple of those from the key function"
+    )

@@ -1,0 +1,163 @@
+"""Starting a session: every run option checked before anything starts, then the backend.
+
+:func:`start_session` takes the options a run was given (``flow.run(...)``,
+``flow.activate(...)``) and checks them in turn (the checkpoint options, bins and
+reconfiguration, the state backend, the event log, the loop warning, ``verbose``, the
+monitors' options, which bind their servers here, and the backend's own options against
+its ``__init__``), so that a bad value is a :class:`~timely.errors.ConfigError` with the
+fix before any worker starts. The backend is looked up by name in the registry
+(:mod:`timely.session.registry`), which imports it on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from typing import Any
+
+from timely.checkpoint.config import CheckpointConfig
+from timely.errors import ConfigError
+from timely.eventlog import (
+    remove_trace,
+    temporary_trace,
+    trace_option,
+)
+from timely.graph.spec import RunSpec
+from timely.routing.bins import (
+    Table,
+    check_bins,
+    check_bins_per_step,
+    default_table,
+    resolve,
+)
+from timely.session.base import Session
+from timely.session.loopwatch import loop_warning_option
+from timely.session.monitors import monitor_options
+from timely.session.registry import check_options
+from timely.session.verbosity import resolve_verbose
+from timely.state.disk import remove_store, state_options
+
+
+def _routing_options(
+    spec: RunSpec, workers: int, options: dict[str, Any]
+) -> tuple[RunSpec, list[tuple[int, Table, int | None]] | None]:
+    """``bins``, ``reconfigurable`` and ``reconfigure`` (a batch run's schedule), checked
+    before anything starts; the spec's plan gets the bins and, if needed, its control
+    input (:meth:`timely.graph.plan.Plan.with_control`)."""
+    bins = check_bins(options.pop("bins", spec.plan.bins))
+    reconfigurable = options.pop("reconfigurable", False)
+    if not isinstance(reconfigurable, bool):
+        raise ConfigError(f"reconfigurable must be True or False, got {reconfigurable!r}")
+    raw = options.pop("reconfigure", None)
+    schedule: list[tuple[int, Table, int | None]] | None = None
+    if raw is not None:
+        schedule = []
+        table = default_table(bins, workers)
+        last = -1
+        for entry in raw:
+            if not isinstance(entry, tuple | list) or len(entry) not in (2, 3):
+                raise ConfigError(
+                    "reconfigure= takes a list of (epoch, assignment) or (epoch, assignment, "
+                    f"bins_per_step) tuples, got {entry!r}"
+                )
+            epoch, assignment, *per = entry
+            per_step = per[0] if per else None
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch <= last:
+                raise ConfigError(
+                    f"reconfigure=: epochs must be ints >= 0 in increasing order, got {epoch!r} "
+                    f"after {last}"
+                )
+            if per_step is not None:
+                check_bins_per_step(per_step, "reconfigure=")
+            prev = table
+            try:
+                table = resolve(assignment, table, workers)
+            except ValueError as e:
+                raise ConfigError(f"reconfigure= at epoch {epoch}: {e}") from None
+            moves = sum(a != b for a, b in zip(prev, table))
+            schedule.append((epoch, table, per_step))
+            last = epoch + (0 if per_step is None else max(0, -(-moves // per_step) - 1))
+    if reconfigurable and schedule is None and any(v.kind == "source" for v in spec.plan.vertices):
+        raise ConfigError(
+            "reconfigurable=True needs a dataflow fed by the driver (flow.new_input()): "
+            "configurations run one epoch ahead of the driver's inputs, and a source's "
+            "epochs would wait for them; for a run over a source, give the migrations "
+            "up front with reconfigure=[(epoch, assignment), ...]"
+        )
+    plan = spec.plan.with_control(bins, reconfigurable or schedule is not None)
+    return dataclasses.replace(spec, plan=plan), schedule
+
+
+def start_session(
+    spec: RunSpec, workers: int, backend: str | None, address: str | None, **options: Any
+) -> Session:
+    """Check the configuration, then start ``backend`` with ``workers`` workers.
+
+    ``verbose`` (default: ``TIMELY_VERBOSE``, see :mod:`timely.session.verbosity`) goes to the
+    backends that start a library with something to quiet (Ray); every backend accepts
+    it, so a run can switch backends without changing its options."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ConfigError(f"workers must be a positive integer, got {workers!r}")
+    name = os.environ.get("TIMELY_BACKEND", "ray") if backend is None else backend
+    checkpoint = CheckpointConfig.from_options(options)
+    spec, schedule = _routing_options(spec, workers, options)
+    store = state_options(options)
+    trace = trace_option(options)
+    loop_warning = loop_warning_option(options)
+    verbose = resolve_verbose(options.pop("verbose", None))
+    if address is not None:
+        options["address"] = address
+    monitors = monitor_options(options)  # servers bind here: a port in use fails now
+    temporary = None
+    try:
+        for m in monitors:
+            check = getattr(m, "check", None)
+            if check is not None:  # what a monitor needs of the run, before it starts
+                check(workers, name, checkpoint)
+        cls = check_options(name, options)
+        if "verbose" in inspect.signature(cls).parameters:
+            options["verbose"] = verbose
+        if trace is None and any(m.needs_trace for m in monitors):
+            if "trace" not in inspect.signature(cls).parameters:
+                raise ConfigError(
+                    f"the {name} backend keeps no event log, which metrics and the live page "
+                    "read: drop those options or use backend 'inline' or 'ray'"
+                )
+            trace = temporary = temporary_trace()
+        if store is not None:
+            spec.plan.store = store = store.made()
+        if trace is None:
+            session = cls(spec, workers, checkpoint=checkpoint, **options)
+        elif "trace" not in inspect.signature(cls).parameters:
+            raise ConfigError(
+                f"the {name} backend keeps no event log: drop trace= or use backend "
+                "'inline' or 'ray'"
+            )
+        else:
+            session = cls(spec, workers, checkpoint=checkpoint, trace=trace, **options)
+    except BaseException:
+        for m in monitors:
+            m.close()
+        if temporary is not None:
+            remove_trace(temporary)
+        remove_store(store)
+        raise
+    session.monitors = monitors
+    session._temporary_trace = temporary
+    session.loop_watch.threshold = loop_warning
+    try:
+        if schedule is not None:
+            session._schedule(schedule)
+        else:
+            session._control_to(1)  # configurations run one epoch ahead of the data
+    except BaseException:
+        session.close()
+        raise
+    try:
+        for m in monitors:
+            m.attach(session)
+    except BaseException:
+        session.close()
+        raise
+    return session

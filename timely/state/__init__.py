@@ -1,0 +1,12 @@
+"""Keyed state: what stateful vertices keep, and where.
+
+- :mod:`~timely.state.keyed`: ``KeyedState`` tables per time, ``StatefulVertex``, and
+  what checkpoints and migrations do with them (snapshots, deltas, re-partitioning, bins
+  taken out and put in);
+- :mod:`~timely.state.disk`: the disk backend (``state_backend="disk"``), one RocksDB per
+  worker behind a write-back cache.
+
+It imports the vertex API (:mod:`timely.vertex`), :mod:`timely.routing` (bins) and the
+wire format (:mod:`timely.comm.serialization`); the graph, checkpoints and the worker
+import it.
+"""

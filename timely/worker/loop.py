@@ -1,0 +1,741 @@
+"""The worker: hosts one instance of every vertex and runs the single-threaded step loop.
+
+One step: apply the progress received since the last one; run the inputs' commands,
+the sources, every pending batch of data (local pipeline sends are delivered within
+the same step) and the notifications whose time the frontier has passed; then hand
+out the step's data per destination worker and its progress as one atomic batch.
+
+Occurrence counts, per the progress protocol: a batch of records sent to input
+``(v, i)`` at time ``t`` counts +1 at ``(target(v, i), t)`` when sent and -1 when its
+receiver consumes it; a capability (held by ``retain``, ``notify_at`` or a root) counts
++1 at every output of its vertex. Both sides of a step go out in one batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from progress import (
+    ChangeBatch,
+    Pointstamp,
+    Timestamp,
+    Tracker,
+    WorkerProgress,
+    less_equal,
+    source,
+    target,
+)
+from timely.checkpoint.store import Share, merge_pieces
+from timely.comm.messages import InputCommand, Send, WorkerMessage
+from timely.comm.serialization import PlainDataError
+from timely.errors import (
+    TimelyError,
+    UserFunctionError,
+    failing_record,
+    failure_location,
+)
+from timely.eventlog import COMMAND, NOTIFY, PULL, RECV, START, EventLog, clock
+from timely.graph.plan import EdgeSpec, Plan
+from timely.graph.system import InputVertex, SourceVertex
+from timely.routing.bins import Routing, default_table
+from timely.routing.channels import Exchange
+from timely.routing.hashing import stable_hash
+from timely.state.disk import StateStore
+from timely.state.keyed import StatefulVertex
+from timely.vertex import Capability, Vertex
+from timely.worker.context import ProtocolError, VertexContext
+from timely.worker.migration import Migration
+from timely.worker.snapshots import Part, Snapshots
+
+ROUNDS_AHEAD = 8
+"""How many rounds a loop's records may run ahead of its oldest round not done yet (on
+this worker's view), per outer time: see :meth:`Worker._next_rounds`."""
+
+_KINDS = {"on_notify": NOTIFY, "command": COMMAND, "pull": PULL}
+"""An activation's kind in the event log, by the method run (``on_recv`` has a port)."""
+
+
+class Worker:
+    """One worker of a dataflow: every vertex's instance for this shard, and the step loop."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        index: int,
+        peers: int,
+        accumulate: bool = True,
+        checkpoint_every: int | None = None,
+        restore: tuple[int, Share] | None = None,
+        checkpoint_on_request: bool = False,
+        log: EventLog | None = None,
+        checkpoint_incremental: int = 0,
+    ) -> None:
+        """``checkpoint_every=k`` snapshots the vertices after every epoch ``e`` with
+        ``e % k == k - 1`` (see :meth:`take_parts`); ``checkpoint_on_request`` after the
+        epochs the driver asks for (:meth:`request_checkpoint`) instead.
+        ``restore=(e, snapshots)`` starts from a checkpoint at epoch ``e``: each vertex gets
+        its snapshot and the roots start at ``e + 1``. With ``log``, the worker records its
+        activations and steps there (:mod:`timely.eventlog`); its host records messages
+        and waiting."""
+        self.log = log
+        self.records_out = 0
+        """Records sent by vertices here so far (the event log's records out)."""
+        self.plan = plan
+        self.index = index
+        self.peers = peers
+        self.max_epoch = -1
+        """The latest epoch any vertex here has received at, been notified at or held a
+        capability at."""
+        start = 0 if restore is None else restore[0] + 1
+        graph = plan.graph
+        caps = plan.initial_capabilities(start)
+        self.progress = WorkerProgress(index, peers, graph, caps, accumulate=accumulate)
+        self.tracker = Tracker(graph, check_times=False)
+        self.tracker.update_all((ps, peers) for ps in caps)
+        self.tracker.propagate_all()
+        self._updates: ChangeBatch[Pointstamp] = ChangeBatch()
+        self.contexts = [VertexContext(self, spec) for spec in plan.vertices]
+        self.vertices: list[Vertex] = []
+        for spec, ctx in zip(plan.vertices, self.contexts):
+            try:
+                vertex = spec.factory()
+            except Exception as e:
+                where = failure_location(e.__traceback__, spec.where)
+                raise UserFunctionError(spec.name, where, None, None, e, index) from e
+            if not isinstance(vertex, Vertex):
+                raise TypeError(f"step {spec.name!r}: the factory made {vertex!r}, not a Vertex")
+            vertex._ctx = ctx
+            self.vertices.append(vertex)
+        self.store = None if plan.store is None else StateStore(plan.store, index)
+        """The disk state backend's tables of this worker (None: state in memory)."""
+        if self.store is not None:
+            for v, vertex in enumerate(self.vertices):
+                if isinstance(vertex, StatefulVertex):
+                    table = functools.partial(self.store.table, vertex=v)
+                    vertex.use_store(table, f"step {plan.vertices[v].name!r}")
+        self.inbox: list[deque[tuple[int, Timestamp, list[Any]]]] = [deque() for _ in plan.vertices]
+        self._invariant: dict[
+            int, dict[Timestamp, tuple[list[tuple[int, list[Any]]], set[Timestamp]]]
+        ] = {}
+        """Per vertex with loop-invariant inputs, per outer time: the invariant batches
+        received, and the iteration times they were delivered at."""
+        self._ready: deque[int] = deque()
+        self._feedback = frozenset(s.index for s in plan.vertices if s.kind == "feedback")
+        self._held_rounds: dict[int, list[tuple[int, Timestamp, list[Any]]]] = {}
+        """Per feedback vertex, the batches fed back that wait for earlier rounds of their
+        loop to be done (:meth:`_next_rounds`)."""
+        self._round_check = False  # frontiers moved since held rounds were last checked
+        self._out: dict[tuple[int, int, int, Timestamp], list[Any]] = {}
+        self._seq = [0] * peers
+        self._commands: dict[int, deque[InputCommand]] = {}
+        self._notify_pending: set[int] = set()
+        self._frontier_moved = True  # progress applied but not yet propagated
+        self._notify_check = False  # frontiers changed since notifications were last checked
+        self.emitted: list[tuple[str, int, list[Any]]] = []
+        self.received_since_step = False
+        self.routing = Routing(plan.bins, default_table(plan.bins, peers))
+        """The routing table in force at each epoch (:mod:`timely.routing.bins`)."""
+        self.migration = Migration(self, start)
+        """Configurations received, bins to ship and to install (:mod:`timely.worker.migration`)."""
+        checkpointing = checkpoint_every is not None or checkpoint_on_request
+        self.snapshots = (
+            Snapshots(self, checkpoint_every, start, checkpoint_incremental)
+            if checkpointing
+            else None
+        )
+        if restore is not None:
+            self._restore(*restore)
+        first = (start,)
+        for v in plan.roots:  # roots hold their initial capability at the first epoch
+            ctx = self.contexts[v]
+            ctx.caps[first] += 1
+            vertex = self.vertices[v]
+            assert isinstance(vertex, InputVertex | SourceVertex)
+            self._activate(v, -1, first, vertex.start, Capability(ctx, first))
+        self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
+        # Starting may have dropped capabilities (a source with no partitions here).
+        self.progress.record(self._updates.drain())
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether this worker takes checkpoints (every few epochs, or on request)."""
+        return self.snapshots is not None
+
+    # -- inbound ----------------------------------------------------------------------------
+    def receive(self, message: WorkerMessage) -> None:
+        """Accept a peer's message (in its per-sender order)."""
+        for v, port, time, records in message.data:
+            self.inbox[v].append((port, time, records))
+            self._ready.append(v)
+        if message.progress is not None:
+            self.tracker.update_all(self.progress.receive(message.progress))
+            self._frontier_moved = True
+        if message.state:
+            self.migration.arrived(message.state)
+        self.received_since_step = True
+
+    def command(self, vertex: int, cmd: InputCommand) -> None:
+        """A driver command for input ``vertex`` (send, advance, close), in order."""
+        self._commands.setdefault(vertex, deque()).append(cmd)
+
+    # -- the step ---------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        """Whether a step now would do anything (local work, or held progress to release)."""
+        return (
+            self._local_work()
+            or (bool(self.progress.pending()) and self.progress.must_flush(idle=True))
+            or (bool(self.migration.preparing) and self._nothing_due())
+        )
+
+    def _nothing_due(self) -> bool:
+        """No notification here is due once the work in flight has landed: every request
+        is at an epoch an input or source may still send at. Then a step may spend time
+        on preparation without holding up an output."""
+        if not self._notify_pending:
+            return True
+        tracker, plan = self.tracker, self.plan
+        open_from = min(
+            (
+                f[0]
+                for r in plan.roots
+                for port in range(plan.vertices[r].outputs)
+                for f in tracker.pointstamp_frontier(source(r, port))
+            ),
+            default=None,
+        )
+        return open_from is not None and not any(
+            t[0] < open_from for v in self._notify_pending for t in self.contexts[v].requests
+        )
+
+    def _local_work(self, ongoing: bool = True) -> bool:
+        """Whether a step now has something to do here; ``ongoing=False`` leaves out what
+        may always have more: active sources (they read a batch a step) and a loop's next
+        round (a loop that never ends always has one)."""
+        return bool(
+            self._ready
+            or (ongoing and self._held_rounds and (self._round_check or self._frontier_moved))
+            or self._commands
+            or self.received_since_step
+            or self.migration.busy()
+            or (self._notify_pending and (self._notify_check or self._frontier_moved))
+            or (ongoing and any(self.vertices[v].due() for v in self._sources))  # type: ignore[attr-defined]
+        )
+
+    def next_awake(self) -> float | None:
+        """When a source paced to later may be read (``time.time()``; None: none waits),
+        so that a host with nothing else to do waits until then, not longer."""
+        times = [
+            t
+            for v in self._sources
+            if (t := self.vertices[v].next_awake()) is not None  # type: ignore[attr-defined]
+        ]
+        return min(times) if times else None
+
+    def step(self) -> list[tuple[int, WorkerMessage]]:
+        """Run one step; return the messages for other workers ``(peer, message)``."""
+        log = self.log
+        if log is None:
+            return self._step()
+        t0 = clock()
+        try:
+            return self._step()
+        finally:
+            log.add(("t", t0, clock()))
+            log.tick()
+
+    def _step(self) -> list[tuple[int, WorkerMessage]]:
+        if self.migration.preparing and not self._local_work() and self._nothing_due():
+            self.migration.prepare()  # an idle step: room for bins to come (one vertex)
+        self.received_since_step = False
+        self._propagate()
+        if self._held_rounds and self._round_check:
+            self._round_check = False
+            self._next_rounds()
+        for v, queue in list(self._commands.items()):
+            vertex = self.vertices[v]
+            assert isinstance(vertex, InputVertex)
+            while queue:
+                self._activate(v, -1, None, vertex.command, queue.popleft())
+            del self._commands[v]
+        for v in self._sources:
+            vertex = self.vertices[v]
+            assert isinstance(vertex, SourceVertex)
+            if vertex.due():
+                self._activate(v, -1, None, vertex.pull)
+        self._drain_inbox()
+        self._migrate()
+        if self._notify_pending and self._notify_check:
+            self._notify_check = False
+            self._notify()
+            self._drain_inbox()
+            # What the notifications made possible for migrations (bins whose earlier
+            # epochs are now done) waits for the next step: their outputs go out first.
+            self.migration.dirty = True
+        return self._finish_step()
+
+    def _migrate(self) -> None:
+        """Move migrations on (held batches, bins to ship and install), then deliver what
+        that released."""
+        migration = self.migration
+        if migration.active and migration.pending():
+            migration.advance()
+            self._drain_inbox()
+
+    def _propagate(self) -> None:
+        if self._frontier_moved:
+            self._frontier_moved = False
+            if self.tracker.propagate_all():
+                self._notify_check = True
+                self._round_check = True
+                self.migration.dirty = True
+
+    def _too_far(self, v: int, time: Timestamp) -> bool:
+        """Whether a batch fed back to ``v`` at ``time`` is more than ``ROUNDS_AHEAD``
+        rounds past a round of its outer time that is not done yet here (on this worker's
+        view of the frontier at ``v``): it waits then (:meth:`_next_rounds`)."""
+        n = time[-1] - ROUNDS_AHEAD
+        return any(f[-1] < n and less_equal(f, time) for f in self.tracker.frontier(target(v, 0)))
+
+    def _next_rounds(self) -> None:
+        """Let the batches held at loops' feedback vertices go round as far as their
+        loops' rounds now allow (see :meth:`_too_far`).
+
+        Why a loop is held back: records can go round faster than rounds are done (a
+        round's notifications wait for its progress to travel), and every round begun
+        and not done keeps its per-time tables, notifications and pointstamps, so a
+        loop that runs for ever would take ever more memory; and since a step delivers
+        its local sends within itself, a loop whose records pass without a notification
+        (a concat, a distinct) would run round after round in one step, which would
+        never end. Held back, a step runs at most ``ROUNDS_AHEAD`` rounds of a loop past
+        the frontier it began with, and a loop's memory stays flat however long it
+        runs. A held batch holds nothing up: what it waits for comes from earlier
+        rounds, which it cannot reach (unless a vertex keeps a capability at an early
+        round until a later round's records come: it must move it on with the rounds)."""
+        for v, held in list(self._held_rounds.items()):
+            wait = []
+            for batch in held:
+                if self._too_far(v, batch[1]):
+                    wait.append(batch)
+                else:
+                    self.inbox[v].append(batch)
+                    self._ready.append(v)
+            if wait:
+                self._held_rounds[v] = wait
+            else:
+                del self._held_rounds[v]
+
+    def queued(self, v: int) -> Iterator[Timestamp]:
+        """The times of the batches here that wait for ``v``: in its inbox, or held back
+        before its loop's next rounds."""
+        for _, time, _ in self.inbox[v]:
+            yield time
+        for _, time, _ in self._held_rounds.get(v, ()):
+            yield time
+
+    def _drain_inbox(self) -> None:
+        inbox, ready = self.inbox, self._ready
+        frontier = self.tracker.frontier
+        while ready:
+            v = ready.popleft()
+            queue = inbox[v]
+            if not queue:
+                continue
+            port, time, records = queue.popleft()
+            loc = target(v, port)
+            if time[0] > self.max_epoch:
+                self.max_epoch = time[0]
+            if not any(less_equal(f, time) for f in frontier(loc)):
+                name = self.plan.vertices[v].name
+                raise ProtocolError(
+                    f"worker {self.index}: a batch at {time} reached {name!r} input {port}, "
+                    f"whose frontier {frontier(loc)} has passed it"
+                )
+            self._updates.update((loc, time), -1)
+            if port == self.plan.vertices[v].control_port:
+                self.migration.configure(v, records, time)
+                continue
+            if v in self.plan.invariant:
+                self._recv_in_loop(v, port, time, records)
+                continue
+            self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
+
+    def _recv_in_loop(self, v: int, port: int, time: Timestamp, records: list[Any]) -> None:
+        """Deliver a batch to a vertex with loop-invariant inputs (``Stream.enter``): the
+        invariant records of an outer time are kept (once, here) and delivered again at
+        every iteration time of it that had records on any worker (the marks, broadcast
+        from the other inputs, say which), and those that arrive later go to the times
+        already seen. Delivering at a later time than a batch's own is allowed: a vertex
+        may send at any time at or after the one it holds."""
+        kept = self._invariant.setdefault(v, {})
+        outer = time[:-1]
+        if outer not in kept:
+            self._forget_invariant(v, outer)
+            kept[outer] = ([], set())
+        batches, seen = kept[outer]
+        on_recv = self.vertices[v].on_recv
+        if port in self.plan.invariant[v]:
+            batches.append((port, records))
+            for t in sorted(seen | {time}):  # at or after the batch's time: allowed
+                self._activate(v, port, t, on_recv, port, records, t)
+            seen.add(time)
+            return
+        if time not in seen:  # an iteration not seen yet: the invariant records first
+            self._forget_rounds(v, seen)
+            seen.add(time)
+            for p, kept_records in batches:
+                self._activate(v, port, time, on_recv, p, kept_records, time)
+        if port not in self.plan.vertices[v].marks_ports:  # a mark: records somewhere
+            self._activate(v, port, time, on_recv, port, records, time)
+
+    def _forget_rounds(self, v: int, seen: set[Timestamp]) -> None:
+        """Drop from ``seen`` the iteration times ``v`` is done with: nothing more can
+        arrive at them, not even a late invariant batch (it would come at an earlier
+        time, which the frontier would not have passed). Else a loop that runs long
+        keeps one time per round of its epoch."""
+        for t in [t for t in seen if self._ready_now(v, t)]:
+            seen.discard(t)
+
+    def _forget_invariant(self, v: int, current: Timestamp) -> None:
+        """Drop the invariant records of the outer times the loop is done with at ``v``
+        (no input of it can still receive a time of them)."""
+        ports = range(len(self.plan.vertices[v].input_depths))
+        kept = self._invariant[v]
+        for outer in list(kept):
+            if outer != current and not any(
+                less_equal(f[:-1], outer) for p in ports for f in self.frontier(v, p)
+            ):
+                del kept[outer]
+
+    def _ready_now(self, v: int, t: Timestamp) -> bool:
+        """No input of ``v`` can still see a time ``<= t``, and none is waiting in its inbox."""
+        frontier = self.tracker.frontier
+        spec = self.plan.vertices[v]
+        for i in range(spec.inputs):
+            if any(less_equal(f, t) for f in frontier(target(v, i))):
+                return False
+        if any(less_equal(p, t) for _, p, _ in self.inbox[v]):
+            return False
+        held = self._held_rounds.get(v)  # (a feedback vertex's: none is ever notified)
+        return not held or not any(less_equal(p, t) for _, p, _ in held)
+
+    def _notify(self) -> None:
+        snapshots = self.snapshots
+        for v in sorted(self._notify_pending):
+            ctx = self.contexts[v]
+            for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
+                if self.migration.waiting(v, t[0]):
+                    break  # bins moving here at or before this epoch are not installed yet
+                if snapshots is not None:
+                    # State after the next checkpoint epoch may not change before the
+                    # vertex's snapshot for it is taken.
+                    if snapshots.hold_back(v, t[0]):
+                        break
+                    self.max_epoch = max(self.max_epoch, t[0])
+                ctx.requests.discard(t)
+                self._activate(v, -1, t, self.vertices[v].on_notify, t)
+                ctx.hold(t, -1)
+            if not ctx.requests:
+                self._notify_pending.discard(v)
+
+    def _activate(self, v: int, port: int, time: Timestamp | None, fn: Any, *args: Any) -> None:
+        log = self.log
+        if log is not None:
+            t0, out0 = clock(), self.records_out
+        timed = v in self.migration.migratable
+        if timed:
+            u0 = clock()
+        ctx = self.contexts[v]
+        ctx.now = None if time is None else (port, time)
+        try:
+            fn(*args)
+        except TimelyError:
+            raise
+        except Exception as e:
+            if port >= 0 and len(args) > 1:  # on_recv(input, records, time): find the record
+                record = failing_record(e.__traceback__, args[1])
+            else:
+                record = args[0] if args else None
+            ctx.user_error(e, time, record, None)
+        finally:
+            ctx.now = None
+            if timed:
+                self.migration.useful_ns += clock() - u0
+            if self.store is not None:  # no value is held between activations
+                try:
+                    self.store.maybe_flush()
+                except PlainDataError as e:
+                    self.contexts[e.vertex if e.vertex >= 0 else v].user_error(e, None, e.key, None)
+            if log is not None:
+                if port >= 0:
+                    kind, records_in = RECV, len(args[1])
+                else:
+                    kind, records_in = _KINDS.get(fn.__name__, START), 0
+                    if kind == COMMAND and isinstance(args[0], Send):
+                        records_in = len(args[0].records)
+                log.add(("a", t0, clock(), v, kind, records_in, self.records_out - out0))
+
+    # -- what vertex contexts call ------------------------------------------------------------
+    def notification_requested(self, v: int, time: Timestamp) -> None:
+        """``v`` asked to be notified at ``time`` (its context holds the request)."""
+        self._notify_pending.add(v)
+        if self._ready_now(v, time):
+            self._notify_check = True  # asked for a time already passed
+
+    def capability_changed(self, v: int, outputs: int, time: Timestamp, delta: int) -> None:
+        """``v`` holds ``delta`` more capabilities at ``time``: count them at its outputs."""
+        if delta > 0 and time[0] > self.max_epoch:
+            self.max_epoch = time[0]
+        for o in range(outputs):
+            self._updates.update((source(v, o), time), delta)
+
+    def recheck_notifications(self) -> None:
+        """Notifications held back may go now (a snapshot was taken)."""
+        self._notify_check = True
+
+    def send_from(self, v: int, output: int, records: list[Any], time: Timestamp) -> None:
+        """Route ``records`` from output ``output`` of ``v`` at ``time`` to their inboxes."""
+        self.records_out += len(records)
+        migration = self.migration
+        for edge in self.plan.out_edges[v][output]:
+            if migration.active and migration.must_hold(edge, time):
+                # Counted at the output, as a capability would be: a receiver's -1 for
+                # part of it, once released, may reach a third worker before the
+                # release itself, and must not cancel the count that holds the frontier.
+                migration.hold(edge, records, time)
+                self._updates.update((source(v, output), time), 1)
+                continue
+            self.route(v, edge, records, time)
+
+    def release_held(self, edge: EdgeSpec, records: list[Any], time: Timestamp) -> None:
+        """Send a batch the migration held (:meth:`send_from` counted it at its output),
+        now that every configuration up to its epoch is known."""
+        self._updates.update((source(edge.src, edge.src_port), time), -1)
+        self.route(edge.src, edge, records, time)
+
+    def route(self, v: int, edge: EdgeSpec, records: list[Any], time: Timestamp) -> None:
+        """Send ``records`` from ``v`` at ``time`` along ``edge``, now."""
+        channel = edge.channel
+        if self.peers == 1:
+            routed = {self.index: records}
+        else:
+            try:
+                if isinstance(channel, Exchange):
+                    migration = self.migration
+                    table = migration.table_for(edge.dst, time[0])
+                    load = migration.load if edge.dst in migration.migratable else None
+                    routed = channel.route_by(records, table, self.index, load)
+                else:
+                    routed = channel.route(records, self.peers, self.index)
+            except Exception as e:
+                ctx = self.contexts[v]
+                bad = _first_unroutable(channel, records)
+                ctx.user_error(e, time, bad, getattr(channel, "key", None))
+        for dest, part in routed.items():
+            if not part:
+                continue
+            if dest == self.index:
+                # Local: straight into the inbox, delivered later in this same step; but
+                # a loop's next round may have to wait for its earlier ones (_next_rounds).
+                if edge.dst in self._feedback and self._too_far(edge.dst, time):
+                    held = self._held_rounds.setdefault(edge.dst, [])
+                    held.append((edge.dst_port, time, part))  # round a loop, later
+                else:
+                    self.inbox[edge.dst].append((edge.dst_port, time, part))
+                    self._ready.append(edge.dst)
+                self._updates.update((target(edge.dst, edge.dst_port), time), 1)
+            else:
+                key = (dest, edge.dst, edge.dst_port, time)
+                buf = self._out.get(key)
+                if buf is None:
+                    self._out[key] = buf = []
+                    self._updates.update((target(edge.dst, edge.dst_port), time), 1)
+                buf.extend(part)
+
+    def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
+        shipped = self.migration.take_shipped()
+        if (
+            not self._out
+            and not shipped
+            and self._updates.is_empty()
+            and not self.progress.pending()
+        ):
+            self._propagate()
+            if self.snapshots is not None:
+                self.snapshots.scan()
+            return []  # a step that changed nothing has nothing to say
+        messages: dict[int, WorkerMessage] = {}
+        for (dest, v, port, time), records in self._out.items():
+            msg = messages.get(dest)
+            if msg is None:
+                messages[dest] = msg = WorkerMessage(self.index, 0)
+            msg.data.append((v, port, time, records))
+        self._out = {}
+        for dest, bins in shipped.items():
+            msg = messages.get(dest)
+            if msg is None:
+                messages[dest] = msg = WorkerMessage(self.index, 0)
+            msg.state.extend(bins)
+        self.progress.record(self._updates.drain())
+        # Progress rides along with data that goes out anyway: holding it back would only
+        # cost another message. Otherwise accumulation decides. A running source does not
+        # count as more work in this round: it always has some, and its epochs would
+        # otherwise complete for no one until it ends.
+        batch = self.progress.flush(force=bool(messages), idle=not self._local_work(False))
+        if batch is not None:
+            self.tracker.update_all(self.progress.receive(batch))
+            self._frontier_moved = True
+            for peer in range(self.peers):
+                if peer != self.index:
+                    msg = messages.get(peer)
+                    if msg is None:
+                        messages[peer] = msg = WorkerMessage(self.index, 0)
+                    msg.progress = batch
+        out = []
+        for peer, msg in sorted(messages.items()):
+            msg.seq = self._seq[peer]
+            self._seq[peer] += 1
+            out.append((peer, msg))
+        self._propagate()
+        if self.snapshots is not None:
+            self.snapshots.scan()
+        return out
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def checkpoint_floor(self) -> int:
+        """See :meth:`timely.worker.snapshots.Snapshots.floor` (-1 when not checkpointing)."""
+        return -1 if self.snapshots is None else self.snapshots.floor()
+
+    def request_checkpoint(
+        self, epoch: int, every: int | None = None, fraction: float | None = None
+    ) -> bool:
+        """The driver asks for a checkpoint after ``epoch`` and, with ``every``, every
+        ``every`` epochs after it; see :meth:`timely.worker.snapshots.Snapshots.request`.
+        ``fraction``: the coordination fraction the driver measured that made it choose
+        ``every`` (``checkpoint_every="auto"``), for the event log."""
+        if self.snapshots is None:
+            return False
+        agreed = self.snapshots.request(epoch, every)
+        log = self.log
+        if agreed and every is not None and log is not None:
+            now = clock()
+            log.add(("k", now, now, epoch, every, fraction))
+        return agreed
+
+    def checkpoint_work(self, epoch: int) -> int:
+        """Nanoseconds spent snapshotting for the checkpoint at ``epoch`` (see
+        :meth:`timely.worker.snapshots.Snapshots.take_work`)."""
+        return 0 if self.snapshots is None else self.snapshots.take_work(epoch)
+
+    def take_parts(self) -> list[Part]:
+        """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order;
+        each vertex's snapshot in a part is already encoded."""
+        return [] if self.snapshots is None else self.snapshots.take_parts()
+
+    def _restore(self, epoch: int, share: Share) -> None:
+        """Restore every vertex from this worker's share of the checkpoint at ``epoch``,
+        read one old part at a time: a keyed vertex's first piece restores it and later
+        ones (a rescale) add their keys; a vertex with its own ``restore_at`` or
+        ``restore`` gets its pieces merged, once; sources get every part's offsets."""
+        started: dict[int, int] = {}
+        merged: dict[int, list[Any]] = {}
+        offsets: dict[int, dict[Any, Any]] = {}
+        for piece in share.pieces():
+            for v, snap in piece.items():
+                vertex = self.vertices[v]
+                if isinstance(snap, dict) and snap.get("kind") == "offsets":
+                    offsets.setdefault(v, {}).update(snap["partitions"])
+                elif not _piecewise(vertex):
+                    merged.setdefault(v, []).append(snap)
+                elif v not in started:
+                    started[v] = 1
+                    self._restore_vertices(epoch, {v: snap})
+                else:
+                    started[v] += 1
+                    assert isinstance(vertex, StatefulVertex)
+                    self._restore_vertices(epoch, {v: snap}, vertex.add_piece)
+        self._restore_vertices(epoch, {v: merge_pieces(snaps) for v, snaps in merged.items()})
+        self._restore_vertices(
+            epoch, {v: {"kind": "offsets", "partitions": p} for v, p in offsets.items()}
+        )
+        for v, n in started.items():  # keys came from several parts: ask again for them all
+            vertex = self.vertices[v]
+            if n > 1 and isinstance(vertex, StatefulVertex):
+                self._restore_vertices(epoch, {v: None}, lambda _, e, x=vertex: x.restored(e))
+
+    def _restore_vertices(
+        self, epoch: int, snapshots: dict[int, Any], how: Callable[..., None] | None = None
+    ) -> None:
+        for v, snap in snapshots.items():
+            spec = self.plan.vertices[v]
+            depth = (spec.output_depths or spec.input_depths or (0,))[0]
+            ctx = self.contexts[v]
+            ctx.now = (-1, (epoch + 1,) + (0,) * depth)
+            fn = how or self.vertices[v].restore_at
+            try:
+                fn(snap, epoch)
+            except Exception as e:
+                ctx.user_error(e, (epoch,), None, fn)
+            finally:
+                ctx.now = None
+
+    # -- state --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Let the worker go: the disk backend's tables and files are deleted."""
+        if self.store is not None:
+            self.store.close()
+
+    def idle(self) -> bool:
+        """Nothing left anywhere, as far as this worker knows: every frontier is empty."""
+        self._propagate()
+        return (
+            self.tracker.is_idle()
+            and not self.progress.pending()
+            and not self._ready
+            and not self._held_rounds
+        )
+
+    def frontier(self, vertex: int, port: int = 0) -> tuple[Timestamp, ...]:
+        """This worker's view of the frontier at input ``port`` of ``vertex``."""
+        self._propagate()
+        return self.tracker.frontier(target(vertex, port))
+
+    def loop_rounds(self) -> list[tuple[int, Timestamp]]:
+        """Per feedback vertex that has sent anything, the time of the furthest round it
+        sent to, ``(vertex, time)``: what the driver's ``loop_warning`` watches
+        (:mod:`timely.session.loopwatch`). Safe to call from another thread (a heartbeat's)."""
+        out = []
+        for v in self._feedback:
+            furthest = getattr(self.vertices[v], "furthest", None)
+            if furthest is not None:
+                out.append((v, furthest))
+        return out
+
+    def take_emitted(self) -> list[tuple[str, int, list[Any]]]:
+        """Outputs for the driver produced since the last call: ``(key, epoch, records)``."""
+        out, self.emitted = self.emitted, []
+        return out
+
+
+def _first_unroutable(channel: Any, records: list[Any]) -> Any:
+    if not isinstance(channel, Exchange):
+        return records[0] if records else None
+    key = channel.key
+    for r in records:
+        try:
+            stable_hash(r if key is None else key(r))
+        except Exception:
+            return r
+    return None
+
+
+def _piecewise(vertex: Vertex) -> bool:
+    """Whether ``vertex`` restores piece by piece (the keyed state's own ``restore_at``
+    and ``restore``, which :meth:`StatefulVertex.add_piece` continues)."""
+    return (
+        isinstance(vertex, StatefulVertex)
+        and type(vertex).restore_at is StatefulVertex.restore_at
+        and type(vertex).restore is StatefulVertex.restore
+    )

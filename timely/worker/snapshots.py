@@ -1,0 +1,321 @@
+"""Checkpoint scheduling on one worker: when each vertex is snapshotted, and which parts
+are complete.
+
+Every vertex takes part in every checkpoint, stateful or not: the part for epoch ``e`` is
+complete once each vertex has passed ``e`` (so that outputs buffered for ``e`` have left
+too); stateless ones just have nothing to write. A vertex is snapshotted for every
+checkpoint epoch it has passed since its last snapshot, and the worker's ``_notify``
+asks :meth:`Snapshots.hold_back` before each notification, so that no notification at a
+later epoch changes a vertex's state before its snapshot for the checkpoint in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from progress import target
+from timely.comm import serialization
+from timely.eventlog import clock
+from timely.state.keyed import StatefulVertex
+from timely.worker.ports import SnapshotHost
+
+Part = tuple[int, dict[str, Any]]
+"""``(epoch, part)``: one worker's share of the checkpoint at ``epoch``."""
+
+PART_FORMAT = 2
+"""A checkpoint part: ``{"format", "epoch", "worker", "workers", "base", "vertices": {v:
+bytes}}``, each vertex's snapshot encoded on its own (see :meth:`Snapshots.take`);
+``base``: the epoch of this worker's earlier part whose snapshots the deltas in this one
+are on (None: every snapshot whole)."""
+
+_encode = serialization.encode
+
+
+class Snapshots:
+    """One worker's checkpoint schedule: ``every`` epochs, or the epochs the driver asks
+    for (``every=None``); ``start`` is the first epoch of the run (after a restore, the
+    one after the checkpoint).
+
+    The schedule is a list of segments ``(first, every)``: the epochs ``first + i *
+    every`` (``i >= 0``; ``first`` alone when ``every`` is None) up to the next segment's
+    ``first``. ``checkpoint_every=k`` is one segment ``(k - 1, k)``. The driver changes it
+    from an epoch on (:meth:`request`): one epoch (``checkpoint_interval``) or a new
+    cadence (``checkpoint_every="auto"``)."""
+
+    def __init__(
+        self, worker: SnapshotHost, every: int | None, start: int, incremental: int = 0
+    ) -> None:
+        self.w = worker
+        self.segments: list[tuple[int, int | None]] = [] if every is None else [(every - 1, every)]
+        """The schedule, in order of ``first`` (empty: no checkpoint until asked)."""
+        self.work: dict[int, int] = {}
+        """Per checkpoint epoch, nanoseconds spent snapshotting and encoding for it."""
+        self.max_notified = -1
+        """The latest epoch any vertex here has been notified at."""
+        self.vertices = list(range(len(worker.plan.vertices)))
+        self.snapped = {v: start - 1 for v in self.vertices}
+        """Per vertex, the last epoch it was snapshotted after."""
+        self.parts: dict[int, dict[int, Any]] = {}
+        self.done: list[Part] = []
+        self.incremental = incremental
+        """Incremental checkpoints: a whole part after every ``incremental`` deltas (0: every
+        part whole)."""
+        self.base: int | None = None
+        """The epoch of the latest part begun, which the next part's deltas are on (None:
+        the next part is whole). Every vertex is snapshotted for every part, in epoch
+        order, so the part before is every vertex's previous snapshot."""
+        self.deltas = 0
+        """Parts begun since the last whole one."""
+        self.bases: dict[int, int | None] = {}
+        """Per part in progress, the base its deltas are on (None: whole), fixed at its
+        first snapshot."""
+        self.keyed = (
+            [x for x in worker.vertices if isinstance(x, StatefulVertex)] if incremental else []
+        )
+        """With incremental checkpoints, the vertices whose tables can be written as deltas."""
+        for vertex in self.keyed:
+            vertex.keep_changes()
+
+    def hold_back(self, v: int, epoch: int) -> bool:
+        """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
+        a checkpoint before ``epoch`` is not taken yet (and cannot be, yet)."""
+        boundary = self.next_boundary(v)
+        if boundary is not None and epoch > boundary:
+            self.snapshot(v)
+            boundary = self.next_boundary(v)
+            if boundary is not None and epoch > boundary:
+                return True
+        if epoch > self.max_notified:
+            self.max_notified = epoch
+        return False
+
+    def _open_epochs(self, v: int) -> Iterator[int]:
+        """The epochs ``v`` may still receive, be notified or send at: its inputs'
+        frontiers (most often the earliest), its notification requests, its capabilities
+        and its inbox."""
+        frontier = self.w.tracker.frontier
+        for i in range(self.w.plan.vertices[v].inputs):
+            for t in frontier(target(v, i)):
+                yield t[0]
+        ctx = self.w.contexts[v]
+        for t in ctx.requests:
+            yield t[0]
+        for t in ctx.caps:
+            yield t[0]
+        for t in self.w.queued(v):
+            yield t[0]
+
+    def open_epoch(self, v: int) -> int | None:
+        """The lowest epoch ``v`` may still receive, be notified or send at (None: it is
+        finished for good)."""
+        return min(self._open_epochs(v), default=None)
+
+    def open_at(self, v: int, epoch: int) -> bool:
+        """Whether ``v`` may still act at ``epoch`` or earlier: ``open_epoch(v) <= epoch``,
+        stopping at the first witness (it is asked of every vertex at every step)."""
+        for e in self._open_epochs(v):
+            if e <= epoch:
+                return True
+        return False
+
+    def due(self, after: int, upto: int | None) -> range | list[int]:
+        """The checkpoint epochs in ``(after, upto]`` (``upto=None``: the first one only).
+
+        With ``checkpoint_every=k`` they are the epochs ``e`` with ``(e + 1) % k == 0``;
+        on request, the epoch the driver asked for (and, with a cadence, every ``every``
+        epochs after it)."""
+        segments = self.segments
+        if len(segments) == 1:  # the common case, asked of every vertex at every step
+            return _grid(*segments[0], after, upto)
+        out: list[int] = []
+        for i, (first, every) in enumerate(segments):
+            last = segments[i + 1][0] - 1 if i + 1 < len(segments) else None
+            if last is not None and last <= after:
+                continue
+            bound = last if upto is None else upto if last is None else min(upto, last)
+            epochs = _grid(first, every, after, bound)
+            if upto is None and epochs:
+                return [epochs[0]]
+            out.extend(epochs)
+        return out
+
+    def next_boundary(self, v: int) -> int | None:
+        """The next checkpoint epoch ``v`` must be snapshotted after before a notification
+        at a later epoch may change its state (None: none is due)."""
+        due = self.due(self.snapped[v], None)
+        return due[0] if due else None
+
+    def snapshot(self, v: int) -> None:
+        """Snapshot ``v`` for every checkpoint epoch it has completely passed since its
+        last snapshot: each of them, not only the latest, so that a vertex whose
+        frontier jumps over several (a stateless step, a burst of epochs in one step)
+        still has its share in every one of those checkpoints.
+
+        One state serves them all: :meth:`hold_back` keeps ``v`` from being notified
+        after the first of them before this snapshot, and what it received
+        after it sits in per-time tables that ``snapshot_at(e)`` leaves out."""
+        boundary = self.next_boundary(v)
+        if boundary is None or self.open_at(v, boundary):
+            return  # the common case, checked at every step: nothing is due yet
+        low = self.open_epoch(v)
+        # A finished vertex's state is final: it serves every checkpoint epoch after its
+        # last snapshot, up to the latest epoch this worker has seen.
+        upto = self.w.max_epoch if low is None else low - 1
+        for epoch in self.due(self.snapped[v], upto):
+            self.take(v, epoch)
+
+    def floor(self) -> int:
+        """The latest epoch a checkpoint here can no longer be taken after: some vertex has
+        been notified at it, or snapshotted after it. Any later epoch can, even one the
+        sources have read past (they resume from their read history), so the driver asks
+        for the one just after the highest floor: the checkpoint then completes as soon
+        as the slowest worker's frontier passes it."""
+        return max(self.max_notified, max(self.snapped.values(), default=-1))
+
+    def request(self, epoch: int, every: int | None = None) -> bool:
+        """The driver asks for a checkpoint after ``epoch``; refused when ``epoch`` is not
+        after :meth:`floor` (the driver then asks for a later one).
+
+        Without ``every`` (``checkpoint_interval``) that epoch is the whole schedule: an
+        earlier one asked for was either committed or given up. With ``every``
+        (``checkpoint_every="auto"``) the schedule from ``epoch`` on becomes every
+        ``every`` epochs, and the one before ``epoch`` stays: its epochs this worker has
+        not passed yet are still checkpointed, as the other workers' are.
+
+        Any epoch after the floor will do, because no vertex here has yet been notified
+        at it or snapshotted after it; workers that agree to the same request have the
+        same checkpoint epochs from ``epoch`` on, and only epochs for which every worker
+        wrote a part are committed."""
+        if epoch <= self.floor():
+            return False
+        if every is None:
+            self.segments = [(epoch, None)]
+            if self.bases:
+                # A part under way is given up (its epoch is no longer asked for): the
+                # next part is whole, not a delta on a part that will never be written.
+                self.base = None
+        else:
+            kept = [s for s in self.segments if s[0] < epoch]
+            kept.append((epoch, every))
+            # Segments that end before every vertex's last snapshot matter no more.
+            low = min(self.snapped.values(), default=epoch)
+            while len(kept) > 1 and kept[1][0] <= low + 1:
+                del kept[0]
+            self.segments = kept
+        self.w.recheck_notifications()
+        return True
+
+    def take(self, v: int, epoch: int) -> None:
+        """Snapshot ``v`` for the checkpoint at ``epoch``, encoded at once.
+
+        Encoding here is what makes the snapshot a copy: the vertex may change its state
+        in place (a ``[value, count]`` entry, a user's dict) as soon as it is notified of
+        the next epoch, possibly later in this same step."""
+        ctx = self.w.contexts[v]
+        ctx.now = None
+        t0 = clock()
+        if epoch not in self.bases:
+            whole = self.base is None or self.deltas >= self.incremental
+            self.bases[epoch] = None if whole else self.base
+            self.base = epoch
+            self.deltas = 0 if whole else self.deltas + 1
+        base = self.bases[epoch]
+        vertex = self.w.vertices[v]
+        snap: dict[str, Any] | None
+        try:
+            if (
+                isinstance(vertex, StatefulVertex)
+                and self.incremental
+                and type(vertex).snapshot_at is StatefulVertex.snapshot_at
+            ):
+                snap = vertex.snapshot_at(epoch, base)
+                vertex.snapshot_taken(epoch)
+            else:
+                snap = vertex.snapshot_at(epoch)
+            data = None if snap is None else _encode(snap)
+        except Exception as e:
+            ctx.user_error(e, (epoch,), None, type(vertex).snapshot_at)
+        t1 = clock()
+        self.work[epoch] = self.work.get(epoch, 0) + t1 - t0
+        log = self.w.log
+        if log is not None:
+            log.add(("c", t0, t1, epoch, "snapshot", v))
+        part = self.parts.setdefault(epoch, {})
+        part[v] = data  # None for a stateless vertex: left out of the written part
+        self.snapped[v] = epoch
+        self.w.recheck_notifications()  # notifications held back for this snapshot may go now
+
+    def scan(self) -> None:
+        """Snapshot what is due; hand over every part that is complete, oldest first."""
+        for v in self.vertices:
+            self.snapshot(v)
+        for epoch in sorted(self.parts):
+            part = self.parts[epoch]
+            missing = [v for v in self.vertices if v not in part]
+            # A finished vertex's state is final and, by hold_back, reflects
+            # no epoch after the one following its last snapshot: valid for this part.
+            if not all(self.open_epoch(v) is None and self.snapped[v] < epoch for v in missing):
+                continue
+            for v in missing:
+                self.take(v, epoch)
+            del self.parts[epoch]
+            base = self.bases.pop(epoch, None)
+            self.done.append(
+                (
+                    epoch,
+                    {
+                        "format": PART_FORMAT,
+                        "epoch": epoch,
+                        "worker": self.w.index,
+                        "workers": self.w.peers,
+                        "base": base,
+                        "vertices": {v: data for v, data in part.items() if data is not None},
+                    },
+                )
+            )
+            for older in [e for e in self.parts if e < epoch]:
+                del self.parts[older]  # superseded (a target the driver gave up on)
+                self.bases.pop(older, None)
+                # Parts on it were written as deltas on a part that never will be: never
+                # committed (the driver finds no such part); the next part is whole.
+                self.base = None
+            if self.incremental:
+                self._handed_over()
+
+    def _handed_over(self) -> None:
+        """A part is complete: drop what only deltas on bases no part will use needed."""
+        keep = min([e for e in (self.base, *self.bases.values()) if e is not None], default=None)
+        if keep is None:
+            return
+        for vertex in self.keyed:
+            vertex.forget_bases(keep)
+
+    def take_work(self, epoch: int) -> int:
+        """Nanoseconds spent snapshotting and encoding for the checkpoint at ``epoch``, and
+        for earlier ones whose parts were never completed (superseded): the checkpoint
+        work a host reports with the part (for ``checkpoint_every="auto"``)."""
+        done = [e for e in self.work if e <= epoch]
+        return sum(self.work.pop(e) for e in done)
+
+    def take_parts(self) -> list[Part]:
+        """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order.
+
+        Each vertex's snapshot in a part is already encoded (bytes), so the part owes
+        nothing to the live state and may be written at leisure."""
+        out, self.done = self.done, []
+        return out
+
+
+def _grid(first: int, every: int | None, after: int, upto: int | None) -> range | list[int]:
+    """The epochs ``first + i * every`` (``i >= 0``; ``first`` alone when ``every`` is
+    None) in ``(after, upto]`` (``upto=None``: the first one only)."""
+    if after < first:
+        start = first
+    elif every is None:
+        return []
+    else:
+        start = first + ((after - first) // every + 1) * every
+    if every is None:
+        return [start] if upto is None or start <= upto else []
+    return range(start, (start if upto is None else upto) + 1, every)
