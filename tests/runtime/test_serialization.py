@@ -289,3 +289,29 @@ def test_plain_data_refuses_what_only_pickle_carries() -> None:
     with pytest.raises(PlainDataError, match="not written by this run"):
         decode_plain([pickled])
     assert decode(pickled) == Point(1, "a")  # the wire codec itself still carries it
+
+
+def test_arrow_batches_and_tables_travel_as_ipc_not_pickle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table stream's records cross the wire as Arrow IPC: equal after the trip
+    (nulls, lists, dictionaries, an empty batch), and never pickled."""
+    import pyarrow as pa
+
+    import timely.comm.serialization as wire
+
+    def no_pickle(obj: Any) -> bytes:
+        raise AssertionError(f"pickled {type(obj).__name__}")
+
+    monkeypatch.setattr(wire, "_pickle_dumps", no_pickle)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "n": [1, None, 3],
+            "s": ["a", None, "ccc"],
+            "l": [[1, 2], [], None],
+            "d": pa.array(["x", "y", "x"]).dictionary_encode(),
+        }
+    )
+    table = pa.Table.from_batches([batch, batch])
+    empty = pa.RecordBatch.from_pylist([], schema=batch.schema)
+    for value in (batch, table, empty):
+        got = wire.decode(wire.encode([value]))
+        assert type(got[0]) is type(value) and got[0].equals(value)

@@ -3,8 +3,10 @@
 msgpack, with ext types for what msgpack alone would lose or could not carry:
 tuples come back as tuples and lists as lists (records are arbitrary Python values,
 timestamps are tuples), numpy arrays and scalars travel as dtype + shape + raw bytes,
-sets and frozensets keep their type, integers beyond 64 bits survive, and anything
-else falls back to (cloud)pickle, so a record of any picklable type round-trips.
+sets and frozensets keep their type, integers beyond 64 bits survive, Arrow record
+batches and tables travel as Arrow IPC streams (their buffers as they are: a table
+stream's batches cost no per-row encoding, and no pickle), and anything else falls
+back to (cloud)pickle, so a record of any picklable type round-trips.
 
 Two shortcuts keep batches cheap. A list whose items hold only scalars and tuples
 of scalars (the common batch: words, ``(key, value)`` pairs) is packed in one go as
@@ -41,6 +43,8 @@ EXT_NPSCALAR = 5
 EXT_BIGINT = 6
 EXT_FLAT = 7
 EXT_PICKLE = 8
+EXT_ARROW_BATCH = 9
+EXT_ARROW_TABLE = 10
 
 _SCALARS = frozenset({str, int, float, bytes, bool, type(None)})
 _FLAT_MIN = 4
@@ -152,6 +156,10 @@ def _default(obj: Any) -> Any:
         return msgpack.ExtType(EXT_NDARRAY, _array_bytes(obj))
     if isinstance(obj, np.generic) and not obj.dtype.hasobject and obj.dtype.fields is None:
         return msgpack.ExtType(EXT_NPSCALAR, _array_bytes(np.asarray(obj)))
+    if t.__module__ == "pyarrow.lib" and t.__name__ in ("RecordBatch", "Table"):
+        # Arrow IPC: the columns' buffers as they are, no per-row encoding (and no pickle)
+        code = EXT_ARROW_BATCH if t.__name__ == "RecordBatch" else EXT_ARROW_TABLE
+        return msgpack.ExtType(code, _arrow_bytes(obj))
     if _packers.plain:
         raise PlainDataError(
             f"a value of type {t.__module__}.{t.__qualname__} is not plain data: kept on disk, "
@@ -166,6 +174,33 @@ def _array_bytes(arr: np.ndarray[Any, Any]) -> bytes:
     header = msgpack.packb([arr.dtype.str, list(arr.shape)])
     raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
     return b"".join((_HEADER.pack(len(header)), header, raw.data))
+
+
+def _arrow_bytes(obj: Any) -> bytes:
+    """A record batch or table as one Arrow IPC stream (schema, then its batches)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, obj.schema) as writer:
+        writer.write(obj)
+    return bytes(sink.getvalue())
+
+
+def _arrow_from(data: bytes, code: int) -> Any:
+    """The batch or table of an IPC stream, its buffers views over ``data`` (no copy)."""
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    if code == EXT_ARROW_TABLE:
+        return table
+    batches = table.to_batches()
+    if len(batches) == 1:
+        return batches[0]
+    return (
+        table.combine_chunks().to_batches()[0]
+        if table.num_rows
+        else (pa.RecordBatch.from_pylist([], schema=table.schema))
+    )
 
 
 def _array_from(data: bytes) -> np.ndarray[Any, Any]:
@@ -208,6 +243,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return _array_from(data)[()]
     if code == EXT_BIGINT:
         return int.from_bytes(data, "little", signed=True)
+    if code in (EXT_ARROW_BATCH, EXT_ARROW_TABLE):
+        return _arrow_from(data, code)
     if code == EXT_PICKLE:
         if _packers.plain:
             raise PlainDataError("plain data holds a pickled value: not written by this run")
