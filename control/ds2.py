@@ -17,9 +17,12 @@ operator was: if an operator's work scales linearly with its instances, one deci
 lands on the optimum, and repeated decisions never overshoot going up nor undershoot
 going down.
 
-Here every worker runs every operator, so the run's decision is the worker count
-W* = max_i π_i, clamped to ``[min_workers, max_workers]``; the per-operator π_i are
-reported too. How the parts of a timely graph count:
+Here every worker runs every operator on one thread, so the operators' work adds up
+on each worker: the run's decision is the worker count W* = ⌈Σ_i in*_i / (o_i[λp] /
+p_i)⌉, the workers' worth of every operator's work added up, clamped to
+``[min_workers, max_workers]`` (DS2's W* = max_i π_i holds where each operator has its
+own instances; the two agree when one operator does all the work). The per-operator
+π_i are reported too. How the parts of a timely graph count:
 
 - **Sources and inputs** emit what they handle (their records processed are the records
   they emit, see :mod:`control.rates`): their o[λo]* is the target rate given for them
@@ -96,6 +99,9 @@ class Estimate:
     pinned: bool = False
     """Its work is gathered on one worker: more workers do not share it."""
     note: str = ""
+    load: float | None = None
+    """in*_i / (one instance's rate): the workers' worth of its work, a fraction (None:
+    unknown). W* adds these up: every worker runs every operator on one thread."""
 
 
 def _targets(graph: Graph, targets: TargetRates | None) -> dict[int, float]:
@@ -142,16 +148,18 @@ def estimate(
             selectivity = _selectivity(r) if r is not None else None
         rate = _instance_rate(r) if r is not None else None
         note = ""
+        load: float | None = None
         if input_rate is None:
             optimal, note = instances, "an upstream was not measured: keeps its parallelism"
             output_rate = None
         elif input_rate <= 0:
-            optimal, output_rate = 1, 0.0
+            optimal, output_rate, load = 1, 0.0, 0.0
         elif rate is None or rate <= 0 or selectivity is None:
             optimal, note = instances, "not measured: keeps its parallelism"
             output_rate = None
         else:
-            optimal = max(1, _ceil(input_rate / rate))
+            load = input_rate / rate
+            optimal = max(1, _ceil(load))
             output_rate = input_rate * selectivity
         out_rate[v] = output_rate
         estimates[v] = Estimate(
@@ -165,6 +173,7 @@ def estimate(
             optimal,
             graph.pinned(v),
             note,
+            load,
         )
     return {v: estimates[v] for v in sorted(estimates)}
 
@@ -187,7 +196,7 @@ class Decision:
     current: int
     """The worker count measured."""
     proposed: int
-    """W* = max π_i over the operators more workers help, clamped."""
+    """W* = ⌈Σ_i in*_i / instance rate_i⌉ over the operators more workers help, clamped."""
     per_operator: dict[int, int]
     """π_i by vertex index."""
     estimates: dict[int, Estimate] = field(repr=False)
@@ -203,6 +212,13 @@ class Decision:
         for e in self.estimates.values():
             out.setdefault(e.name, e.optimal)
         return out
+
+
+def _combine(loads: list[float]) -> float:
+    """The workers' time the operators need, together: every worker runs every operator
+    on one thread, so their loads add up on it (DS2's max holds where each operator has
+    instances of its own)."""
+    return sum(loads)
 
 
 def _clamp(w: int, low: int, high: int | None) -> int:
@@ -227,20 +243,25 @@ def decide(
     if workers is None:
         workers = max((r.instances for r in rates.values()), default=1)
     scalable = [e for e in estimates.values() if not e.pinned]
-    bottleneck = max(scalable, key=lambda e: (e.optimal, -e.operator), default=None)
-    need = bottleneck.optimal if bottleneck is not None else workers
+    known = [e for e in scalable if e.load is not None]
+    unknown = [e for e in scalable if e.load is None]
+    total = _combine([e.load for e in known if e.load is not None])
+    need = max(1, _ceil(total)) if known else workers
+    held = max(unknown, key=lambda e: (e.optimal, -e.operator), default=None)
+    if held is not None and held.optimal > need:
+        need = held.optimal  # an operator not measured keeps its parallelism
     proposed = _clamp(need, min_workers, max_workers)
-    if bottleneck is None:
+    if not scalable:
         reason = "no operator that more workers help"
+    elif held is not None and need == held.optimal and held.optimal > max(1, _ceil(total)):
+        reason = f"{held.name!r} needs {need} worker{'s' if need != 1 else ''} ({held.note})"
     else:
-        reason = f"{bottleneck.name!r} needs {need} worker{'s' if need != 1 else ''}"
-        if bottleneck.note:
-            reason += f" ({bottleneck.note})"
-        elif bottleneck.instance_rate is not None and bottleneck.input_rate is not None:
-            reason += (
-                f" ({bottleneck.input_rate:.4g} records/s at "
-                f"{bottleneck.instance_rate:.4g} per instance)"
-            )
+        top = sorted(known, key=lambda e: (-(e.load or 0.0), e.operator))[:3]
+        parts = ", ".join(f"{e.name!r} {e.load:.2f}" for e in top if e.load)
+        reason = (
+            f"the operators need {total:.2f} workers' time, so {need} "
+            f"worker{'s' if need != 1 else ''}" + (f" ({parts})" if parts else "")
+        )
     if proposed != need:
         reason += f", clamped to {proposed} by [{min_workers}, {max_workers}]"
     stuck = [e for e in estimates.values() if e.pinned and e.optimal > 1]

@@ -4,10 +4,12 @@ Operator i costs ``cost`` seconds of useful time per record on one instance, and
 ``selectivity`` records per record. With p instances, an instance runs at
 1 / (cost · (1 + α(p − 1))) records per useful second: α = 0 is DS2's linear scaling,
 α > 0 loses a share of each instance to coordination as p grows (capacity still grows
-with p, as long as α < 1). Sources emit their target rate unless some operator cannot
-keep up; then backpressure slows every source by the same factor, the one that makes
-the tightest operator exactly busy. A measurement of one second reports what each
-operator processed and sent, and the useful time that took.
+with p, as long as α < 1). As in timely, every one of the W workers runs every operator
+on one thread: a worker's second is shared by all the operators, so W workers keep up
+when the operators' useful time, added up, is at most W seconds a second. Sources emit
+their target rate unless the workers cannot keep up; then backpressure slows every
+source by the factor that makes the workers exactly busy. A measurement of one second
+reports what each operator processed and sent, and the useful time that took.
 
 Everything is exact (``Fraction``); only the measurements handed to the policy are
 floats, as the event log's would be.
@@ -58,6 +60,16 @@ class Model:
     def sustains(self, v: int, p: int) -> bool:
         return p * self.rate(v, p) >= self.demand()[v]
 
+    def load(self, workers: int) -> Fraction:
+        """Seconds of useful time a second the operators take, added up, on ``workers``."""
+        demand = self.demand()
+        return sum((d / self.rate(v, workers) for v, d in enumerate(demand)), Fraction(0))
+
+    def needed(self) -> int:
+        """The fewest workers that keep up with the targets (every worker runs every
+        operator: their loads add up)."""
+        return next(w for w in range(1, LIMIT + 1) if self.load(w) <= w)
+
     def optimal(self) -> list[int]:
         """Each operator's fewest instances that keep up with the targets (linear: the
         ceiling of DS2's formula)."""
@@ -74,11 +86,8 @@ class Model:
 
     def throttle(self, workers: int) -> Fraction:
         """The factor backpressure slows the sources by at ``workers`` (1: none)."""
-        factor = Fraction(1)
-        for v, d in enumerate(self.demand()):
-            if d > 0:
-                factor = min(factor, workers * self.rate(v, workers) / d)
-        return factor
+        load = self.load(workers)
+        return Fraction(1) if load <= workers else workers / load
 
     def measure(self, workers: int) -> Measurement:
         """One second of running at ``workers``, as the event log would measure it."""
@@ -122,5 +131,5 @@ def models(draw: st.DrawFn, alphas: tuple[Fraction, ...] = (Fraction(0),)) -> Mo
     model = Model(graph, cost, selectivity, targets, alpha)
     demand = model.demand()
     assume(all(d == 0 or model.sustains(v, LIMIT) for v, d in enumerate(demand)))
-    assume(max(model.optimal()) <= LIMIT)
+    assume(model.load(LIMIT) <= LIMIT)
     return model

@@ -53,12 +53,12 @@ def one_decision_reaches_the_optimum(model: Model, workers: int) -> None:
     measured = model.measure(workers)
     pi = optimal_parallelism(model.graph, measured.operators, model.targets)
     assert pi == dict(enumerate(model.optimal())), (workers, model)
-    assert _decide(model, workers) == max(model.optimal())
+    assert _decide(model, workers) == model.needed()
 
 
 def stays_at_the_optimum(model: Model, rounds: int = 5) -> None:
     """At a steady rate and the optimum, every later decision is the same."""
-    best = max(model.optimal())
+    best = model.needed()
     workers = best
     for _ in range(rounds):
         workers = _decide(model, workers)
@@ -68,7 +68,7 @@ def stays_at_the_optimum(model: Model, rounds: int = 5) -> None:
 def converges_monotonically(model: Model, start: int, low: int, high: int) -> None:
     """From ``start``, decisions move towards the optimum, never past it; linear
     operators get there in one decision."""
-    best = _clamp(max(model.optimal()), low, high)
+    best = _clamp(model.needed(), low, high)
     seen = [start]
     for _ in range(6):
         seen.append(_decide(model, seen[-1], low, high))
@@ -87,7 +87,7 @@ def starts(
     model = draw(models(alphas))
     low = draw(st.integers(1, 4))
     high = draw(st.integers(low, LIMIT))
-    best = _clamp(max(model.optimal()), low, high)
+    best = _clamp(model.needed(), low, high)
     below = draw(st.booleans())
     start = draw(st.integers(low, best) if below else st.integers(best, high))
     return model, start, low, high
@@ -124,7 +124,7 @@ def test_the_policy_converges_and_then_holds(
     """The stateful policy (θ = 0) over many intervals at a steady rate: it reaches the
     optimum monotonically and never moves again."""
     model, start, low, high = case
-    best = _clamp(max(model.optimal()), low, high)
+    best = _clamp(model.needed(), low, high)
     policy = Policy(
         model.graph,
         start,
@@ -185,6 +185,11 @@ def _observed_sources() -> AbstractContextManager[None]:
     return _patched("_targets", lambda graph, targets: {})
 
 
+def _max_not_sum() -> AbstractContextManager[None]:
+    """DS2's W* = max π_i: as if each operator had workers of its own (issue 29)."""
+    return _patched("_combine", lambda loads: max(loads, default=0.0))
+
+
 Patch = Callable[[], AbstractContextManager[None]]
 
 
@@ -211,6 +216,8 @@ MUTANTS: list[tuple[str, Patch, Property]] = [
     ("aggregate rate, convergence", _aggregate_rate, _converge),
     ("no selectivity, one decision", _no_selectivity, _one),
     ("observed sources, convergence", _observed_sources, _converge),
+    ("max instead of sum, one decision", _max_not_sum, _one),
+    ("max instead of sum, convergence", _max_not_sum, _converge),
 ]
 
 
@@ -244,6 +251,38 @@ def test_the_same_search_passes_the_real_thing(prop: Property) -> None:
     _search(prop)()
 
 
+@st.composite
+def shared(draw: st.DrawFn) -> Model:
+    """A random DAG whose operators each need at most one worker of their own but
+    together more than one (DS2's max would say 1): loads drawn first, in thousandths of
+    a worker, at a target of 1,000 records per second."""
+    from hypothesis import assume
+
+    n = draw(st.integers(2, 7))
+    edges: list[tuple[int, int]] = []
+    for v in range(1, n):
+        ups = draw(st.lists(st.integers(0, v - 1), min_size=1, max_size=2, unique=True))
+        edges += [(u, v) for u in ups]
+    graph = Graph.of([f"op{v}" for v in range(n)], edges)
+    shares = draw(st.lists(st.integers(1, 1000), min_size=n, max_size=n))
+    probe = Model(graph, tuple([Fraction(1)] * n), tuple([Fraction(1)] * n), {0: 1000})
+    demand = probe.demand()  # records per second each operator gets (selectivity 1)
+    cost = tuple(Fraction(share, 1000) / demand[v] for v, share in enumerate(shares))
+    model = Model(graph, cost, tuple([Fraction(1)] * n), {0: 1000})
+    assume(model.needed() > 1)
+    return model
+
+
+@given(shared(), st.integers(1, 8))
+def test_operators_that_each_need_less_than_a_worker_add_up(model: Model, workers: int) -> None:
+    """Every worker runs every operator on one thread: W* is the ceiling of their loads'
+    sum, more than any one operator's π (which stays in the report)."""
+    measured = model.measure(workers)
+    d = decide(model.graph, measured.operators, model.targets, workers=workers)
+    assert d.workers == model.needed() > max(d.per_operator.values()) == 1
+    assert "workers' time" in d.reason
+
+
 # -- by hand ----------------------------------------------------------------------------
 
 
@@ -271,8 +310,9 @@ def test_a_chain_by_hand() -> None:
     assert d.by_name() == {"src": 1, "split": 3, "count": 3}
     assert d.estimates[2].input_rate == pytest.approx(2000)
     assert d.estimates[2].output_rate == pytest.approx(500)
-    assert (d.workers, d.current, d.rescale) == (3, 2, True)
-    assert "'split' needs 3 workers" in d.reason
+    # 0.02 + 2.5 + 2.22 workers' time: every worker runs all three on one thread
+    assert (d.workers, d.current, d.rescale) == (5, 2, True)
+    assert "need 4.74 workers' time, so 5 workers" in d.reason
 
 
 def test_min_and_max_workers_clamp() -> None:
@@ -350,7 +390,9 @@ def test_a_loop_head_sees_the_records_going_round() -> None:
     assert d.estimates[2].input_rate == pytest.approx(800)
     assert d.per_operator[2] == 2 and d.per_operator[3] == 1
     assert d.per_operator[6] == 4  # the gathered output needs 4 ...
-    assert d.workers == 2  # ... but more workers would not help it
+    # ... but more workers would not help it: the head (2.0 workers' time), the body
+    # (1.0) and the plumbing add up to 3.01 workers' time
+    assert d.workers == 4
     assert "'collect:out' needs 4" in d.reason
 
 
@@ -375,9 +417,10 @@ def test_a_real_graph_from_describe() -> None:
 # -- the policy's knobs, by hand ----------------------------------------------------------
 
 
-def _chain(workers: int, source_rate: float, per_instance: float = 10.0) -> Measurement:
+def _chain(workers: int, source_rate: float, per_instance: float = 10.4) -> Measurement:
     """src -> op, op at ``per_instance`` records per useful second, src emitting
-    ``source_rate``."""
+    ``source_rate`` (its own work, a sliver, adds to op's: the loads are not whole
+    numbers of workers, where a sliver would cost one more)."""
     graph = Graph.of(["src", "op"], [(0, 1)])
     ops = {
         0: _rates(0, source_rate, source_rate, 0.0001, p=workers),
@@ -404,14 +447,14 @@ def test_a_measurement_at_another_worker_count_is_ignored() -> None:
 def test_activation_needs_consecutive_agreeing_intervals_and_takes_the_smallest_step() -> None:
     policy = Policy(_chain(2, 20).graph, 2, {"src": 80}, warm_up=0, activation=3, threshold=0.0)
     # op needs 8 at 10/s, 6 at 13.4/s, 7 at 11.5/s
-    assert not policy.observe(_chain(2, 20, 10.0)).rescale
+    assert not policy.observe(_chain(2, 20, 10.4)).rescale
     assert not policy.observe(_chain(2, 20, 13.4)).rescale
     d = policy.observe(_chain(2, 20, 11.5))
     assert (d.workers, d.proposed) == (6, 7)
     # An interval that proposes nothing new starts the count again.
     policy = Policy(_chain(2, 20).graph, 2, {"src": 80}, warm_up=0, activation=2, threshold=0.0)
     assert not policy.observe(_chain(2, 20)).rescale
-    assert not policy.observe(_chain(2, 20, 40.0)).rescale  # 2 suffice: at the optimum
+    assert not policy.observe(_chain(2, 20, 41.0)).rescale  # 2 suffice: at the optimum
     assert not policy.observe(_chain(2, 20)).rescale
     assert policy.observe(_chain(2, 20)).workers == 8
 
@@ -426,17 +469,17 @@ def test_threshold_holds_a_run_that_keeps_up_and_one_that_falls_behind() -> None
     assert policy.observe(_chain(9, 80, 10.5)).workers == 10
     # Behind, a proposal to shrink is not acted on.
     policy = Policy(graph, 9, {"src": 100}, warm_up=0, threshold=0.1)
-    d = policy.observe(_chain(9, 50, 50.0))
+    d = policy.observe(_chain(9, 50, 51.0))
     assert d.proposed == 2 and not d.rescale and "no scale-down" in d.reason
     # Keeping up with room to spare: shrink.
-    assert policy.observe(_chain(9, 100, 50.0)).workers == 2
+    assert policy.observe(_chain(9, 100, 51.0)).workers == 2
 
 
 def test_without_targets_the_policy_only_sizes_down() -> None:
     policy = Policy(_chain(1, 1).graph, 4, warm_up=0, threshold=0.1)
-    assert policy.observe(_chain(4, 10, 10.0)).workers == 1
+    assert policy.observe(_chain(4, 10, 10.4)).workers == 1
     policy = Policy(_chain(1, 1).graph, 4, warm_up=0, threshold=0.1)
-    assert not policy.observe(_chain(4, 45, 10.0)).rescale
+    assert not policy.observe(_chain(4, 45, 10.4)).rescale
 
 
 def test_the_knobs_are_checked() -> None:
