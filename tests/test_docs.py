@@ -111,15 +111,21 @@ def test_python_block_runs(
     assert not unknown, f"{block.name}: unknown docs-test marks {sorted(unknown)}"
     if "ray" in block.marks:
         request.getfixturevalue("ray_local")
-    if "spark" in block.marks:
-        request.getfixturevalue("spark")
+    spark = request.getfixturevalue("spark") if "spark" in block.marks else None
+    tables_before = {t.name for t in spark.catalog.listTables()} if spark else set()
     monkeypatch.chdir(tmp_path)
     # Padded so that a traceback's line numbers are the page's.
     source = "\n" * (block.line - 1) + block.code
     printed = io.StringIO()
     namespace: dict[str, Any] = {"__name__": "__docs__"}
-    with contextlib.redirect_stdout(printed):
-        exec(compile(source, str(block.page), "exec"), namespace)
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(source, str(block.page), "exec"), namespace)
+    finally:
+        if spark is not None:  # the session is shared: a page's tables must not leak
+            for table in spark.catalog.listTables():
+                if table.name not in tables_before:
+                    spark.sql(f"DROP TABLE IF EXISTS `{table.name}`")
     if output is not None:
         assert printed.getvalue().strip() == output.strip(), (
             f"{block.name} printed something else than the page shows"
