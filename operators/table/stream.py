@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.table.expr import Agg, Col, Expr, ExprError, col, compile_expr, lit
+from operators.table.loops import ArrangedJoin, LeastOnly, LeastPerTime
 from operators.table.vertices import (
     Aggregate,
     Distinct,
@@ -269,12 +270,97 @@ class Table:
                 fields.append(pa.field(out_name, nullable_type))
             out = pa.schema(fields)
         schemas = (left_schema, other.schema)
+        inputs = [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))]
+        depths = (self.stream.scope.depth, other.stream.scope.depth)
+        if depths[0] != depths[1]:
+            # One side comes from outside the loop the other is in: it is arranged once
+            # per epoch instead of sent again (and hashed again) at every round.
+            outer = 0 if depths[0] < depths[1] else 1
+            if how != "inner" and outer == 0:
+                raise GraphBuildError(
+                    f"step {name!r}: a {how!r} join keeps the left side's rows, and the "
+                    "left side here is from outside the loop; put the loop's table on the "
+                    "left"
+                )
+            d = depths[outer] + 1
+            s = self.flow.vertex(
+                inputs,
+                lambda: ArrangedJoin(outer, (lk, rk), how, schemas, out, right_names, d),
+                name=name,
+                loop_invariant=False,
+            )[0]
+            return Table(s, out)
         s = self.flow.vertex(
-            [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))],
-            lambda: Join(lk, rk, how, schemas, out, right_names),
-            name=name,
+            inputs, lambda: Join(lk, rk, how, schemas, out, right_names), name=name
         )[0]
         return Table(s, out)
+
+    # -- loops ---------------------------------------------------------------------------
+    def iterate(
+        self,
+        body: Callable[[Table], Table],
+        until: str = "fixpoint",
+        min_by: tuple[str, str] | None = None,
+        name: str = "iterate",
+    ) -> Table:
+        """Per epoch, the least fixpoint of ``body`` keeping each key's least row.
+
+        ``min_by=(key, value)``: ``body`` gets, each round, the rows that lowered their
+        ``key``'s least ``value`` in the epoch (at round 0: the input's least row per
+        key) and returns rows of the same schema derived from them; those that lower
+        their key's value again go round. The result is each key's least row
+        (label propagation, shortest paths). A table from outside the loop used by a
+        ``join`` in ``body`` is arranged once per epoch (sorted by key), not sent again
+        every round.
+        """
+        if until != "fixpoint" or min_by is None:
+            raise GraphBuildError(
+                f"{name}: a table loop is until='fixpoint' with min_by=(key, value) "
+                f"(got until={until!r}, min_by={min_by!r}); for other loops go through "
+                "rows (to_rows().iterate(...))"
+            )
+        if not (isinstance(min_by, tuple) and len(min_by) == 2):
+            raise GraphBuildError(f"{name}: min_by must be (key column, value column)")
+        key, value = min_by
+        self._check_keys([key, value], name)
+        for column in (key, value):
+            t = self.schema.field(column).type
+            if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+                raise GraphBuildError(
+                    f"{name}: min_by column {column!r} is {t}; it must be a number "
+                    f"(cast it: select(..., {column}=col({column!r}).cast('int64')))"
+                )
+        schema = self.schema
+        flow = self.flow
+        loop = flow.loop(name=name, parent=self.stream.scope)
+        handle, again = loop.feedback()
+        least = flow.vertex(
+            [
+                (self.stream.enter(loop), exchange_columns(key)),
+                (again, exchange_columns(key)),
+            ],
+            lambda: LeastOnly(key, value, schema),
+            name=f"{name}.least",
+        )[0]
+        result = body(Table(least, schema))
+        if not isinstance(result, Table):
+            raise GraphBuildError(f"{name}: the body must return a Table, got {result!r}")
+        if result.stream.scope is not loop:
+            raise GraphBuildError(
+                f"{name}: the body must return a table derived from the one it was given"
+            )
+        if not result.schema.equals(schema):
+            raise GraphBuildError(
+                f"{name}: the body must return the schema it was given ({schema}); it "
+                f"returned {result.schema} (select the same columns, cast to the same types)"
+            )
+        handle.connect(result.stream)
+        out = flow.vertex(
+            [(least.leave(), exchange_columns(key))],
+            lambda: LeastPerTime(key, value, schema),
+            name=f"{name}.least_of_epoch",
+        )[0]
+        return Table(out, schema)
 
     # -- ways out ------------------------------------------------------------------------
     def to_rows(self, tuples: bool = False, name: str = "to_rows") -> Stream:

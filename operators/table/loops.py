@@ -1,0 +1,344 @@
+"""Loops on table streams: the least fixpoint (label propagation, shortest paths) and
+a join whose side from outside the loop is arranged once per epoch.
+
+``table.iterate(body, until="fixpoint", min_by=(key, value))`` keeps, per epoch, each
+key's least value in sorted numpy arrays (the keys, and their values beside them): a
+round's batch is reduced to each key's least row (one sort), looked up with one
+``searchsorted``, and only the rows that improve on their key's best go round again.
+After the loop, each key's least row of the epoch is what leaves.
+
+In a loop, a join with a table from outside it gets that side once, at round 0 of its
+epoch, and keeps it *arranged* (differential dataflow's word): its rows sorted by key,
+once per epoch. Each round's rows probe it with two ``searchsorted`` calls and gather
+their matches with index arithmetic, so a round costs what its own rows match, not a
+hash table of the outer side built again every round. Keys must be numbers for that;
+other keys fall back to Arrow's hash join, per round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators.loops import loop_finished
+from operators.table.vertices import Batch, PerTime, as_batches
+from progress import Timestamp
+from timely import Vertex
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
+    """Each key's row of least ``value`` (numbers), in key order; rows whose key or
+    value is null (or NaN) are dropped: they are no value to propagate. One ``argsort``
+    of the keys and a ``reduceat`` of the values per run of equal keys."""
+    if table.num_rows == 0:
+        return table
+    valid = pc.and_(pc.is_valid(table.column(key)), pc.is_valid(table.column(value)))
+    if pa.types.is_floating(table.schema.field(value).type):
+        valid = pc.and_(valid, pc.invert(pc.is_nan(table.column(value))))
+    if not pc.all(valid).as_py():
+        table = table.filter(valid)
+    if table.num_rows <= 1:
+        return table
+    keys = table.column(key).to_numpy()
+    order = np.argsort(keys)
+    ks = keys[order]
+    vs = table.column(value).to_numpy()[order]
+    first = np.empty(len(ks), dtype=bool)
+    first[0] = True
+    np.not_equal(ks[1:], ks[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    least = np.minimum.reduceat(vs, starts)
+    runs = np.cumsum(first) - 1
+    at_least = np.flatnonzero(vs == least[runs])  # every row holding its run's least
+    run_of = runs[at_least]
+    pick = np.empty(len(at_least), dtype=bool)
+    pick[0] = True
+    np.not_equal(run_of[1:], run_of[:-1], out=pick[1:])
+    return table.take(order[at_least[pick]])
+
+
+class _Best:
+    """Each key's least value so far, for one epoch. Integer keys that are dense enough
+    (non-negative, at most ``DENSE_SLACK`` times as many slots as keys: 72 bytes a key
+    at worst, against 16 sorted) index an array directly; other keys are kept sorted,
+    values beside them, and looked up with ``searchsorted``. A dense table turns sorted
+    when a key falls outside its bound."""
+
+    DENSE_SLACK = 8
+    DENSE_MIN = 1 << 16
+
+    def __init__(self, key_type: pa.DataType, value_type: pa.DataType) -> None:
+        self.dense = pa.types.is_integer(key_type)
+        self.keys = np.empty(0, dtype=_dtype(key_type))
+        self.values = np.zeros(0, dtype=_dtype(value_type))
+        self.present = np.zeros(0, dtype=bool)
+        self.count = 0
+
+    def improve(
+        self, keys: np.ndarray[Any, Any], values: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        """Take ``values`` (one per distinct key, ``keys`` sorted) where they are less
+        than the keys' best or the key is new; returns the mask of those taken."""
+        if self.dense:
+            top = int(keys[-1]) + 1
+            if int(keys[0]) >= 0 and top <= max(
+                self.DENSE_MIN, self.DENSE_SLACK * (self.count + len(keys))
+            ):
+                return self._improve_dense(keys, values, top)
+            self.keys = np.flatnonzero(self.present).astype(self.keys.dtype)
+            self.values = self.values[self.present]
+            self.dense = False
+        return self._improve_sorted(keys, values)
+
+    def _improve_dense(
+        self, keys: np.ndarray[Any, Any], values: np.ndarray[Any, Any], top: int
+    ) -> np.ndarray[Any, Any]:
+        if top > len(self.present):
+            size = max(top, 2 * len(self.present))
+            grown = np.zeros(size, dtype=self.values.dtype)
+            grown[: len(self.values)] = self.values
+            present = np.zeros(size, dtype=bool)
+            present[: len(self.present)] = self.present
+            self.values, self.present = grown, present
+        had = self.present[keys]
+        better = ~had | (values < self.values[keys])
+        taken = keys[better]
+        self.values[taken] = values[better]
+        self.present[taken] = True
+        self.count += len(keys) - int(had.sum())
+        return np.asarray(better)
+
+    def _improve_sorted(
+        self, keys: np.ndarray[Any, Any], values: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        pos = np.searchsorted(self.keys, keys)
+        found = pos < len(self.keys)
+        found[found] = self.keys[pos[found]] == keys[found]
+        better = ~found
+        better[found] = values[found] < self.values[pos[found]]
+        update = found & better
+        self.values[pos[update]] = values[update]
+        new = ~found
+        if new.any():
+            ks = np.concatenate([self.keys, keys[new]])
+            vs = np.concatenate([self.values, values[new]])
+            order = np.argsort(ks, kind="stable")
+            self.keys, self.values = ks[order], vs[order]
+        return better
+
+
+def _dtype(t: pa.DataType) -> Any:
+    return t.to_pandas_dtype() if _numeric(t) else object
+
+
+class LeastOnly(Vertex):
+    """Inside the loop: the rows that improve on their key's least value in the epoch
+    (exchanged by key); per epoch, at round 0, a :class:`_Best`, dropped once the loop is
+    done with the epoch."""
+
+    def __init__(self, key: str, value: str, schema: pa.Schema) -> None:
+        self.key = key
+        self.value = value
+        self.schema = schema
+        self.best: dict[Timestamp, _Best] = {}
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        base = (*time[:-1], 0)
+        best = self.best.get(base)
+        if best is None:
+            for t in [t for t in self.best if loop_finished(self, t[:-1])]:
+                del self.best[t]
+            best = self.best[base] = _Best(
+                self.schema.field(self.key).type, self.schema.field(self.value).type
+            )
+        rows = least_rows(pa.Table.from_batches(records, schema=self.schema), self.key, self.value)
+        if rows.num_rows == 0:
+            return
+        keys = rows.column(self.key).to_numpy()
+        values = rows.column(self.value).to_numpy()
+        taken = best.improve(keys, values)
+        if taken.any():
+            self.send_by(0, as_batches(rows.filter(pa.array(taken)), self.schema), time)
+
+
+class LeastPerTime(PerTime):
+    """After the loop: per epoch, each key's least row of all that left it."""
+
+    def __init__(self, key: str, value: str, schema: pa.Schema) -> None:
+        super().__init__()
+        self.key = key
+        self.value = value
+        self.schema = schema
+
+    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+        table = pa.Table.from_batches(sides[0], schema=self.schema)
+        return as_batches(least_rows(table, self.key, self.value), self.schema)
+
+
+class ArrangedJoin(PerTime):
+    """A join in a loop whose side ``outer`` (a port) comes from outside it: that side's
+    rows come once per epoch, at round 0, and are kept sorted by key (built at the
+    epoch's first round to complete: all of them are in by then); each round's rows of
+    the other side probe it when the round completes."""
+
+    inputs = 2
+
+    def __init__(
+        self,
+        outer: int,
+        keys: tuple[list[str], list[str]],
+        how: str,
+        schemas: tuple[pa.Schema, pa.Schema],
+        out_schema: pa.Schema,
+        right_names: dict[str, str],
+        depth: int,
+    ) -> None:
+        super().__init__()
+        self.outer = outer
+        self.keys = keys
+        self.how = how
+        self.schemas = schemas
+        self.out_schema = out_schema
+        self.right_names = right_names
+        self.depth = depth
+        self.held: dict[Timestamp, list[Batch]] = {}
+        """The outer side's batches, per outer time (at its round 0)."""
+        self.arranged: dict[Timestamp, tuple[Any, pa.Table, bool]] = {}
+        """Per outer time: its rows sorted by key, and the sorted keys (numpy)."""
+
+    def _base(self, time: Timestamp) -> Timestamp:
+        d = self.depth
+        return (*time[:d], *(0,) * (len(time) - d))
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        if input == self.outer:
+            base = self._base(time)
+            if base not in self.held and base not in self.arranged:
+                self._forget(base)
+            self.held.setdefault(base, []).extend(records)
+            return
+        super().on_recv(input, records, time)
+
+    def on_notify(self, time: Timestamp) -> None:
+        sides = self.pending.pop(time)
+        loop_rows = pa.Table.from_batches(
+            sides[1 - self.outer], schema=self.schemas[1 - self.outer]
+        )
+        base = self._base(time)
+        if loop_rows.num_rows:
+            out = self._probe(loop_rows, base)
+            if out:
+                self.send_by(0, out, time)
+        self._forget(base)
+
+    def _arrangement(self, base: Timestamp) -> tuple[Any, pa.Table, bool]:
+        """The outer side of ``base``, arranged: rows sorted by key, and either the sorted
+        keys (for ``searchsorted``) or, for dense integer keys, where each key's rows
+        start (an index: ``starts[k]:starts[k + 1]``); ``None`` for other keys."""
+        got = self.arranged.get(base)
+        if got is not None:
+            return got
+        schema = self.schemas[self.outer]
+        table = pa.Table.from_batches(self.held.pop(base, []), schema=schema)
+        key = self.keys[self.outer][0]
+        index: Any = None
+        dense = False
+        if len(self.keys[self.outer]) == 1 and _numeric(schema.field(key).type):
+            table = table.filter(pc.is_valid(table.column(key)))
+            keys = table.column(key).to_numpy()
+            order = np.argsort(keys, kind="stable")
+            table, index = table.take(order), keys[order]
+            if pa.types.is_integer(schema.field(key).type) and len(index):
+                top = int(index[-1]) + 1
+                if int(index[0]) >= 0 and top <= max(
+                    _Best.DENSE_MIN, _Best.DENSE_SLACK * len(index)
+                ):
+                    starts = np.zeros(top + 1, dtype=np.int64)
+                    np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
+                    index, dense = starts, True
+        got = self.arranged[base] = (index, table, dense)
+        return got
+
+    def _probe(self, rows: pa.Table, base: Timestamp) -> list[Batch]:
+        sorted_keys, arranged, dense = self._arrangement(base)
+        outer, inner = self.outer, 1 - self.outer
+        if sorted_keys is None:  # other keys: Arrow's hash join, this round
+            sides = [arranged, rows] if outer == 0 else [rows, arranged]
+            return _hash_join(sides, self.keys, self.how, self.out_schema, self.right_names)
+        probe = rows.column(self.keys[inner][0]).to_numpy(zero_copy_only=False)
+        if dense:  # sorted_keys holds where each key's rows start
+            inside = (probe >= 0) & (probe < len(sorted_keys) - 1)
+            at = np.where(inside, probe, 0)
+            lo = np.where(inside, sorted_keys[at], 0)
+            hi = np.where(inside, sorted_keys[at + 1], 0)
+        else:
+            lo = np.searchsorted(sorted_keys, probe, side="left")
+            hi = np.searchsorted(sorted_keys, probe, side="right")
+        counts = hi - lo
+        if self.how in ("semi", "anti"):  # the loop's side is the left one here
+            keep = counts > 0 if self.how == "semi" else counts == 0
+            return as_batches(rows.filter(pa.array(keep)), self.out_schema)
+        total = int(counts.sum())
+        starts = np.repeat(lo, counts)
+        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        match = starts + offsets
+        mine = np.repeat(np.arange(len(probe)), counts)
+        left, right = (arranged, rows) if outer == 0 else (rows, arranged)
+        li, ri = (match, mine) if outer == 0 else (mine, match)
+        columns = [left.column(n).take(li) for n in self.schemas[0].names]
+        right_keys = self.keys[1]
+        for n in self.schemas[1].names:
+            if n in self.right_names:
+                columns.append(right.column(n).take(ri))
+        out = pa.Table.from_arrays(columns, schema=self.out_schema)
+        if self.how == "left":  # the loop's rows without a match, with nulls
+            alone = rows.filter(pa.array(counts == 0))
+            if alone.num_rows:
+                nulls = [
+                    pa.nulls(alone.num_rows, self.out_schema.field(self.right_names[n]).type)
+                    for n in self.schemas[1].names
+                    if n in self.right_names
+                ]
+                out = pa.concat_tables(
+                    [out, pa.Table.from_arrays([*alone.columns, *nulls], schema=self.out_schema)]
+                )
+        del right_keys
+        return as_batches(out, self.out_schema)
+
+    def _forget(self, current: Timestamp) -> None:
+        """Drop the arrangements of the outer times the loop is done with on both inputs
+        and no round of which waits to be notified."""
+        d = self.depth
+        waiting = {t[:d] for t in self.pending}
+        for t in [*self.arranged, *self.held]:
+            o = t[:d]
+            if t != current and o not in waiting and all(loop_finished(self, o, p) for p in (0, 1)):
+                self.arranged.pop(t, None)
+                self.held.pop(t, None)
+
+
+def _hash_join(
+    sides: list[pa.Table],
+    keys: tuple[list[str], list[str]],
+    how: str,
+    out_schema: pa.Schema,
+    right_names: dict[str, str],
+) -> list[Batch]:
+    left, right = sides
+    kind = {"inner": "inner", "left": "left outer", "semi": "left semi", "anti": "left anti"}[how]
+    if kind in ("left semi", "left anti"):
+        got = left.join(right.select(keys[1]), keys[0], keys[1], join_type=kind, use_threads=False)
+        return as_batches(got.select(out_schema.names), out_schema)
+    renamed = right.rename_columns([right_names.get(n, n) for n in right.schema.names])
+    right_keys = [right_names.get(k, k) for k in keys[1]]
+    got = left.join(
+        renamed, keys[0], right_keys, join_type=kind, coalesce_keys=True, use_threads=False
+    )
+    return as_batches(got.select(out_schema.names), out_schema)
