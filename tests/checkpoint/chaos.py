@@ -8,7 +8,8 @@ both exercise exactly the same harness.
 A run: the driver feeds a dataflow (one epoch at a time, or bursts of several epochs
 without polling in between), or a source feeds it; a :class:`Killer` thread waits until
 the driver has received a given epoch's output, then kills workers with
-``ray.kill(actor, no_restart=True)`` in one of four ways (:data:`KINDS`). It then waits
+``ray.kill(actor, no_restart=True)`` or a ``SIGKILL`` to its process, in one of five
+ways (:data:`KINDS`). It then waits
 for the next new output, which gives the kill's recovery latency, before the next kill
 is armed. A driver that feeds the dataflow is paced by the killer (:meth:`Killer.holds`):
 it holds its next epochs while a kill planned before them has not been made, so kills
@@ -16,7 +17,8 @@ land where they were planned and never wait on output the driver holds back. Out
 are recorded per epoch by :class:`Recorder`, which notes every epoch delivered twice.
 
 Everything here uses the public API, plus ``session.actors`` (the Ray session's actor
-handles, replaced by a new list when it relaunches its workers).
+handles, replaced by a new list when it relaunches its workers) and ``session.pids``
+(their processes).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import itertools
 import json
 import math
 import operator
+import os
 import random
+import signal
 import statistics
 import threading
 import time
@@ -42,7 +46,7 @@ from tests.checkpoint.mutable import dict_state
 from tests.checkpoint.pipelines import EpochSource
 from timely import Dataflow, Stream
 
-KINDS = ("single", "double", "recovery", "pair")
+KINDS = ("single", "double", "recovery", "pair", "sigkill")
 """How workers are killed at one kill event:
 
 - ``single``: one worker;
@@ -52,7 +56,7 @@ KINDS = ("single", "double", "recovery", "pair")
 - ``pair``: two workers at once.
 """
 
-KILLS_PER_EVENT = {"single": 1, "double": 2, "recovery": 2, "pair": 2}
+KILLS_PER_EVENT = {"single": 1, "double": 2, "recovery": 2, "pair": 2, "sigkill": 1}
 
 
 # -- the dataflows -------------------------------------------------------------------------
@@ -454,7 +458,10 @@ class Killer(threading.Thread):
             record.high = self.recorder.high
         record.committed = session.committed[-1] if session.committed else -1
         record.at = time.monotonic()
-        self._kill(ray, actors, event.first, record)
+        if event.kind == "sigkill":  # the OS kills the process; Ray only sees it die
+            self._kill(ray, actors, event.first, record, pid=session.pids[event.first])
+        else:
+            self._kill(ray, actors, event.first, record)
         if event.kind == "pair":
             self._kill(ray, actors, event.second, record)
         elif event.kind == "double":
@@ -475,15 +482,24 @@ class Killer(threading.Thread):
         with self.recorder.cond:
             record.relaunch_high = self.recorder.high
 
-    def _kill(self, ray: Any, actors: list[Any], worker: int, record: KillRecord) -> bool:
-        """Kill ``actors[worker]``; False if the session had replaced ``actors`` already
-        and the actor is not among its workers now (it was dead, or is no longer used:
-        counted in ``record.stale``, and no relaunch follows it). An actor that outlived
-        a failure and went on in the relaunched run is not stale."""
+    def _kill(
+        self, ray: Any, actors: list[Any], worker: int, record: KillRecord, pid: int = 0
+    ) -> bool:
+        """Kill ``actors[worker]`` (with ``pid``: ``SIGKILL`` to that process); False if
+        the session had replaced ``actors`` already and the actor is not among its workers
+        now (it was dead, or is no longer used: counted in ``record.stale``, and no
+        relaunch follows it). An actor that outlived a failure and went on in the
+        relaunched run is not stale."""
         target = actors[worker]
         current = self.session.actors
         stale = current is not actors and all(a._actor_id != target._actor_id for a in current)
-        ray.kill(target, no_restart=True)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                stale = True  # it had died already
+        else:
+            ray.kill(target, no_restart=True)
         record.kills += 1
         record.stale += stale
         return not stale

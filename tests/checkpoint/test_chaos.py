@@ -104,7 +104,7 @@ def test_kills_change_no_output(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.ci
 def test_every_event_of_a_long_schedule_is_measured(tmp_path: Path) -> None:
-    """Eight kill events (two of each kind) on the bursty driver, as the soak runs them:
+    """Ten kill events (two of each kind) on the bursty driver, as the soak runs them:
     every event ends in a measured recovery (in CI's profile: it checks the harness that
     ``bench_chaos`` soaks, and takes 10 s). The driver used to run ahead of the killer
     (a recovery takes longer than a burst) up to its last burst and hold it there for the
