@@ -13,13 +13,15 @@ with an edge are labelled.
 - **union-find**: single-threaded Python (``benchmarks/bench_cc.py``'s).
 - **timely table API**: ``labels.iterate(step, min_by=("node", "label"))`` where
   ``step`` joins a round's improved labels with the edges from outside the loop
-  (arranged once per epoch: sorted by ``src``, probed with ``searchsorted``), inline
-  on 1 and 2 workers.
+  (arranged once per epoch: sorted by ``src``, probed by index), inline on 1 and 2
+  workers (one thread), and on Ray with 2 (warm: actors kept from a first run; the
+  edges sent from the driver are inside the timing).
 
 Every result is checked equal to union-find's. Rounds interleaved; medians of
 ``--rounds``, as seconds and as ratios to union-find and to scipy.
 
     python -m benchmarks.bench_table_cc [--quick] [--edges N] [--nodes N] [--rounds N]
+        [--skip-ray]
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ def numpy_cc(edges: np.ndarray[Any, Any], nodes: int) -> dict[int, int]:
     return dict(zip(used.tolist(), label[used].tolist()))
 
 
-def timely_table_cc(edges: np.ndarray[Any, Any], workers: int) -> dict[int, int]:
+def timely_table_cc(
+    edges: np.ndarray[Any, Any], workers: int, backend: str = "inline"
+) -> dict[int, int]:
     flow = Dataflow("cc")
     inp = table_input(flow, EDGES)
     e = inp.table
@@ -91,7 +95,7 @@ def timely_table_cc(edges: np.ndarray[Any, Any], workers: int) -> dict[int, int]
     inp.advance_to(0)
     for part in np.array_split(edges, max(1, len(edges) // 100_000)):
         inp.send(pa.table({"src": part[:, 0], "dst": part[:, 1]}, schema=EDGES))
-    out = flow.run(workers=workers, backend="inline")
+    out = flow.run(workers=workers, backend=backend)
     got: dict[int, int] = {}
     for _, table in out["out"]:
         got.update(zip(table.column("node").to_pylist(), table.column("label").to_pylist()))
@@ -104,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--edges", type=int, default=None)
     ap.add_argument("--nodes", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--skip-ray", action="store_true", help="without timely on Ray x2")
     args = ap.parse_args(argv)
     n_edges = args.edges or (100_000 if args.quick else 1_000_000)
     n_nodes = args.nodes or n_edges // 2
@@ -118,6 +123,14 @@ def main(argv: list[str] | None = None) -> None:
         "timely table API, inline x1": lambda: timely_table_cc(edges, 1),
         "timely table API, inline x2": lambda: timely_table_cc(edges, 2),
     }
+    if not args.skip_ray:
+        import logging
+
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+        timely_table_cc(random_edges(50, 100), 2, "ray")  # the actors start, and are kept
+        systems["timely table API, Ray x2 (warm)"] = lambda: timely_table_cc(edges, 2, "ray")
     want = union_find(pairs)
     tiny = random_edges(50, 100)
     for warm in (scipy_cc, lambda e, _n: timely_table_cc(e, 1)):

@@ -30,8 +30,10 @@ from operators.table.vertices import (
     Join,
     MapBatches,
     Project,
+    TopK,
     ToRows,
     ToTable,
+    first_k,
     to_batch,
 )
 from timely import (
@@ -294,6 +296,25 @@ class Table:
             inputs, lambda: Join(lk, rk, how, schemas, out, right_names), name=name
         )[0]
         return Table(s, out)
+
+    def top_k(
+        self, k: int, by: str | list[str], descending: bool = True, name: str = "top_k"
+    ) -> Table:
+        """Per time, the ``k`` rows first when sorted by ``by`` (largest first, unless
+        ``descending=False``; nulls last; ties in arrival order), sorted, on worker 0.
+        Each batch is cut to its own first ``k`` before the exchange, so only ``k`` rows a
+        batch travel. ``top_k(n, by)`` with ``n`` at least the rows of a time is a sort."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise GraphBuildError(f"step {name!r}: k must be an int >= 1, got {k!r}")
+        columns = _keys(by, name, "by")
+        self._check_keys(columns, name)
+        direction = "descending" if descending else "ascending"
+        order = [(c, direction) for c in columns]
+        schema = self.schema
+        cut = self._then(
+            lambda: MapBatches(lambda b: first_k(b, k, order), schema), schema, f"{name}.cut"
+        )
+        return cut._then(lambda: TopK(k, order, schema), schema, name, exchange(_zero))
 
     # -- loops ---------------------------------------------------------------------------
     def iterate(

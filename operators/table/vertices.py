@@ -141,6 +141,28 @@ class PerTime(Vertex):
         raise NotImplementedError
 
 
+def first_k(table: Any, k: int, order: list[tuple[str, str]]) -> Any:
+    """The ``k`` rows first in ``order`` (a stable sort: ties keep their order; nulls
+    last), sorted; the whole input if it has ``k`` rows or fewer, sorted too."""
+    indices = pc.sort_indices(table, sort_keys=order)  # nulls at the end: the default
+    return table.take(indices[:k])
+
+
+class TopK(PerTime):
+    """Per time, the first ``k`` rows in ``order`` of every batch that came (each batch
+    was cut to its own first ``k`` before the exchange)."""
+
+    def __init__(self, k: int, order: list[tuple[str, str]], schema: pa.Schema) -> None:
+        super().__init__()
+        self.k = k
+        self.order = order
+        self.schema = schema
+
+    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+        table = pa.Table.from_batches(sides[0], schema=self.schema)
+        return as_batches(first_k(table, self.k, self.order), self.schema)
+
+
 def _table(batches: list[Batch], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema)
 

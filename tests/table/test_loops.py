@@ -199,3 +199,33 @@ def test_the_least_value_table_equals_a_dict(batches: Any) -> None:
     else:
         got = dict(zip(best.keys.tolist(), best.values.tolist()))
     assert got == want
+
+
+@COMMON
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.integers(0, 30) | st.sampled_from([-4, 1 << 40]),
+            st.none() | st.integers(-3, 3),
+        ),
+        max_size=40,
+    )
+)
+def test_least_rows_keep_one_least_row_per_key(rows: Any) -> None:
+    """Dense keys (``minimum.at``) and others (a sort) alike: one row per key with a
+    value, holding the key's least value; rows with a null key or value dropped."""
+    table = pa.table(
+        {
+            "k": pa.array([k for k, _ in rows], pa.int64()),
+            "v": pa.array([v for _, v in rows], pa.int64()),
+            "row": pa.array(range(len(rows)), pa.int64()),
+        }
+    )
+    got = table_loops.least_rows(table, "k", "v").to_pylist()
+    want: dict[int, int] = {}
+    for k, v in rows:
+        if k is not None and v is not None:
+            want[k] = min(want.get(k, v), v)
+    assert [r["k"] for r in got] == sorted(want)
+    for r in got:
+        assert r["v"] == want[r["k"]] and rows[r["row"]] == (r["k"], r["v"])

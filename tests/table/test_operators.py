@@ -146,6 +146,21 @@ def test_distinct_and_a_global_count(epochs: Any, workers: int, seed: int) -> No
 
 
 @COMMON
+@given(EPOCHS, st.integers(1, 4), st.integers(0, 9), st.integers(1, 5), st.booleans())
+def test_top_k(epochs: Any, workers: int, seed: int, k: int, descending: bool) -> None:
+    """The first ``k`` rows by ``x`` per epoch, in order, nulls last: the ``x`` values
+    are those of a sort of all the epoch's rows, and every row is one of the epoch's."""
+    got = run(lambda t: t.top_k(k, "x", descending=descending), epochs, workers, seed)
+    for e, rs in rows_of(epochs).items():
+        present = sorted((r["x"] for r in rs if r["x"] is not None), reverse=descending)
+        nulls = [None] * sum(r["x"] is None for r in rs)
+        assert [r["x"] for r in got.get(e, [])] == (present + nulls)[:k]
+        pool = Counter(tuple(sorted(r.items())) for r in rs)
+        pool.subtract(tuple(sorted(r.items())) for r in got.get(e, []))
+        assert min(pool.values(), default=0) >= 0, "a row that was not in the epoch"
+
+
+@COMMON
 @given(EPOCHS, EPOCHS, st.integers(1, 4), st.sampled_from(["inner", "left", "semi", "anti"]))
 def test_join(left: Any, right: Any, workers: int, how: str) -> None:
     flow = Dataflow("j")
@@ -207,6 +222,10 @@ def test_rows_in_and_out() -> None:
 
 
 def test_a_missing_column_or_a_type_that_does_not_fit_fails_when_building() -> None:
+    with pytest.raises(GraphBuildError, match="'nope'"):
+        table_input(Dataflow("t"), SCHEMA).table.top_k(3, "nope")
+    with pytest.raises(GraphBuildError, match="k must be"):
+        table_input(Dataflow("t"), SCHEMA).table.top_k(0, "x")
     flow = Dataflow("bad")
     t = table_input(flow, SCHEMA).table
     with pytest.raises(GraphBuildError, match=r"step 'select'.*'nope'"):
