@@ -1,15 +1,18 @@
 """Graph algorithms on the table API, beside their row versions (``linq_graphs.py``).
 
-Each is ``Table.iterate(body, min_by=(key, value))`` around a ``join`` with the edges
-from outside the loop: a round's rows are the nodes whose value improved, the join
-proposes values to their neighbours, and only proposals that lower a node's value go
-round again. The edges are arranged once per epoch (sorted by source); every step runs
+The first two are ``Table.iterate(body, min_by=(key, value))`` around a ``join`` with
+the edges from outside the loop: a round's rows are the nodes whose value improved, the
+join proposes values to their neighbours, and only proposals that lower a node's value
+go round again. The edges are arranged once per epoch (sorted by source); every step runs
 on whole columns. Each epoch is an independent graph.
 
 - ``hops(edges, roots)``: ``(node, hops)`` for each node reachable from a root, with
   its distance in edges: reachability, with the distance as the value to minimise.
 - ``components(edges)``: ``(node, label)``, the least node of its (undirected)
   component, by label propagation.
+- ``pagerank(nodes, edges, n, iters)``: ``(node, rank)`` after ``iters`` rounds of the
+  power iteration (``iterate(step, rounds=iters)``), the rank of nodes without
+  out-edges spread over all nodes (as networkx does).
 
 The example runs both on a random graph, next to ``linq_graphs``'s row versions of the
 same algorithms, and checks that they agree.
@@ -28,7 +31,7 @@ import pyarrow as pa
 from _cli import add_run_flags, random_graph, run_options
 
 import operators  # noqa: F401 - registers the LINQ stream methods
-from operators.table import Table, col, table_input
+from operators.table import Table, col, count, lit, table_input, when
 from timely import Dataflow
 
 Edge = tuple[int, int]
@@ -60,30 +63,72 @@ def components(edges: Table) -> Table:
     )
 
 
+def pagerank(nodes: Table, edges: Table, n: int, iters: int, damping: float = 0.85) -> Table:
+    """Per epoch, ``(node, rank)`` for nodes ``0 .. n-1`` after ``iters`` rounds.
+
+    Ranks start at ``1/n``; a round gives each node ``(1 - d)/n + d * dangling/n`` plus
+    ``d * rank(u)/outdeg(u)`` for each edge ``u -> v`` into it, where ``dangling`` is the
+    rank held by nodes with no out-edge. Ranks go round as ``(node, rank, deg)``."""
+    d = damping
+    outdeg = edges.group_by("src").agg(deg=count())
+    degree = nodes.join(outdeg, left_on="node", right_on="src", how="left").select(
+        node=col("node"), deg=col("deg").fill_null(0)
+    )
+    links = edges.join(outdeg, on="src").select(
+        src=col("src"), dst=col("dst"), share=d / col("deg").cast("float64")
+    )
+    everyone = degree.select(k=lit(0), node=col("node"))  # to spread one value to all
+
+    def step(ranks: Table) -> Table:
+        shares = ranks.join(links, left_on="node", right_on="src").select(
+            node=col("dst"), rank=col("rank") * col("share")
+        )
+        dangling = (
+            ranks.select(k=lit(0), m=when(col("deg") == 0).then(col("rank")).otherwise(0.0))
+            .group_by("k")
+            .agg(m=col("m").sum())
+        )
+        spread = dangling.join(everyone, on="k").select(
+            node=col("node"), rank=(1 - d) / n + col("m") * (d / n)
+        )
+        summed = shares.concat(spread).group_by("node").agg(rank=col("rank").sum())
+        return summed.join(degree, on="node").select(
+            node=col("node"), rank=col("rank"), deg=col("deg")
+        )
+
+    start = degree.select(node=col("node"), rank=lit(1.0 / n), deg=col("deg"))
+    return start.iterate(step, rounds=iters).select(node=col("node"), rank=col("rank"))
+
+
 def run(
     graphs: Sequence[list[Edge]],
+    n: int,
+    iters: int = 20,
     root: int = 0,
     workers: int = 2,
     backend: str = "ray",
     **options: Any,
-) -> dict[str, dict[int, dict[int, int]]]:
-    """Per epoch (one per graph): ``hops`` (node -> hops from ``root``) and ``cc``
-    (node -> label)."""
+) -> dict[str, dict[int, dict[int, Any]]]:
+    """Per epoch (one per graph, on nodes ``0 .. n-1``): ``hops`` (node -> hops from
+    ``root``), ``cc`` (node -> label) and ``rank`` (node -> rank)."""
     flow = Dataflow("table_graphs")
     edges = table_input(flow, EDGES, name="edges")
     roots = table_input(flow, NODES, name="roots")
+    nodes = table_input(flow, NODES, name="nodes")
     hops(edges.table, roots.table).collect("hops")
     components(edges.table).collect("cc")
+    pagerank(nodes.table, edges.table, n, iters).collect("rank")
     for e, graph in enumerate(graphs):
-        edges.advance_to(e)
-        roots.advance_to(e)
+        for handle in (edges, roots, nodes):
+            handle.advance_to(e)
         edges.send(pa.table({"src": [a for a, _ in graph], "dst": [b for _, b in graph]}, EDGES))
         roots.send(pa.table({"node": [root]}, NODES))
+        nodes.send(pa.table({"node": range(n)}, NODES))
     out = flow.run(workers=workers, backend=backend, **options)
-    got: dict[str, dict[int, dict[int, int]]] = {
-        name: {e: {} for e in range(len(graphs))} for name in ("hops", "cc")
+    got: dict[str, dict[int, dict[int, Any]]] = {
+        name: {e: {} for e in range(len(graphs))} for name in ("hops", "cc", "rank")
     }
-    for name in ("hops", "cc"):
+    for name in ("hops", "cc", "rank"):
         for e, table in out[name]:
             columns = [table.column(i).to_pylist() for i in range(2)]
             got[name][e].update(zip(*columns))
@@ -97,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_run_flags(ap)
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--edges", type=int, default=3000)
+    ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     import linq_graphs  # the row versions, beside this file
@@ -104,19 +150,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     graph = random_graph(args.nodes, args.edges, args.seed)
     options = run_options(args)
     start = time.perf_counter()
-    got = run([graph], 0, args.workers, args.backend, **options)
+    got = run([graph], args.nodes, args.iters, 0, args.workers, args.backend, **options)
     table_s = time.perf_counter() - start
     start = time.perf_counter()
-    rows = linq_graphs.run([graph], args.nodes, 0, 0, args.workers, args.backend, **options)
+    rows = linq_graphs.run(
+        [graph], args.nodes, args.iters, 0, args.workers, args.backend, **options
+    )
     rows_s = time.perf_counter() - start
     reach, cc = got["hops"][0], got["cc"][0]
     assert set(reach) == rows["reach"][0], "reachability differs from the row version"
     assert cc == rows["cc"][0], "components differ from the row version"
+    rank = got["rank"][0]
+    worst = max(abs(rank[v] - rows["rank"][0][v]) for v in range(args.nodes))
+    assert worst < 1e-9, f"PageRank differs from the row version by {worst}"
     print(f"reachable from node 0: {len(reach)} nodes, at most {max(reach.values())} hops")
     print(f"components: {len(set(cc.values()))} over {len(cc)} nodes with an edge")
+    top = sorted(rank.items(), key=lambda p: -p[1])[:3]
+    print("top ranks: " + ", ".join(f"{v} {r:.5f}" for v, r in top))
     print(
-        f"both match the row versions ({args.edges} edges, {args.workers} {args.backend} "
-        f"workers; tables {table_s:.2f} s, rows {rows_s:.2f} s)"
+        f"all three match the row versions ({args.edges} edges, {args.iters} PageRank "
+        f"rounds, {args.workers} {args.backend} workers; tables {table_s:.2f} s, rows "
+        f"{rows_s:.2f} s)"
     )
 
 

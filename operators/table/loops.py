@@ -1,5 +1,6 @@
-"""Loops on table streams: the least fixpoint (label propagation, shortest paths) and
-a join whose side from outside the loop is arranged once per epoch.
+"""Loops on table streams: the least fixpoint (label propagation, shortest paths), a
+loop of a fixed number of rounds (power iterations), and a join whose side from
+outside the loop is arranged once per epoch.
 
 ``table.iterate(body, until="fixpoint", min_by=(key, value))`` keeps, per epoch, each
 key's least value in sorted numpy arrays (the keys, and their values beside them): a
@@ -187,6 +188,18 @@ class LeastOnly(Vertex):
         taken = best.improve(keys, values)
         if taken.any():
             self.send_by(0, as_batches(rows.filter(pa.array(taken)), self.schema), time)
+
+
+class RoundSplit(Vertex):
+    """The end of a loop of ``rounds`` applications: a batch of round ``r`` (the
+    ``r + 1``-th application's output) goes round again (output 0) while
+    ``r + 1 < rounds``, and leaves (output 1) at the last."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+
+    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
+        self.send_by(1 if time[-1] + 1 >= self.rounds else 0, records, time)
 
 
 class LeastPerTime(PerTime):

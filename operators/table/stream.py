@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.table.expr import Agg, Col, Expr, ExprError, col, compile_expr, lit
-from operators.table.loops import ArrangedJoin, LeastOnly, LeastPerTime
+from operators.table.loops import ArrangedJoin, LeastOnly, LeastPerTime, RoundSplit
 from operators.table.vertices import (
     Aggregate,
     Distinct,
@@ -238,7 +238,9 @@ class Table:
     ) -> Table:
         """Per time, the rows of this table joined with ``other``'s on equal keys:
         ``how`` is ``"inner"``, ``"left"`` (nulls where ``other`` has no match),
-        ``"semi"`` (rows with a match) or ``"anti"`` (rows without)."""
+        ``"semi"`` (rows with a match) or ``"anti"`` (rows without). The output has this
+        table's columns, then ``other``'s but its keys (equal to this table's), suffixed
+        with ``suffix`` where a name is taken."""
         if how not in ("inner", "left", "semi", "anti"):
             raise GraphBuildError(
                 f"step {name!r}: how must be 'inner', 'left', 'semi' or 'anti', got {how!r}"
@@ -264,8 +266,8 @@ class Table:
             fields = list(left_schema)
             right_names = {}
             for f in other.schema:
-                if f.name in rk and f.name in lk and lk.index(f.name) == rk.index(f.name):
-                    continue  # the same key, coalesced
+                if f.name in rk:
+                    continue  # a key: equal to the left's (coalesced into it, as Polars does)
                 out_name = f.name if f.name not in left_schema.names else f.name + suffix
                 right_names[f.name] = out_name
                 nullable_type = f.type
@@ -322,24 +324,53 @@ class Table:
         body: Callable[[Table], Table],
         until: str = "fixpoint",
         min_by: tuple[str, str] | None = None,
+        rounds: int | None = None,
         name: str = "iterate",
     ) -> Table:
-        """Per epoch, the least fixpoint of ``body`` keeping each key's least row.
+        """Per epoch, ``body`` applied round after round in a loop: one of two kinds.
 
-        ``min_by=(key, value)``: ``body`` gets, each round, the rows that lowered their
-        ``key``'s least ``value`` in the epoch (at round 0: the input's least row per
-        key) and returns rows of the same schema derived from them; those that lower
-        their key's value again go round. The result is each key's least row
-        (label propagation, shortest paths). A table from outside the loop used by a
-        ``join`` in ``body`` is arranged once per epoch (sorted by key), not sent again
-        every round.
+        - ``min_by=(key, value)``: the least fixpoint keeping each key's least row.
+          ``body`` gets, each round, the rows that lowered their ``key``'s least
+          ``value`` in the epoch (at round 0: the input's least row per key) and returns
+          rows of the same schema derived from them; those that lower their key's value
+          again go round. The result is each key's least row (label propagation,
+          shortest paths).
+        - ``rounds=n``: ``body`` applied ``n`` times to the whole table (each round's
+          output is the next round's input); the result is the last round's output
+          (power iterations: PageRank).
+
+        A table from outside the loop used by a ``join`` in ``body`` is arranged once per
+        epoch (sorted by key), not sent again every round.
         """
-        if until != "fixpoint" or min_by is None:
+        if (min_by is None) == (rounds is None) or until != "fixpoint":
             raise GraphBuildError(
-                f"{name}: a table loop is until='fixpoint' with min_by=(key, value) "
-                f"(got until={until!r}, min_by={min_by!r}); for other loops go through "
-                "rows (to_rows().iterate(...))"
+                f"{name}: a table loop takes min_by=(key, value) (a least fixpoint) or "
+                f"rounds=n (n applications), one of them (got min_by={min_by!r}, "
+                f"rounds={rounds!r}, until={until!r}); for other loops go through rows "
+                "(to_rows().iterate(...))"
             )
+        if rounds is not None:
+            if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+                raise GraphBuildError(f"{name}: rounds must be an int >= 0, got {rounds!r}")
+            if rounds == 0:
+                return self
+        schema = self.schema
+        flow = self.flow
+        loop = flow.loop(name=name, parent=self.stream.scope)
+        handle, again = loop.feedback()
+        entered = self.stream.enter(loop)
+        if rounds is not None:
+            head = Table(entered.concat(again, name=f"{name}.head"), schema)
+            result = self._body_result(body, head, loop, name)
+            n = rounds
+            again_out, done = flow.vertex(
+                [(result.stream, pipeline())],
+                lambda: RoundSplit(n),
+                name=f"{name}.rounds",
+                outputs=2,
+            )
+            handle.connect(again_out)
+            return Table(done.leave(), schema)
         if not (isinstance(min_by, tuple) and len(min_by) == 2):
             raise GraphBuildError(f"{name}: min_by must be (key column, value column)")
         key, value = min_by
@@ -351,30 +382,12 @@ class Table:
                     f"{name}: min_by column {column!r} is {t}; it must be a number "
                     f"(cast it: select(..., {column}=col({column!r}).cast('int64')))"
                 )
-        schema = self.schema
-        flow = self.flow
-        loop = flow.loop(name=name, parent=self.stream.scope)
-        handle, again = loop.feedback()
         least = flow.vertex(
-            [
-                (self.stream.enter(loop), exchange_columns(key)),
-                (again, exchange_columns(key)),
-            ],
+            [(entered, exchange_columns(key)), (again, exchange_columns(key))],
             lambda: LeastOnly(key, value, schema),
             name=f"{name}.least",
         )[0]
-        result = body(Table(least, schema))
-        if not isinstance(result, Table):
-            raise GraphBuildError(f"{name}: the body must return a Table, got {result!r}")
-        if result.stream.scope is not loop:
-            raise GraphBuildError(
-                f"{name}: the body must return a table derived from the one it was given"
-            )
-        if not result.schema.equals(schema):
-            raise GraphBuildError(
-                f"{name}: the body must return the schema it was given ({schema}); it "
-                f"returned {result.schema} (select the same columns, cast to the same types)"
-            )
+        result = self._body_result(body, Table(least, schema), loop, name)
         handle.connect(result.stream)
         out = flow.vertex(
             [(least.leave(), exchange_columns(key))],
@@ -382,6 +395,23 @@ class Table:
             name=f"{name}.least_of_epoch",
         )[0]
         return Table(out, schema)
+
+    def _body_result(
+        self, body: Callable[[Table], Table], head: Table, loop: Any, name: str
+    ) -> Table:
+        result = body(head)
+        if not isinstance(result, Table):
+            raise GraphBuildError(f"{name}: the body must return a Table, got {result!r}")
+        if result.stream.scope is not loop:
+            raise GraphBuildError(
+                f"{name}: the body must return a table derived from the one it was given"
+            )
+        if not result.schema.equals(self.schema):
+            raise GraphBuildError(
+                f"{name}: the body must return the schema it was given ({self.schema}); it "
+                f"returned {result.schema} (select the same columns, cast to the same types)"
+            )
+        return result
 
     # -- ways out ------------------------------------------------------------------------
     def to_rows(self, tuples: bool = False, name: str = "to_rows") -> Stream:

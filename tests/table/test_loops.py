@@ -229,3 +229,22 @@ def test_least_rows_keep_one_least_row_per_key(rows: Any) -> None:
     assert [r["k"] for r in got] == sorted(want)
     for r in got:
         assert r["v"] == want[r["k"]] and rows[r["row"]] == (r["k"], r["v"])
+
+
+def test_a_loop_of_rounds_applies_its_body_that_many_times() -> None:
+    """``rounds=n``: ``x -> x + 1`` applied n times to every row; 0 rounds is the input;
+    bad counts and both kinds at once fail when the graph is built."""
+    for n in (0, 1, 4):
+        flow = Dataflow("rounds")
+        inp = table_input(flow, LABELS)
+        inp.table.iterate(lambda t: t.select("node", label=col("label") + 1), rounds=n).collect(
+            "out"
+        )
+        inp.send(pa.Table.from_pylist([{"node": 1, "label": 10}, {"node": 2, "label": 20}]))
+        ((_, table),) = flow.run(workers=2, backend="inline")["out"]
+        assert sorted(table.column("label").to_pylist()) == [10 + n, 20 + n]
+    labels = table_input(Dataflow("bad"), LABELS).table
+    with pytest.raises(GraphBuildError, match="rounds must be"):
+        labels.iterate(lambda t: t, rounds=-1)
+    with pytest.raises(GraphBuildError, match="one of them"):
+        labels.iterate(lambda t: t, rounds=2, min_by=("node", "label"))

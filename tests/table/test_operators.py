@@ -161,12 +161,24 @@ def test_top_k(epochs: Any, workers: int, seed: int, k: int, descending: bool) -
 
 
 @COMMON
-@given(EPOCHS, EPOCHS, st.integers(1, 4), st.sampled_from(["inner", "left", "semi", "anti"]))
-def test_join(left: Any, right: Any, workers: int, how: str) -> None:
+@given(
+    EPOCHS,
+    EPOCHS,
+    st.integers(1, 4),
+    st.sampled_from(["inner", "left", "semi", "anti"]),
+    st.booleans(),
+)
+def test_join(left: Any, right: Any, workers: int, how: str, renamed: bool) -> None:
+    """``renamed``: the right key has another name (``right_on``); the output is the
+    same, without the right key (equal to the left's)."""
     flow = Dataflow("j")
     a = table_input(flow, SCHEMA, name="a")
     b = table_input(flow, SCHEMA, name="b")
-    a.table.join(b.table.select("k", r=col("x")), on="k", how=how).collect("out")
+    if renamed:
+        other = b.table.select(rk=col("k"), r=col("x"))
+        a.table.join(other, left_on="k", right_on="rk", how=how).collect("out")
+    else:
+        a.table.join(b.table.select("k", r=col("x")), on="k", how=how).collect("out")
     for inp, epochs in ((a, left), (b, right)):
         for e, batches in enumerate(epochs):
             inp.advance_to(e)
