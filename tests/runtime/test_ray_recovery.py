@@ -187,4 +187,6 @@ def test_a_recovery_logs_one_line_and_prints_no_traceback(
     assert all(e[3]["lost"] == 1 and e[3]["restored"] is not None for e in logged)
     err = capfd.readouterr().err
     assert "Traceback" not in err and "WorkerDied" not in err, err[-3000:]
+    # Nor a write to a dead peer's socket, nor a failed start nobody read.
+    assert "socket.send() raised" not in err and "Unhandled error" not in err, err[-3000:]
     assert out == expected(8)

@@ -863,6 +863,17 @@ class RaySession(Session):
         """Wait for every worker to be placed and built; raise the first failure."""
         deadline = time.monotonic() + _START_TIMEOUT
         pending = list(refs)
+        try:
+            self._wait_started(refs, pending, cpus, deadline)
+        except BaseException:
+            # Read later (``_reap``), or Ray prints each one's failure as unhandled.
+            self._abandoned.extend(r for r in refs if r not in self._abandoned)
+            raise
+        return [self._get(ref, i) for i, ref in enumerate(refs)]
+
+    def _wait_started(
+        self, refs: list[Any], pending: list[Any], cpus: float, deadline: float
+    ) -> None:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1, timeout=_TICK)
             for ref in ready:
@@ -886,7 +897,6 @@ class RaySession(Session):
                     f"for {cpus:g} CPUs and the cluster has {free:g} free: use fewer workers "
                     "or a smaller num_cpus_per_worker"
                 )
-        return [self._get(ref, i) for i, ref in enumerate(refs)]
 
     # -- driver side ------------------------------------------------------------------------
     def _send_command(self, vertex: int, cmd: InputCommand) -> None:

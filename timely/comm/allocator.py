@@ -139,7 +139,7 @@ class Channel:
                 f"a step's message to worker {link.peer} is {len(payload):,} bytes, over the "
                 f"{MAX_FRAME:,}-byte frame limit: send smaller batches (split the records)"
             )
-        link.writer.write(data_frame(payload))
+        _write(link, data_frame(payload))
         link.sent += 1
 
     async def send(self, payload: bytes) -> None:
@@ -458,7 +458,7 @@ class Allocator:
 
     def _credit(self, link: _Link) -> None:
         if link.lost is None and link.applied > link.acked:
-            link.writer.write(credit_frame(link.applied))
+            _write(link, credit_frame(link.applied))
             link.acked = link.applied
 
     def discard(self) -> None:
@@ -484,7 +484,7 @@ class Allocator:
                 f"a step's outputs are {len(payload):,} bytes, over the {MAX_FRAME:,}-byte "
                 "frame limit: emit smaller epochs"
             )
-        link.writer.write(data_frame(payload))
+        _write(link, data_frame(payload))
         link.sent += 1
 
     def channel(self, peer: int) -> Channel:
@@ -559,3 +559,11 @@ def _keepalive(writer: asyncio.StreamWriter) -> None:
         option = getattr(socket, name, None)
         if option is not None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def _write(link: _Link, frame: bytes) -> None:
+    """Write ``frame`` unless the connection is already closing: the peer is gone, its
+    reader reports the loss, and asyncio would print "socket.send() raised exception."
+    for every write after it (noise during a recovery)."""
+    if not link.writer.is_closing():
+        link.writer.write(frame)
