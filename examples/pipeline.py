@@ -325,7 +325,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ap.error("--size must be >= 1")
     summary = run(args.data, args.size, args.workers, args.backend, args.quiet, **run_options(args))
     s = summary["seconds"]
-    print(f"results (Parquet, written by Spark): {summary['results']}")
+    results = str(summary["results"])
+    if not os.path.relpath(results).startswith(".."):  # under the working directory
+        results = os.path.relpath(results)
+    print(f"results (Parquet, written by Spark): {results}")
     print(
         f"{summary['records']:,} records over {EPOCHS} epochs on {args.workers} "
         f"{args.backend} workers"
