@@ -122,6 +122,36 @@ def test_notify_exactly_once_per_time_across_workers() -> None:
     assert sorted(told) == sorted(asked)
 
 
+@given(st.integers(0, 50), st.integers(1, 3))
+def test_a_notification_asked_for_in_on_notify_comes_in_time_order(seed: int, workers: int) -> None:
+    """A vertex that, notified at ``e``, asks for ``e + 1`` while the frontier has passed
+    later epochs it asked for already gets ``e + 1`` before them: notifications go in
+    time order (``map_with_state``'s timeouts rely on it; the runtime once delivered the
+    times it had listed first, so a session ended an epoch or more late)."""
+    from timely import Vertex
+
+    order: dict[int, list[int]] = defaultdict(list)
+
+    class Chain(Vertex):
+        def on_recv(self, input: int, records: list[object], time: tuple[int, ...]) -> None:
+            for e in (0, 4, 8):  # asked for at once: all ready together once the input ends
+                self.notify_at((time[0] + e,))
+
+        def on_notify(self, time: tuple[int, ...]) -> None:
+            order[id(self)].append(time[0])
+            if time[0] % 4 == 0:
+                self.notify_at((time[0] + 1,))
+
+    flow = Dataflow("chain")
+    inp = flow.new_input()
+    inp.stream.unary(Chain).collect("out")
+    inp.send(list(range(6)))  # at epoch 0 only; the input then ends
+    flow.run(workers=workers, backend="inline", seed=seed)
+    assert order, "no vertex was notified"
+    for times in order.values():
+        assert times == [0, 1, 4, 5, 8, 9], times
+
+
 def test_frontier_is_empty_after_the_run() -> None:
     flow = Dataflow("empty")
     inp = flow.new_input()

@@ -425,7 +425,12 @@ class Worker:
         snapshots = self.snapshots
         for v in sorted(self._notify_pending):
             ctx = self.contexts[v]
-            for t in sorted(t for t in ctx.requests if self._ready_now(v, t)):
+            ready = sorted(t for t in ctx.requests if self._ready_now(v, t))
+            delivered: set[Timestamp] = set()
+            i = 0
+            while i < len(ready):
+                t = ready[i]
+                i += 1
                 if self.migration.waiting(v, t[0]):
                     break  # bins moving here at or before this epoch are not installed yet
                 if snapshots is not None:
@@ -435,8 +440,18 @@ class Worker:
                         break
                     self.max_epoch = max(self.max_epoch, t[0])
                 ctx.requests.discard(t)
+                delivered.add(t)
+                asked = len(ctx.requests)
                 self._activate(v, -1, t, self.vertices[v].on_notify, t)
                 ctx.hold(t, -1)
+                if len(ctx.requests) > asked:
+                    # It asked for another notification, which may be ready already and
+                    # earlier than those still to come: notifications go in time order.
+                    # (A time asked again in this pass waits for the next one, as before.)
+                    ready = sorted(
+                        u for u in ctx.requests if u not in delivered and self._ready_now(v, u)
+                    )
+                    i = 0
             if not ctx.requests:
                 self._notify_pending.discard(v)
 
