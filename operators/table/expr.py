@@ -437,11 +437,13 @@ class IsIn(Expr):
 
 
 @dataclass(eq=False, repr=False)
-class TrueDiv(Expr):
-    """``a / b``: a float quotient, whatever the operands' types (as Python's ``/``)."""
+class _Binary(Expr):
+    """An operator of two expressions computed by Python's rules (``/``, ``//``, ``%``):
+    named after its column operand, shown as ``(a op b)``."""
 
     a: Expr
     b: Expr
+    symbol = ""
 
     @property
     def name(self) -> str:
@@ -451,7 +453,14 @@ class TrueDiv(Expr):
         return self.a.columns() | self.b.columns()
 
     def _show(self) -> str:
-        return f"({self.a!r} / {self.b!r})"
+        return f"({self.a!r} {self.symbol} {self.b!r})"
+
+
+@dataclass(eq=False, repr=False)
+class TrueDiv(_Binary):
+    """``a / b``: a float quotient, whatever the operands' types (as Python's ``/``)."""
+
+    symbol = "/"
 
     def _compile(self) -> Compiled:
         a, b = self.a._compile(), self.b._compile()
@@ -471,21 +480,10 @@ def _float(v: Value) -> Value:
 
 
 @dataclass(eq=False, repr=False)
-class FloorDiv(Expr):
+class FloorDiv(_Binary):
     """``a // b``: the floor of the quotient, as Python's ``//`` (also for negatives)."""
 
-    a: Expr
-    b: Expr
-
-    @property
-    def name(self) -> str:
-        return self.a.name if not isinstance(self.a, Lit) else self.b.name
-
-    def columns(self) -> set[str]:
-        return self.a.columns() | self.b.columns()
-
-    def _show(self) -> str:
-        return f"({self.a!r} // {self.b!r})"
+    symbol = "//"
 
     def _compile(self) -> Compiled:
         a, b = self.a._compile(), self.b._compile()
@@ -504,21 +502,10 @@ class FloorDiv(Expr):
 
 
 @dataclass(eq=False, repr=False)
-class Mod(Expr):
+class Mod(_Binary):
     """``a % b`` with the sign of ``b``, as Python's ``%``."""
 
-    a: Expr
-    b: Expr
-
-    @property
-    def name(self) -> str:
-        return self.a.name if not isinstance(self.a, Lit) else self.b.name
-
-    def columns(self) -> set[str]:
-        return self.a.columns() | self.b.columns()
-
-    def _show(self) -> str:
-        return f"({self.a!r} % {self.b!r})"
+    symbol = "%"
 
     def _compile(self) -> Compiled:
         floordiv = FloorDiv(self.a, self.b)._compile()
