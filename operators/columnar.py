@@ -35,6 +35,7 @@ from progress import Timestamp
 from timely import Stream, Vertex, stream_method
 from timely.errors import function_location
 from timely.routing.channels import Exchange
+from timely.routing.columns import split_by
 
 Chunk = Any
 """A column chunk: a pyarrow Array/ChunkedArray/RecordBatch/Table or a numpy array."""
@@ -261,18 +262,16 @@ class PartialExchange(Exchange):
         nbins = len(table)
         out: dict[int, list[Any]] = {}
         for chunk in records:
+            if chunk.num_rows == 0:
+                continue
             rows = list(_rows(chunk))
             # The exchange's own memory of each key's bin: a row's key is hashed once.
             key_bins = np.fromiter(self._bins_of(rows, nbins), np.intp, len(rows))
             dest = table[key_bins]
             if load is not None:
                 load += np.bincount(key_bins, minlength=nbins)
-            for w in np.unique(dest).tolist():
-                idx = np.flatnonzero(dest == w)
-                if idx.size == chunk.num_rows:
-                    out.setdefault(w, []).append(chunk)
-                else:
-                    out.setdefault(w, []).append(chunk.take(idx))
+            for w, part in split_by(chunk, dest):
+                out.setdefault(w, []).append(part)
         return out
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timely.routing.channels import Exchange, _default_array
+from timely.routing.channels import Exchange
 from timely.routing.hashing import _GOLDEN, stable_hash
 
 _NULL = np.uint64(0x5BD1E995)
@@ -162,11 +162,6 @@ class ColumnExchange(Exchange):
 
     def __hash__(self) -> int:
         return hash(("exchange_columns", self.keys))
-
-    def route(self, records: list[Any], workers: int, here: int) -> dict[int, list[Any]]:
-        if workers == 1:
-            return {here: records}
-        return self.route_by(records, _default_array(workers), here)
 
     def route_by(
         self,
