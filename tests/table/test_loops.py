@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 import operators  # noqa: F401 - registers the stream methods
 from operators.table import col, table_input
 from operators.table import loops as table_loops
+from tests.examples import load_example
 from timely import Dataflow, GraphBuildError
+
+union_find = load_example("linq_graphs").reference_cc  # least node per component
 
 EDGES = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 LABELS = pa.schema([("node", pa.int64()), ("label", pa.int64())])
@@ -43,23 +46,6 @@ def components(flow: Dataflow, edges: Any) -> Any:
         ),
         min_by=("node", "label"),
     )
-
-
-def union_find(edges: list[tuple[int, int]]) -> dict[int, int]:
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in edges:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return {x: find(x) for x in parent}
 
 
 def run_components(epochs: list[list[tuple[int, int]]], workers: int, seed: int) -> Any:
