@@ -51,8 +51,8 @@ def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
     keys = table.column(key).to_numpy()
     values = table.column(value).to_numpy()
     if pa.types.is_integer(table.schema.field(key).type):
-        top = int(keys.max()) + 1
-        if int(keys.min()) >= 0 and top <= max(_Best.DENSE_MIN, _Best.DENSE_SLACK * len(keys)):
+        top = _dense_top(int(keys.min()), int(keys.max()), len(keys))
+        if top:
             return table.take(_least_dense(keys, values, top))
     order = np.argsort(keys)
     ks = keys[order]
@@ -69,6 +69,17 @@ def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
     pick[0] = True
     np.not_equal(run_of[1:], run_of[:-1], out=pick[1:])
     return table.take(order[at_least[pick]])
+
+
+def _dense_top(low: int, high: int, keys: int, minimum: int | None = None) -> int:
+    """The size of an array indexed by key for integer keys in ``[low, high]``, about
+    ``keys`` of them, if they are dense enough to be kept so (see :class:`_Best`; at
+    least ``minimum`` slots are always allowed); 0 if not."""
+    top = high + 1
+    least = _Best.DENSE_MIN if minimum is None else minimum
+    if low >= 0 and top <= max(least, _Best.DENSE_SLACK * keys):
+        return top
+    return 0
 
 
 def _least_dense(
@@ -109,10 +120,8 @@ class _Best:
         """Take ``values`` (one per distinct key, ``keys`` sorted) where they are less
         than the keys' best or the key is new; returns the mask of those taken."""
         if self.dense:
-            top = int(keys[-1]) + 1
-            if int(keys[0]) >= 0 and top <= max(
-                self.DENSE_MIN, self.DENSE_SLACK * (self.count + len(keys))
-            ):
+            top = _dense_top(int(keys[0]), int(keys[-1]), self.count + len(keys), self.DENSE_MIN)
+            if top:
                 return self._improve_dense(keys, values, top)
             self.keys = np.flatnonzero(self.present).astype(self.keys.dtype)
             self.values = self.values[self.present]
@@ -290,10 +299,8 @@ class ArrangedJoin(PerTime):
             order = np.argsort(keys, kind="stable")
             table, index = table.take(order), keys[order]
             if pa.types.is_integer(schema.field(key).type) and len(index):
-                top = int(index[-1]) + 1
-                if int(index[0]) >= 0 and top <= max(
-                    _Best.DENSE_MIN, _Best.DENSE_SLACK * len(index)
-                ):
+                top = _dense_top(int(index[0]), int(index[-1]), len(index))
+                if top:
                     starts = np.zeros(top + 1, dtype=np.int64)
                     np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
                     index, dense = starts, True
