@@ -133,10 +133,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"epoch {e:3d}: {got.total():6d} words; top: {top}")
         assert got == rows.get(e, Counter()), f"epoch {e} differs from the row version"
     assert sum(counts.values(), Counter()) == everything, "the epochs miss words of the files"
+    starting = " with starting the Ray workers" if args.backend == "ray" else ""
     print(
         f"{len(epochs)} epochs, {everything.total()} words in {len(paths)} files on "
-        f"{args.workers} {args.backend} workers (tables {table_s:.2f} s, rows {rows_s:.2f} s); "
-        "every epoch's counts match the row version"
+        f"{args.workers} {args.backend} workers (tables {table_s:.2f} s{starting}, rows "
+        f"{rows_s:.2f} s); every epoch's counts match the row version"
     )
 
 
