@@ -1,14 +1,13 @@
 """File sources that read Arrow batches for the table API: no Python per line or row.
 
-:class:`TextTableSource` reads text files as batches of one ``line`` column: a chunk
-of bytes at a time, cut after its last line end, split into lines by one Arrow
-kernel. Partitions are the byte ranges :class:`~connectors.files.source.FileSource`
-uses (a range owns the lines that start in it), and offsets are byte positions, so a
-replay after a failure reads exactly the lines after the offset: exactly once with
-checkpoints. :class:`ParquetTableSource` reads Parquet row groups as batches.
-
-Epochs: ``batches_per_epoch`` (the ``i``-th batch of a partition is at epoch
-``i // batches_per_epoch``), else every batch at epoch 0.
+:class:`TextTableSource` (one ``line`` column, split by one Arrow kernel),
+:class:`CsvTableSource` (``pyarrow.csv``) and :class:`JsonLinesTableSource`
+(``pyarrow.json``) read a chunk of bytes at a time, cut after its last line end, and
+parse it in one call. Partitions are byte ranges that own the lines starting in them,
+offsets byte positions (:mod:`connectors.files.chunks`), so a replay after a failure
+reads exactly the rows after the offset: exactly once with checkpoints. Each has its
+``schema`` when it is made, for ``flow.source(src).as_table(src.schema)``.
+:class:`ParquetTableSource` reads Parquet row groups as batches.
 """
 
 from __future__ import annotations
