@@ -267,6 +267,9 @@ class ParquetSink(CommittedEpochSink):
 
     ``schema`` (a ``pyarrow.Schema``) fixes the columns and types, and is needed for
     tuple records; without it dict records give the columns and Arrow infers the types.
+    Records may also be Arrow ``RecordBatch``es, written as they are (one Arrow call per
+    part, no Python per row): ``table.sink(ParquetSink(path))`` writes a table stream,
+    with the table's schema.
     Partitioning: each worker writes what it holds; delivery: exactly once for readers
     of committed epochs (:mod:`connectors.committed`).
     """
@@ -278,6 +281,18 @@ class ParquetSink(CommittedEpochSink):
             raise TypeError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
         super().__init__(path)
         self.schema = schema
+
+    def bind_schema(self, schema: pa.Schema) -> None:
+        """A table stream's schema, when ``table.sink(self)`` builds the graph: the parts'
+        schema if none was given; a different one given fails here, not on a worker."""
+        if self.schema is None:
+            self.schema = schema
+        elif not self.schema.equals(schema):
+            raise SchemaError(
+                f"ParquetSink: the table's schema ({schema}) is not the sink's "
+                f"({self.schema}); select the sink's columns first, or drop schema= "
+                "to write the table's"
+            )
 
     def encode(self, records: list[Any]) -> bytes:
         out = pa.BufferOutputStream()

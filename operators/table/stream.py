@@ -40,6 +40,7 @@ from timely import (
     Dataflow,
     GraphBuildError,
     InputHandle,
+    Sink,
     Stream,
     exchange,
     exchange_columns,
@@ -428,6 +429,19 @@ class Table:
     def collect(self, name: str) -> None:
         """The driver's ``results[name]``: ``(epoch, pyarrow.Table)`` once per epoch."""
         self.tables(name=f"tables:{name}").collect(name)
+
+    def sink(self, sink: Sink, name: str = "sink") -> None:
+        """Write the batches to ``sink`` epoch by epoch, exactly once, as they are: no rows.
+
+        The sink's ``write`` gets ``RecordBatch`` records of :attr:`schema` (e.g.
+        ``connectors.parquet.ParquetSink``, which writes them with one Arrow call). A sink
+        that wants the schema before it starts says so with ``bind_schema(schema)``, called
+        here, when the graph is built.
+        """
+        bind = getattr(sink, "bind_schema", None)
+        if callable(bind):
+            bind(self.schema)
+        self.stream.sink(sink, name=name)
 
     def subscribe(self, callback: Callable[[int, pa.Table], None]) -> None:
         """``callback(epoch, table)`` on the driver, once per epoch, in epoch order."""
