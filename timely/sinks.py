@@ -133,6 +133,11 @@ class Sink(ABC):
         from scratch): the epochs after it are written again.
         """
 
+    def bind_schema(self, schema: Any) -> None:  # noqa: B027 - sinks of rows skip it
+        """The ``pyarrow.Schema`` of the table stream written here (``table.sink(self)``),
+        when the graph is built: a sink that needs it (a Parquet file's columns) takes
+        it, or refuses one that does not fit, before anything starts."""
+
     def bind(self, lineage: SinkLineage) -> None:  # noqa: B027 - sinks that commit nothing skip it
         """Who writes this run's epochs; called on the driver before anything else, and
         before the sink is copied to the workers (so what it keeps reaches them).

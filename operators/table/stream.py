@@ -435,12 +435,10 @@ class Table:
 
         The sink's ``write`` gets ``RecordBatch`` records of :attr:`schema` (e.g.
         ``connectors.parquet.ParquetSink``, which writes them with one Arrow call). A sink
-        that wants the schema before it starts says so with ``bind_schema(schema)``, called
+        that wants the schema before it starts takes it in ``Sink.bind_schema``, called
         here, when the graph is built.
         """
-        bind = getattr(sink, "bind_schema", None)
-        if callable(bind):
-            bind(self.schema)
+        sink.bind_schema(self.schema)
         self.stream.sink(sink, name=name)
 
     def subscribe(self, callback: Callable[[int, pa.Table], None]) -> None:
