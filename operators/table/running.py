@@ -115,12 +115,9 @@ class RunningAggregate(StatefulVertex):
 
     def _fold(self, epoch: pa.Table) -> pa.Table:
         """Fold the epoch's rows into the state; the keys' new rows."""
-        state = self.state.arranged(STATE_TIME)
         h = self.state.hashes(epoch)
-        pos = state.find(epoch, h)
-        found = np.flatnonzero(pos >= 0)
+        found, old = self.state.lookup(STATE_TIME, epoch, h)
         if found.size:
-            old = state.rows_at(pos[found])
             new = epoch.take(pa.array(found, type=pa.int64()))
             columns = [
                 COMBINE[how](old.column(c), new.column(c))
@@ -129,9 +126,11 @@ class RunningAggregate(StatefulVertex):
             folded = pa.Table.from_arrays(
                 [*(new.column(k) for k in self.keys), *columns], schema=self.partial_schema
             )
-            fresh = np.flatnonzero(pos < 0)
-            rows = pa.concat_tables([folded, epoch.take(pa.array(fresh, type=pa.int64()))])
-            h = np.concatenate([h[found], h[fresh]])
+            fresh = np.ones(epoch.num_rows, dtype=bool)
+            fresh[found] = False
+            rest = np.flatnonzero(fresh)
+            rows = pa.concat_tables([folded, epoch.take(pa.array(rest, type=pa.int64()))])
+            h = np.concatenate([h[found], h[rest]])
         else:
             rows = epoch
         self.state.upsert(STATE_TIME, rows, h)

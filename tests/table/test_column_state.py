@@ -176,3 +176,29 @@ def test_a_snapshot_keeps_what_it_saw() -> None:
     state.remove(T, _table({("b", None): 0}))
     assert _model_of(_rows(snap)) == before == _model_of(given)
     assert _model_of(state.get(T)) == {("a", 1.5): 7, ("c", 0.0): 3}
+
+
+def test_small_changes_to_a_large_table_go_to_runs_of_their_own() -> None:
+    """A spine: 1% of a large table changed per epoch lands in small runs (the large one
+    is not rewritten), runs merge as they grow, and the table is the model's throughout."""
+    rng = np.random.default_rng(3)
+    state = ColumnState(KEYS, SCHEMA)
+    model: dict[Any, int] = {(f"k{i}", 1.5): i for i in range(2000)}
+    state.upsert(T, _table(model))
+    most_runs = 1
+    for epoch in range(40):
+        picked = rng.choice(2200, 20, replace=False)  # some new keys, most held
+        batch = {(f"k{i}", 1.5): epoch for i in picked.tolist()}
+        state.upsert(T, _table(batch))
+        model.update(batch)
+        gone = {(f"k{i}", 1.5): 0 for i in rng.choice(2200, 5, replace=False).tolist()}
+        state.remove(T, _table(gone))
+        for k in gone:
+            model.pop(k, None)
+        most_runs = max(most_runs, len(state._times[T].runs))
+        assert _model_of(state.get(T)) == model
+        found, held = state.lookup(T, _table(batch))
+        assert len(found) == sum(k in model for k in batch)
+        assert all(model[(r["k"], r["f"])] == r["v"] for r in held.to_pylist())
+    assert most_runs >= 3  # the large run was left alone while the small ones grew
+    assert len(state._times[T].runs[0][0]) >= 2000  # and never rewritten for 20 keys

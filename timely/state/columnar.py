@@ -71,7 +71,11 @@ class Arranged:
         n = len(self.hashes)
         if n == 0 or len(h) == 0:
             return np.full(len(h), -1, dtype=np.intp)
-        pos = np.searchsorted(self.hashes, h)
+        # Needles in order: searchsorted then walks the table once instead of jumping
+        # around it (3-10x faster for many keys in a large table).
+        order = np.argsort(h, kind="stable")
+        pos = np.empty(len(h), dtype=np.intp)
+        pos[order] = np.searchsorted(self.hashes, h[order])
         at = np.minimum(pos, n - 1)
         hit = self.hashes[at] == h
         cand = np.flatnonzero(hit)
@@ -92,10 +96,12 @@ class Arranged:
             j += 1
         return -1
 
-    def upsert(self, rows: pa.Table, h: Hashes) -> Arranged:
+    def upsert(self, rows: pa.Table, h: Hashes, pos: Hashes | None = None) -> Arranged:
         """This table with ``rows`` (keys unique among them) put in: a row whose key is
-        here replaces it, the others are added."""
-        pos = self.find(rows, h)
+        here replaces it, the others are added (``pos``: what :meth:`find` gave, if
+        known)."""
+        if pos is None:
+            pos = self.find(rows, h)
         keep = np.ones(len(self.hashes), dtype=bool)
         keep[pos[pos >= 0]] = False
         return self._merged(keep, rows, h)
@@ -143,13 +149,124 @@ class Arranged:
         mask: np.ndarray[Any, Any] = wanted[(self.hashes % np.uint64(nbins)).astype(np.intp)]
         return mask
 
-    def split(self, mask: np.ndarray[Any, Any]) -> tuple[pa.Table, Arranged]:
-        """The rows of ``mask`` (a plain table) and this table without them."""
-        taken = np.flatnonzero(mask)
-        left = np.flatnonzero(~mask)
-        return _take(self.table, taken), Arranged(
-            _take(self.table, left), self.hashes[left], self.keys
+
+class Spine:
+    """One time's rows as a few :class:`Arranged` runs, newest last, each key in one run
+    only (differential dataflow's spine of batches, LSM-style): an upsert marks the old
+    rows of its keys dead and adds its rows as a new run, and runs merge when the newest
+    grows to half the one before it. An epoch that touches 1% of a large table then costs
+    what it touches plus, amortised, a few merges, instead of rewriting the table."""
+
+    __slots__ = ("_table", "keys", "runs", "schema")
+
+    def __init__(self, schema: pa.Schema, keys: tuple[str, ...]) -> None:
+        self.schema = schema
+        self.keys = keys
+        self.runs: list[tuple[Arranged, np.ndarray[Any, Any]]] = []
+        """Each run and its live rows (a mask this spine owns: never a user's buffer)."""
+        self._table: pa.Table | None = None
+
+    def __len__(self) -> int:
+        return sum(int(live.sum()) for _, live in self.runs)
+
+    @property
+    def table(self) -> pa.Table:
+        """The live rows of every run, as one table (kept until the next change)."""
+        if self._table is None:
+            parts = [
+                a.table if live.all() else _take(a.table, np.flatnonzero(live))
+                for a, live in self.runs
+            ]
+            parts = [p for p in parts if p.num_rows] or [self.schema.empty_table()]
+            self._table = parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
+        return self._table
+
+    def lookup(self, rows: pa.Table, h: Hashes) -> tuple[np.ndarray[Any, Any], pa.Table]:
+        """The rows of ``rows`` whose key is here (their indices, ascending) and, row for
+        row, what is held for those keys."""
+        found: list[np.ndarray[Any, Any]] = []
+        held: list[pa.Table] = []
+        for a, live in self.runs:
+            pos = a.find(rows, h)
+            hit = pos >= 0
+            hit[hit] = live[pos[hit]]
+            if hit.any():
+                found.append(np.flatnonzero(hit))
+                held.append(a.rows_at(pos[hit]))
+        if not found:
+            return np.zeros(0, dtype=np.intp), self.schema.empty_table()
+        index = np.concatenate(found)
+        order = np.argsort(index, kind="stable")
+        table = held[0] if len(held) == 1 else pa.concat_tables(held).combine_chunks()
+        return index[order], _take(table, order)
+
+    def _kill(self, rows: pa.Table, h: Hashes) -> int:
+        """Mark the rows of ``rows``' keys dead; how many there were."""
+        killed = 0
+        for a, live in self.runs:
+            pos = a.find(rows, h)
+            pos = pos[pos >= 0]
+            if pos.size:
+                killed += int(live[pos].sum())
+                live[pos] = False
+        if killed:
+            self._table = None
+        return killed
+
+    def upsert(self, rows: pa.Table, h: Hashes) -> None:
+        """Put ``rows`` (keys unique among them) in, replacing what their keys held."""
+        self._kill(rows, h)
+        order = np.argsort(h, kind="stable")
+        run = Arranged(
+            _take(rows.select(self.schema.names).cast(self.schema), order), h[order], self.keys
         )
+        self.runs.append((run, np.ones(len(run), dtype=bool)))
+        self._table = None
+        self._compact()
+
+    def remove(self, rows: pa.Table, h: Hashes) -> None:
+        self._kill(rows, h)
+        self._compact()
+
+    def holds_any(self, rows: pa.Table, h: Hashes) -> bool:
+        return any(
+            bool(((pos := a.find(rows, h)) >= 0).any() and live[pos[pos >= 0]].any())
+            for a, live in self.runs
+        )
+
+    def take_bins(self, bins: Iterable[int], nbins: int) -> pa.Table | None:
+        """Take out the live rows whose key's bin is in ``bins``."""
+        taken = []
+        for a, live in self.runs:
+            mask = a.in_bins(bins, nbins) & live
+            if mask.any():
+                taken.append(_take(a.table, np.flatnonzero(mask)))
+                live[mask] = False
+        if not taken:
+            return None
+        self._table = None
+        self._compact()
+        return taken[0] if len(taken) == 1 else pa.concat_tables(taken).combine_chunks()
+
+    def _compact(self) -> None:
+        """Drop runs with nothing live, rebuild one mostly dead, and merge the newest run
+        into the one before while it is at least half that one's size."""
+        runs = []
+        for a, live in self.runs:
+            n = int(live.sum())
+            if n == 0:
+                continue
+            if 2 * n < len(live):
+                kept = np.flatnonzero(live)
+                a = Arranged(_take(a.table, kept), a.hashes[kept], self.keys)
+                live = np.ones(n, dtype=bool)
+            runs.append((a, live))
+        while len(runs) > 1 and 2 * int(runs[-1][1].sum()) >= int(runs[-2][1].sum()):
+            (old, old_live), (new, new_live) = runs[-2], runs.pop()
+            idx = np.flatnonzero(new_live)
+            merged = old._merged(old_live, _take(new.table, idx), new.hashes[idx])
+            runs[-1] = (merged, np.ones(len(merged), dtype=bool))
+        self.runs = runs
 
 
 def _take(table: pa.Table, index: np.ndarray[Any, Any]) -> pa.Table:
@@ -233,7 +350,7 @@ class ColumnState:
         self.ordered = False
         self.tracked = False
         self._hashers = [ColumnHasher() for _ in self.keys]
-        self._times: dict[Timestamp, Arranged] = {}
+        self._times: dict[Timestamp, Spine] = {}
         self._changes: dict[Timestamp, list[pa.Table]] | None = None
         """With incremental checkpoints, per time, the keys changed since the last
         snapshot (tables of the key columns, not yet unique)."""
@@ -247,46 +364,48 @@ class ColumnState:
 
     def get(self, time: Timestamp) -> pa.Table | None:
         """The rows of ``time``, or None when nothing is kept for it."""
-        a = self._times.get(time)
-        return None if a is None else a.table
+        sp = self._times.get(time)
+        return None if sp is None else sp.table
 
-    def arranged(self, time: Timestamp) -> Arranged:
-        """The arranged rows of ``time`` (empty if none)."""
-        a = self._times.get(time)
-        if a is None:
-            empty = self.schema.empty_table()
-            a = Arranged(empty, np.zeros(0, dtype=np.uint64), self.keys)
-        return a
+    def lookup(
+        self, time: Timestamp, rows: pa.Table, h: Hashes | None = None
+    ) -> tuple[np.ndarray[Any, Any], pa.Table]:
+        """Which rows of ``rows`` have a key held at ``time`` (their indices, ascending),
+        and what is held for each of them, row for row."""
+        sp = self._times.get(time)
+        if sp is None:
+            return np.zeros(0, dtype=np.intp), self.schema.empty_table()
+        return sp.lookup(rows, self.hashes(rows) if h is None else h)
 
     def upsert(self, time: Timestamp, rows: pa.Table, h: Hashes | None = None) -> None:
         """Put ``rows`` (keys unique among them) into ``time``'s table, replacing the rows
-        of keys already there."""
+        of keys already there (``h``: their hashes, if known)."""
         if rows.num_rows == 0:
             return
-        h = self.hashes(rows) if h is None else h
-        self._times[time] = self.arranged(time).upsert(rows, h)
+        sp = self._times.get(time)
+        if sp is None:
+            sp = self._times[time] = Spine(self.schema, self.keys)
+        sp.upsert(rows, self.hashes(rows) if h is None else h)
         self._touched(time, rows)
 
     def remove(self, time: Timestamp, rows: pa.Table, h: Hashes | None = None) -> None:
         """Take the keys of ``rows`` out of ``time``'s table."""
-        a = self._times.get(time)
-        if a is None or rows.num_rows == 0:
+        sp = self._times.get(time)
+        if sp is None or rows.num_rows == 0:
             return
-        h = self.hashes(rows) if h is None else h
-        a = a.remove(rows, h)
-        if len(a):
-            self._times[time] = a
-        else:
+        sp.remove(rows, self.hashes(rows) if h is None else h)
+        if not sp.runs:
             del self._times[time]
         self._touched(time, rows)
 
     def pop(self, time: Timestamp) -> pa.Table | None:
         """Take ``time``'s rows out (None if there were none)."""
-        a = self._times.pop(time, None)
-        if a is None:
+        sp = self._times.pop(time, None)
+        if sp is None:
             return None
-        self._touched(time, a.table)
-        return a.table
+        table = sp.table
+        self._touched(time, table)
+        return table
 
     def times(self) -> list[Timestamp]:
         return sorted(self._times)
@@ -319,8 +438,8 @@ class ColumnState:
             "keys": list(self.keys),
             "replicated": self.replicated,
             "times": [
-                (time, a.table)
-                for time, a in sorted(self._times.items())
+                (time, sp.table)
+                for time, sp in sorted(self._times.items())
                 if upto is None or time[0] <= upto
             ],
         }
@@ -352,23 +471,23 @@ class ColumnState:
                     changed.setdefault(t, []).extend(parts)
         whole: list[tuple[Timestamp, pa.Table]] = []
         patches: list[tuple[Timestamp, pa.Table, pa.Table]] = []
-        for time, a in sorted(self._times.items()):
+        for time, sp in sorted(self._times.items()):
             if time[0] > upto:
                 continue
             got = changed.get(time)
             if time not in present:
-                whole.append((time, a.table))
+                whole.append((time, sp.table))
                 continue
             if not got:
                 continue
             keys = _unique_keys(got, self.keys, self._hashers)
-            if 2 * keys.num_rows >= len(a):  # half or more changed: whole is as small
-                whole.append((time, a.table))
+            if 2 * keys.num_rows >= len(sp):  # half or more changed: whole is as small
+                whole.append((time, sp.table))
                 continue
-            pos = a.find(keys, self.hashes(keys))
-            rows = a.rows_at(pos[pos >= 0])
-            gone = _take(keys, np.flatnonzero(pos < 0))
-            patches.append((time, rows, gone))
+            found, rows = sp.lookup(keys, self.hashes(keys))
+            kept = np.ones(keys.num_rows, dtype=bool)
+            kept[found] = False
+            patches.append((time, rows, _take(keys, np.flatnonzero(kept))))
         return {
             "columnar": COLUMNAR,
             "keys": list(self.keys),
@@ -396,16 +515,13 @@ class ColumnState:
         for time in sorted(self._times):
             if before is not None and time[0] >= before:
                 break
-            a = self._times[time]
-            mask = a.in_bins(bins, nbins)
-            if not mask.any():
+            sp = self._times[time]
+            moving = sp.take_bins(bins, nbins)
+            if moving is None:
                 continue
-            moving, rest = a.split(mask)
             times.append((time, moving))
             self._touched(time, moving)
-            if len(rest):
-                self._times[time] = rest
-            else:
+            if not sp.runs:
                 del self._times[time]
         return {
             "columnar": COLUMNAR,
@@ -424,14 +540,13 @@ class ColumnState:
             table = _as_table(table)
             if table.num_rows == 0:
                 continue
-            a = self._times.get(t)
-            if a is None:
-                self._times[t] = Arranged.build(table, self.keys, self._hashers)
-            else:
-                h = self.hashes(table)
-                if (a.find(table, h) >= 0).any():
-                    raise ValueError(f"keys installed at {t} were there already: not keyed state")
-                self._times[t] = a.upsert(table, h)
+            h = self.hashes(table)
+            sp = self._times.get(t)
+            if sp is None:
+                sp = self._times[t] = Spine(self.schema, self.keys)
+            elif sp.holds_any(table, h):
+                raise ValueError(f"keys installed at {t} were there already: not keyed state")
+            sp.upsert(table, h)
             self._touched(t, table)
         return times
 
