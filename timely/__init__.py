@@ -45,6 +45,7 @@ from timely.routing.hashing import stable_hash
 from timely.session.base import Results, Session
 from timely.sinks import Sink, SinkLineage
 from timely.sources import Source
+from timely.state.columnar import ColumnState
 from timely.state.keyed import KeyedState, StatefulVertex
 from timely.vertex import Capability, Vertex
 
@@ -52,6 +53,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Capability",
+    "ColumnState",
     "ConfigError",
     "Dataflow",
     "Feedback",

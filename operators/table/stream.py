@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from operators.table.expr import Agg, Col, Expr, ExprError, col, compile_expr, lit
 from operators.table.loops import ArrangedJoin, LeastOnly, LeastPerTime, RoundSplit
+from operators.table.running import RunningAggregate
 from operators.table.vertices import (
     Aggregate,
     Distinct,
@@ -34,6 +35,7 @@ from operators.table.vertices import (
     ToRows,
     ToTable,
     first_k,
+    group_aggregate,
     to_batch,
 )
 from timely import (
@@ -487,6 +489,74 @@ class GroupedTable:
         (``count()``, ``col(x).sum()``, ``.min()``, ``.max()``, ``.mean()``,
         ``.first()``, ``.last()``, ``.list()``, ``.count()``). Aggregated before the
         exchange on each batch, merged per time after it."""
+        keys = self.keys
+        specs, pre, source_of = self._inputs(aggs, named, name)
+        channel = exchange_columns(*keys) if keys else exchange(_zero)
+        in_schema = pre.schema
+        if any(a.kind == "list" for a in specs):
+            # Lists do not merge in Arrow's hash aggregation (no hash_list of lists):
+            # the rows cross the exchange, and each key's worker aggregates them.
+            direct = [(src, a.kind, a.name) for a, src in zip(specs, source_of)]
+            out_schema = _partial_schema(
+                in_schema, keys, [(c, f"hash_{k}", n) for c, k, n in direct]
+            )
+            return pre._then(
+                lambda: Aggregate(keys, direct, in_schema, out_schema, per_time=True),
+                out_schema,
+                name,
+                channel,
+            )
+        partial, final_aggs, out_schema, post = self._partials(pre, specs, source_of, name)
+        partial_schema = partial.schema
+        return partial._then(
+            lambda: Aggregate(
+                keys, _arrow(final_aggs), partial_schema, out_schema, post=post, per_time=True
+            ),
+            out_schema,
+            name,
+            channel,
+        )
+
+    def running_agg(self, *aggs: Agg, name: str = "running_agg", **named: Agg) -> Table:
+        """Per epoch with rows, one row per key of that epoch: its aggregates over every
+        epoch so far (the table API's ``running_reduce``; the state is kept across epochs,
+        as Arrow columns, and checkpoints, migrates and rescales with the run). The same
+        aggregations as :meth:`agg`, but ``list``; top-level streams only."""
+        t = self.table
+        if t.stream.scope.depth:
+            raise GraphBuildError(
+                f"step {name!r}: running_agg keeps state across epochs, which a loop's rounds "
+                "do not have; use it outside iterate"
+            )
+        if not self.keys:
+            raise GraphBuildError(f"step {name!r}: running_agg needs group_by keys")
+        keys = self.keys
+        specs, pre, source_of = self._inputs(aggs, named, name)
+        if any(a.kind == "list" for a in specs):
+            raise GraphBuildError(
+                f"step {name!r}: running_agg cannot keep list() (it would grow without end); "
+                "use agg per epoch"
+            )
+        partial, final_aggs, out_schema, post = self._partials(pre, specs, source_of, name)
+        partial_schema = partial.schema
+        merges = [(c, fn[5:]) for c, fn, _ in final_aggs]
+        renamed = {c: out for c, _, out in final_aggs}
+
+        def post_running(table: pa.Table) -> pa.Table:
+            return post(table.rename_columns([renamed.get(n, n) for n in table.column_names]))
+
+        return partial._then(
+            lambda: RunningAggregate(keys, merges, partial_schema, out_schema, post_running),
+            out_schema,
+            name,
+            exchange_columns(*keys),
+        )
+
+    def _inputs(
+        self, aggs: tuple[Agg, ...], named: Mapping[str, Agg], name: str
+    ) -> tuple[list[Agg], Table, list[str]]:
+        """The aggregations checked, and the step computing their inputs as columns
+        (only what is not a column already); per aggregation, its input column."""
         t = self.table
         keys = self.keys
         t._check_keys(keys, name)
@@ -507,7 +577,6 @@ class GroupedTable:
                 f"step {name!r}: output column {clash[0]!r} twice; name the aggregations "
                 "with .alias(...)"
             )
-        # 1. the aggregations' inputs as columns (only what is not a column already)
         inputs: dict[str, Any] = {k: col(k) for k in keys}
         source_of: list[str] = []
         for i, a in enumerate(specs):
@@ -521,23 +590,16 @@ class GroupedTable:
                 source_of.append(f"_agg{i}")
         if not inputs:  # count() alone, no keys: a column to count the rows of
             inputs["_rows"] = lit(True)
-        pre = t.select(**inputs, name=f"{name}.inputs")
-        channel = exchange_columns(*keys) if keys else exchange(_zero)
+        return specs, t.select(**inputs, name=f"{name}.inputs"), source_of
+
+    def _partials(
+        self, pre: Table, specs: list[Agg], source_of: list[str], name: str
+    ) -> tuple[Table, list[tuple[str, str, str]], pa.Schema, Callable[[pa.Table], pa.Table]]:
+        """Partial aggregates per batch, before the exchange; how they merge after
+        (``(partial, hash_<merge>, merged name)``), the output schema, and the step from
+        the merged partials to the outputs (a mean is a sum over a count)."""
+        keys = self.keys
         in_schema = pre.schema
-        if any(a.kind == "list" for a in specs):
-            # Lists do not merge in Arrow's hash aggregation (no hash_list of lists):
-            # the rows cross the exchange, and each key's worker aggregates them.
-            direct = [(src, a.kind, a.name) for a, src in zip(specs, source_of)]
-            out_schema = _partial_schema(
-                in_schema, keys, [(c, f"hash_{k}", n) for c, k, n in direct]
-            )
-            return pre._then(
-                lambda: Aggregate(keys, direct, in_schema, out_schema, per_time=True),
-                out_schema,
-                name,
-                channel,
-            )
-        # 2. partials per batch, before the exchange
         partial_aggs: list[tuple[str, str, str]] = []
         final_aggs: list[tuple[str, str, str]] = []
         for i, (a, src) in enumerate(zip(specs, source_of)):
@@ -553,7 +615,6 @@ class GroupedTable:
             partial_schema,
             f"{name}.combine",
         )
-        # 3. merged per time on each key's worker, then the outputs computed
         merged_schema = _partial_schema(partial_schema, keys, final_aggs)
         out_fields = [partial_schema.field(k) for k in keys]
         posts: list[Callable[[pa.Table], pa.Array]] = []
@@ -572,14 +633,7 @@ class GroupedTable:
                 schema=out_schema,
             )
 
-        return partial._then(
-            lambda: Aggregate(
-                keys, _arrow(final_aggs), partial_schema, out_schema, post=post, per_time=True
-            ),
-            out_schema,
-            name,
-            channel,
-        )
+        return partial, final_aggs, out_schema, post
 
 
 def _arrow(aggs: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -592,14 +646,10 @@ def _partial_schema(
 ) -> pa.Schema:
     """The schema ``group_by(keys).aggregate(aggs)`` gives, found on an empty table."""
     empty = schema.empty_table()
-    spec = [(c if c else [], fn[5:]) for c, fn, _ in aggs]
-    got = empty.group_by(keys, use_threads=False).aggregate(spec) if keys else None
+    got = group_aggregate(empty, keys, _arrow(aggs)) if keys else None
     fields = [schema.field(k) for k in keys]
     for c, fn, out in aggs:
-        if got is not None:
-            t = got.schema.field(f"{c}_{fn[5:]}" if c else fn[5:]).type
-        else:
-            t = _scalar_type(schema, c, fn[5:])
+        t = got.schema.field(out).type if got is not None else _scalar_type(schema, c, fn[5:])
         fields.append(pa.field(out, t))
     return pa.schema(fields)
 

@@ -209,15 +209,9 @@ class Aggregate(PerTime):
             return []
         table = _table(batches, self.in_schema)
         if self.keys:
-            got = table.group_by(self.keys, use_threads=False).aggregate(
-                [(c if c else [], fn) for c, fn, _ in self.aggs]
-            )
+            got = group_aggregate(table, self.keys, self.aggs)
         else:
             got = _aggregate_all(table, self.aggs)
-        # group_by names its outputs "<column>_<function>" ("count_all" alone), keys
-        # last: rename, reorder
-        names = {(f"{c}_{fn}" if c else fn): name for c, fn, name in self.aggs}
-        got = got.rename_columns([names.get(n, n) for n in got.schema.names])
         got = got.select(self.out_schema.names if self.post is None else self._before_post())
         if self.post is not None:
             got = self.post(got)
@@ -225,6 +219,22 @@ class Aggregate(PerTime):
 
     def _before_post(self) -> list[str]:
         return [*self.keys, *(name for _, _, name in self.aggs)]
+
+
+def group_aggregate(table: pa.Table, keys: list[str], aggs: list[tuple[str, str, str]]) -> pa.Table:
+    """``table.group_by(keys)`` with ``aggs`` (``(column, Arrow's function, output
+    name)``; no column: ``count_all``): the keys, then the outputs, named.
+
+    Arrow names an output ``<column>_<function>``, twice when two aggregations take the
+    same function of the same column, and puts the keys first or last by version: the
+    outputs are named here by position."""
+    got = table.group_by(keys, use_threads=False).aggregate(
+        [(c if c else [], fn) for c, fn, _ in aggs]
+    )
+    names = [name for _, _, name in aggs]
+    if got.column_names[: len(keys)] == keys:
+        return got.rename_columns([*keys, *names])
+    return got.rename_columns([*names, *keys]).select([*keys, *names])
 
 
 def _aggregate_all(table: pa.Table, aggs: list[tuple[str, str, str]]) -> pa.Table:
@@ -239,12 +249,13 @@ def _aggregate_all(table: pa.Table, aggs: list[tuple[str, str, str]]) -> pa.Tabl
         "last": lambda a: a[-1] if len(a) else pa.scalar(None, a.type),
         "list": lambda a: pa.scalar(a.to_pylist(), pa.list_(a.type)),
     }
-    cols = {}
-    for c, fn, _ in aggs:
+    arrays, names = [], []
+    for c, fn, name in aggs:
         column = table.column(c) if c else pa.chunked_array([pa.nulls(table.num_rows)])
         value = funcs[fn](column.combine_chunks())
-        cols[f"{c}_{fn}" if c else fn] = pa.array([value.as_py()], type=value.type)
-    return pa.table(cols)
+        arrays.append(pa.array([value.as_py()], type=value.type))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 class Distinct(PerTime):

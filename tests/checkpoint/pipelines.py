@@ -10,7 +10,10 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 import operators  # noqa: F401 - registers the stream methods
+from operators.table import col, count
 from timely import Dataflow, Source, Stream
 
 
@@ -58,6 +61,21 @@ def windowed(s: Stream) -> Stream:
     return s.window(2).count_by(lambda x: x % 2)
 
 
+TABLE = pa.schema([("k", pa.int64()), ("tag", pa.string()), ("v", pa.int64())])
+
+
+def table_running(s: Stream) -> Stream:
+    # The table API's running aggregates: state as Arrow columns (timely.ColumnState),
+    # keyed by two columns, carried across epochs.
+    rows = s.select(lambda x: (x % 11, "ab"[x % 2], x if x % 5 else None))
+    return (
+        rows.to_table(TABLE)
+        .group_by("k", "tag")
+        .running_agg(n=count(), s=col("v").sum(), lo=col("v").min(), m=col("v").mean())
+        .to_rows(tuples=True)
+    )
+
+
 def reach(s: Stream) -> Stream:
     # The numbers reachable from each input by x -> 2x % 23, a fixpoint per epoch.
     return s.fixpoint(lambda inner: inner.select(lambda x: 2 * x % 23))
@@ -83,6 +101,7 @@ PIPELINES: dict[str, Callable[[Stream], Stream]] = {
     "every_key": every_key,
     "sliding": sliding,
     "windowed": windowed,
+    "table_running": table_running,
     "reach": reach,
     "labels": labels,
 }

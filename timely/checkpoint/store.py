@@ -40,11 +40,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow.fs as pafs
 
 from timely.comm import serialization
 from timely.errors import ConfigError, TimelyError
 from timely.routing.bins import DEFAULT_BINS, bins_of, default_table
+from timely.state.columnar import is_columnar, merge_snapshots, share_of
 from timely.state.keyed import _keys, apply_deltas
 
 FORMAT = 1
@@ -475,6 +477,9 @@ def _share_of(
                 if t.get("replicated"):  # every worker had the same table: one copy
                     tables[name] = t if first else {**t, "times": []}
                     continue
+                if is_columnar(t):  # Arrow rows: one mask of their bins
+                    tables[name] = share_of(t, np.asarray(table) == worker, bins)
+                    continue
                 times = []
                 for time, keys, values in t["times"]:
                     keys = _keys(keys)
@@ -504,6 +509,9 @@ def merge_pieces(snaps: list[Any]) -> Any:
     for name, t in first["tables"].items():
         if t.get("replicated"):
             tables[name] = t
+            continue
+        if is_columnar(t):
+            tables[name] = merge_snapshots([snap["tables"][name] for snap in snaps])
             continue
         times: dict[Any, tuple[list[Any], list[Any]]] = {}
         for snap in snaps:

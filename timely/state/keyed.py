@@ -35,13 +35,16 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+import pyarrow as pa
 
 from progress import Timestamp
 from timely.routing.bins import DEFAULT_BINS, bins_of, default_table, keys_in_bins
+from timely.state.columnar import ColumnState, is_columnar
+from timely.state.columnar import apply_deltas as columnar_deltas
 from timely.vertex import Vertex
 
 V = TypeVar("V")
@@ -520,6 +523,8 @@ def apply_deltas(base: Snapshot, deltas: list[Snapshot]) -> Snapshot:
     """``base`` with each of ``deltas`` applied in turn (a chain, oldest first): the tables
     are built once for the whole chain, not once per delta. A snapshot in ``deltas`` that
     is whole replaces what came before it."""
+    if is_columnar(base):
+        return columnar_deltas(base, deltas)
     tables: dict[Timestamp, dict[Any, Any]] | None = None
     replicated = base["replicated"]
     current = base
@@ -598,7 +603,7 @@ class StatefulVertex(Vertex):
     """
 
     def __init__(self) -> None:
-        self._states: dict[str, KeyedState[Any]] = {}
+        self._states: dict[str, KeyedState[Any] | ColumnState] = {}
 
     def keyed_state(
         self, name: str, replicated: bool = False, tracked: bool = False, incremental: bool = False
@@ -612,6 +617,27 @@ class StatefulVertex(Vertex):
         if name in self._states:
             raise ValueError(f"state {name!r} is defined twice")
         state: KeyedState[Any] = KeyedState(replicated, tracked, incremental)
+        self._states[name] = state
+        return state
+
+    def column_state(
+        self,
+        name: str,
+        keys: Sequence[str],
+        schema: pa.Schema,
+        replicated: bool = False,
+        incremental: bool = False,
+    ) -> ColumnState:
+        """A new table held as Arrow columns (:mod:`timely.state.columnar`), keyed by the
+        ``keys`` columns of ``schema``: the table API's state. It checkpoints, migrates and
+        re-partitions as :meth:`keyed_state`'s tables do; ``incremental`` when it is kept
+        across epochs, so that an incremental checkpoint writes only the changed keys."""
+        if name in self._states:
+            raise ValueError(f"state {name!r} is defined twice")
+        missing = [k for k in keys if k not in schema.names]
+        if missing:
+            raise ValueError(f"state {name!r}: key columns {missing} are not in {schema}")
+        state = ColumnState(keys, schema, replicated, incremental)
         self._states[name] = state
         return state
 
@@ -694,7 +720,7 @@ class StatefulVertex(Vertex):
             if s.incremental:
                 s.on_disk(functools.partial(store, f"{prefix}, table {name!r}"))
 
-    def states(self) -> dict[str, KeyedState[Any]]:
+    def states(self) -> dict[str, KeyedState[Any] | ColumnState]:
         """The tables by name."""
         return dict(self._states)
 

@@ -1,0 +1,204 @@
+"""Columnar keyed state (:class:`timely.state.columnar.ColumnState`) against a dict model:
+random upserts and removals of keys of two columns (nulls, NaN, strings), then a snapshot
+through the wire format, bins taken out and put back, incremental deltas along a chain
+and a worker's share on a rescale, each compared with the model. Mutation checks: a
+lookup that misses keys whose hashes collide, and bins computed by another hash."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import timely.state.columnar as columnar
+from timely.comm import serialization
+from timely.routing.bins import bins_of, default_table
+from timely.state.columnar import Arranged, ColumnState, apply_deltas, merge_snapshots, share_of
+
+SCHEMA = pa.schema([("k", pa.string()), ("f", pa.float64()), ("v", pa.int64())])
+KEYS = ("k", "f")
+T = (0,)
+
+KEY = st.tuples(
+    st.none() | st.sampled_from(["a", "b", "ü", ""]),
+    st.none() | st.sampled_from([0.0, 1.5, -2.0, math.nan]),
+)
+OPS = st.lists(
+    st.tuples(st.sampled_from(["put", "del"]), st.lists(st.tuples(KEY, st.integers(0, 99)))),
+    max_size=8,
+)
+
+
+def _norm(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A key as the model holds it (NaN equal to itself)."""
+    return tuple("nan" if isinstance(x, float) and math.isnan(x) else x for x in key)
+
+
+def _table(pairs: dict[tuple[Any, ...], int]) -> pa.Table:
+    rows = [{"k": k[0], "f": math.nan if k[1] == "nan" else k[1], "v": v} for k, v in pairs.items()]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def _model_of(table: pa.Table | None) -> dict[tuple[Any, ...], int]:
+    if table is None:
+        return {}
+    out = {}
+    for r in table.to_pylist():
+        key = _norm((r["k"], r["f"]))
+        assert key not in out, f"key {key} twice"
+        out[key] = r["v"]
+    return out
+
+
+def _apply(state: ColumnState, model: dict[Any, int], ops: Any) -> None:
+    for op, pairs in ops:
+        batch = {_norm(k): v for k, v in pairs}  # keys unique in one batch
+        if op == "put":
+            state.upsert(T, _table(batch))
+            model.update(batch)
+        else:
+            state.remove(T, _table(batch))
+            for k in batch:
+                model.pop(k, None)
+
+
+def _wire(snapshot: Any) -> Any:
+    return serialization.decode(serialization.encode(snapshot))
+
+
+@settings(deadline=None)
+@given(OPS, OPS, st.sampled_from([2, 4, 16]))
+def test_column_state_is_a_keyed_table(first: Any, then: Any, nbins: int) -> None:
+    state = ColumnState(KEYS, SCHEMA, incremental=True)
+    state.keep_changes()
+    model: dict[Any, int] = {}
+    _apply(state, model, first)
+    assert _model_of(state.get(T)) == model
+    base = _wire(state.snapshot(0))
+    state.taken(0)
+    _apply(state, model, then)
+    assert _model_of(state.get(T)) == model
+
+    # a snapshot through the wire restores the same table
+    again = ColumnState(KEYS, SCHEMA)
+    again.restore(_wire(state.snapshot(1)))
+    assert _model_of(again.get(T)) == model
+
+    # a delta on the base, applied to it, is the same table
+    delta = _wire(state.delta(1, 0))
+    assert _model_of(_rows(apply_deltas(base, [delta]))) == model
+
+    # bins: the rows taken out are exactly the keys of those bins by the row path's hash
+    bins = set(range(0, nbins, 2))
+    taken = state.extract(bins, nbins)
+    moved = _model_of(_rows(taken))
+    keys = list(model)
+    row_bins = dict(zip(keys, bins_of([_hashable(k) for k in keys], nbins)))
+    assert set(moved) == {k for k in keys if row_bins[k] in bins}
+    assert _model_of(state.get(T)) == {k: v for k, v in model.items() if k not in moved}
+    state.install(_wire(taken))
+    assert _model_of(state.get(T)) == model
+
+    # a rescale: every worker's share, merged, is the whole; each holds its bins only
+    table = default_table(nbins, 3)
+    shares = [share_of(_wire(state.snapshot()), np.asarray(table) == w, nbins) for w in range(3)]
+    for w, share in enumerate(shares):
+        assert all(table[row_bins[k]] == w for k in _model_of(_rows(share)))
+    assert _model_of(_rows(merge_snapshots(shares))) == model
+
+
+def _hashable(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(math.nan if x == "nan" else x for x in key)
+
+
+def _rows(snapshot: Any) -> pa.Table | None:
+    times = snapshot["times"]
+    if not times:
+        return None
+    assert len(times) == 1 and tuple(times[0][0]) == T
+    table = times[0][1]
+    return pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+
+
+def test_keys_whose_hashes_collide_are_told_apart() -> None:
+    """Every key hashed alike: a lookup must compare the keys themselves. The mutant,
+    a lookup that trusts the first row of a hash, makes a second row for a key."""
+    rows = _table({("a", 1.5): 1, ("b", 1.5): 2, ("c", None): 3})
+    same = np.zeros(3, dtype=np.uint64)
+    arranged = Arranged(rows, same, KEYS)
+    probe = _table({("c", None): 9, ("z", 0.0): 9})
+    assert arranged.find(probe, np.zeros(2, dtype=np.uint64)).tolist() == [2, -1]
+    grown = arranged.upsert(probe, np.zeros(2, dtype=np.uint64))
+    assert _model_of(grown.table) == {("a", 1.5): 1, ("b", 1.5): 2, ("c", None): 9, ("z", 0.0): 9}
+
+
+def test_mutation_a_lookup_that_ignores_collisions_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Arranged, "_scan", lambda self, rows, i, h, start: -1)
+    with pytest.raises(AssertionError):
+        test_keys_whose_hashes_collide_are_told_apart()
+
+
+def test_mutation_bins_by_another_hash_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 8: a columnar table whose bins are not the row path's would move keys a
+    routing table did not send it. Reversing the hash's bytes is caught."""
+    original = columnar.key_hashes
+    monkeypatch.setattr(columnar, "key_hashes", lambda *a: original(*a).byteswap())
+    ops = [("put", [(("a", 1.5), 1), (("b", None), 2), (("ü", 0.0), 3), ((None, -2.0), 4)])]
+    with pytest.raises(AssertionError):
+        for nbins in (2, 4, 16):
+            test_column_state_is_a_keyed_table.hypothesis.inner_test(ops, [], nbins)  # type: ignore[attr-defined]
+
+
+def test_install_refuses_keys_already_held() -> None:
+    state = ColumnState(KEYS, SCHEMA)
+    state.upsert(T, _table({("a", 1.5): 1}))
+    with pytest.raises(ValueError, match="not keyed state"):
+        state.install(state.snapshot())
+
+
+def test_a_snapshot_keeps_what_it_saw() -> None:
+    """A snapshot is not copied (it is encoded later, off the step), so the state must
+    never change what a snapshot or a user's batch holds: later upserts and removals
+    leave both as they were (Arrow's buffers are never written in place here)."""
+    state = ColumnState(KEYS, SCHEMA)
+    given = _table({("a", 1.5): 1, ("b", None): 2})
+    state.upsert(T, given)
+    snap = state.snapshot()
+    before = _model_of(_rows(snap))
+    state.upsert(T, _table({("a", 1.5): 7, ("c", 0.0): 3}))
+    state.remove(T, _table({("b", None): 0}))
+    assert _model_of(_rows(snap)) == before == _model_of(given)
+    assert _model_of(state.get(T)) == {("a", 1.5): 7, ("c", 0.0): 3}
+
+
+def test_small_changes_to_a_large_table_go_to_runs_of_their_own() -> None:
+    """A spine: 1% of a large table changed per epoch lands in small runs (the large one
+    is not rewritten), runs merge as they grow, and the table is the model's throughout."""
+    rng = np.random.default_rng(3)
+    state = ColumnState(KEYS, SCHEMA)
+    model: dict[Any, int] = {(f"k{i}", 1.5): i for i in range(2000)}
+    state.upsert(T, _table(model))
+    most_runs = 1
+    for epoch in range(40):
+        picked = rng.choice(2200, 20, replace=False)  # some new keys, most held
+        batch = {(f"k{i}", 1.5): epoch for i in picked.tolist()}
+        state.upsert(T, _table(batch))
+        model.update(batch)
+        gone = {(f"k{i}", 1.5): 0 for i in rng.choice(2200, 5, replace=False).tolist()}
+        state.remove(T, _table(gone))
+        for k in gone:
+            model.pop(k, None)
+        most_runs = max(most_runs, len(state._times[T].runs))
+        assert _model_of(state.get(T)) == model
+        found, held = state.lookup(T, _table(batch))
+        assert len(found) == sum(k in model for k in batch)
+        assert all(model[(r["k"], r["f"])] == r["v"] for r in held.to_pylist())
+    assert most_runs >= 3  # the large run was left alone while the small ones grew
+    assert len(state._times[T].runs[0][0]) >= 2000  # and never rewritten for 20 keys
