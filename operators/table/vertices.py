@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from operators.table.dense import dense_group_by
 from operators.table.expr import Compiled, evaluate
 from progress import Timestamp
 from timely import Vertex
@@ -209,9 +210,11 @@ class Aggregate(PerTime):
             return []
         table = _table(batches, self.in_schema)
         if self.keys:
-            got = table.group_by(self.keys, use_threads=False).aggregate(
-                [(c if c else [], fn) for c, fn, _ in self.aggs]
-            )
+            got = self._dense(table) if len(self.keys) == 1 else None
+            if got is None:
+                got = table.group_by(self.keys, use_threads=False).aggregate(
+                    [(c if c else [], fn) for c, fn, _ in self.aggs]
+                )
         else:
             got = _aggregate_all(table, self.aggs)
         # group_by names its outputs "<column>_<function>" ("count_all" alone), keys
@@ -222,6 +225,11 @@ class Aggregate(PerTime):
         if self.post is not None:
             got = self.post(got)
         return as_batches(got, self.out_schema)
+
+    def _dense(self, table: pa.Table) -> pa.Table | None:
+        """Arrow's ``group_by`` by arrays indexed by key, for one dense integer key (node
+        numbers): ``None`` where that does not apply (see :func:`dense_group_by`)."""
+        return dense_group_by(table, self.keys[0], [(c, fn) for c, fn, _ in self.aggs])
 
     def _before_post(self) -> list[str]:
         return [*self.keys, *(name for _, _, name in self.aggs)]
