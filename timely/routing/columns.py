@@ -188,17 +188,22 @@ class ColumnExchange(Exchange):
 
 def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> list[tuple[int, Any]]:
     """``batch``'s rows grouped by ``dest`` (one worker per row): ``(worker, slice)``,
-    with one stable sort, one ``take`` and zero-copy slices."""
+    with one stable sort, one ``take`` and zero-copy slices. Worker numbers fit 16 bits,
+    so the sort is numpy's radix sort (linear; a stable sort of int64 is a merge sort),
+    and where each worker's rows start comes from a ``bincount``."""
     first = int(dest[0])
     if (dest == first).all():
         return [(first, batch)]
-    order = np.argsort(dest, kind="stable")
-    sorted_dest = dest[order]
+    top = int(dest.max())
+    small = dest.astype(np.uint8 if top < 1 << 8 else np.uint16) if top < 1 << 16 else dest
+    order = np.argsort(small, kind="stable")
     taken = batch.take(pa.array(order))
-    cuts = np.flatnonzero(np.diff(sorted_dest)) + 1
-    starts = np.concatenate([[0], cuts])
-    ends = np.concatenate([cuts, [len(dest)]])
-    return [(int(sorted_dest[s]), taken.slice(int(s), int(e - s))) for s, e in zip(starts, ends)]
+    counts = np.bincount(small, minlength=top + 1)
+    ends = np.cumsum(counts)
+    return [
+        (w, taken.slice(int(ends[w] - counts[w]), int(counts[w])))
+        for w in np.flatnonzero(counts).tolist()
+    ]
 
 
 def exchange_columns(*keys: str) -> ColumnExchange:
