@@ -175,15 +175,24 @@ class ColumnExchange(Exchange):
         for batch in records:
             if batch.num_rows == 0:
                 continue
-            key_bins = (key_hashes(batch, self.keys, self._hashers) % np.uint64(bins)).astype(
-                np.intp
-            )
+            key_bins = _bins_of(key_hashes(batch, self.keys, self._hashers), bins)
             if load is not None:
                 load += np.bincount(key_bins, minlength=bins)
             dest = table[key_bins]
             for w, part in split_by(batch, dest):
                 out.setdefault(w, []).append(part)
         return out
+
+
+def _bins_of(hashes: np.ndarray[Any, Any], bins: int) -> np.ndarray[Any, Any]:
+    """Each hash's bin, ``hash % bins``: the low bits when ``bins`` is a power of two (as
+    ``DEFAULT_BINS`` is; a mask is cheaper than a 64-bit division), in the narrowest
+    integer type that holds them (indexing with it is cheaper too)."""
+    low = hashes & np.uint64(bins - 1) if bins & (bins - 1) == 0 else hashes % np.uint64(bins)
+    out: np.ndarray[Any, Any] = low.astype(
+        np.uint8 if bins <= 1 << 8 else np.uint16 if bins <= 1 << 16 else np.intp
+    )
+    return out
 
 
 def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> list[tuple[int, Any]]:
