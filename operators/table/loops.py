@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.loops import loop_finished
+from operators.table.dense import DENSE_MIN, dense_top
 from operators.table.vertices import Batch, PerTime, as_batches
 from progress import Timestamp
 from timely import Vertex
@@ -51,7 +52,7 @@ def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
     keys = table.column(key).to_numpy()
     values = table.column(value).to_numpy()
     if pa.types.is_integer(table.schema.field(key).type):
-        top = _dense_top(int(keys.min()), int(keys.max()), len(keys))
+        top = dense_top(int(keys.min()), int(keys.max()), len(keys))
         if top:
             return table.take(_least_dense(keys, values, top))
     order = np.argsort(keys)
@@ -71,17 +72,6 @@ def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
     return table.take(order[at_least[pick]])
 
 
-def _dense_top(low: int, high: int, keys: int, minimum: int | None = None) -> int:
-    """The size of an array indexed by key for integer keys in ``[low, high]``, about
-    ``keys`` of them, if they are dense enough to be kept so (see :class:`_Best`; at
-    least ``minimum`` slots are always allowed); 0 if not."""
-    top = high + 1
-    least = _Best.DENSE_MIN if minimum is None else minimum
-    if low >= 0 and top <= max(least, _Best.DENSE_SLACK * keys):
-        return top
-    return 0
-
-
 def _least_dense(
     keys: np.ndarray[Any, Any], values: np.ndarray[Any, Any], top: int
 ) -> np.ndarray[Any, Any]:
@@ -99,13 +89,11 @@ def _least_dense(
 
 class _Best:
     """Each key's least value so far, for one epoch. Integer keys that are dense enough
-    (non-negative, at most ``DENSE_SLACK`` times as many slots as keys: 72 bytes a key
-    at worst, against 16 sorted) index an array directly; other keys are kept sorted,
+    (:func:`~operators.table.dense.dense_top`) index an array directly; other keys are kept sorted,
     values beside them, and looked up with ``searchsorted``. A dense table turns sorted
     when a key falls outside its bound."""
 
-    DENSE_SLACK = 8
-    DENSE_MIN = 1 << 16
+    DENSE_MIN = DENSE_MIN
 
     def __init__(self, key_type: pa.DataType, value_type: pa.DataType) -> None:
         self.dense = pa.types.is_integer(key_type)
@@ -120,7 +108,7 @@ class _Best:
         """Take ``values`` (one per distinct key, ``keys`` sorted) where they are less
         than the keys' best or the key is new; returns the mask of those taken."""
         if self.dense:
-            top = _dense_top(int(keys[0]), int(keys[-1]), self.count + len(keys), self.DENSE_MIN)
+            top = dense_top(int(keys[0]), int(keys[-1]), self.count + len(keys), self.DENSE_MIN)
             if top:
                 return self._improve_dense(keys, values, top)
             self.keys = np.flatnonzero(self.present).astype(self.keys.dtype)
@@ -299,7 +287,7 @@ class ArrangedJoin(PerTime):
             order = np.argsort(keys, kind="stable")
             table, index = table.take(order), keys[order]
             if pa.types.is_integer(schema.field(key).type) and len(index):
-                top = _dense_top(int(index[0]), int(index[-1]), len(index))
+                top = dense_top(int(index[0]), int(index[-1]), len(index))
                 if top:
                     starts = np.zeros(top + 1, dtype=np.int64)
                     np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
@@ -326,18 +314,15 @@ class ArrangedJoin(PerTime):
         if self.how in ("semi", "anti"):  # the loop's side is the left one here
             keep = counts > 0 if self.how == "semi" else counts == 0
             return as_batches(rows.filter(pa.array(keep)), self.out_schema)
-        total = int(counts.sum())
-        starts = np.repeat(lo, counts)
-        offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-        match = starts + offsets
         mine = np.repeat(np.arange(len(probe)), counts)
+        match = _matches(lo, hi, counts, mine)
         left, right = (arranged, rows) if outer == 0 else (rows, arranged)
         li, ri = (match, mine) if outer == 0 else (mine, match)
-        columns = [left.column(n).take(li) for n in self.schemas[0].names]
+        columns = [_gather(left, n, li) for n in self.schemas[0].names]
         right_keys = self.keys[1]
         for n in self.schemas[1].names:
             if n in self.right_names:
-                columns.append(right.column(n).take(ri))
+                columns.append(_gather(right, n, ri))
         out = pa.Table.from_arrays(columns, schema=self.out_schema)
         if self.how == "left":  # the loop's rows without a match, with nulls
             alone = rows.filter(pa.array(counts == 0))
@@ -363,6 +348,31 @@ class ArrangedJoin(PerTime):
             if t != current and o not in waiting and all(loop_finished(self, o, p) for p in (0, 1)):
                 self.arranged.pop(t, None)
                 self.held.pop(t, None)
+
+
+def _matches(
+    lo: np.ndarray[Any, Any],
+    hi: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    mine: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any] | slice:
+    """The arranged rows each probe row matches (``lo[i]:hi[i]``), one after another:
+    a slice when each range starts where the one before ended (the probe walks the
+    arrangement in key order, as the ranks of a dense ``group_by`` do), so the arranged
+    side's columns are sliced, not gathered."""
+    if len(lo) and np.array_equal(lo[1:], hi[:-1]):
+        return slice(int(lo[0]), int(hi[-1]))
+    shift = lo - (np.cumsum(counts) - counts)  # each range's start, less its output offset
+    match: np.ndarray[Any, Any] = np.arange(len(mine)) + shift[mine]
+    return match
+
+
+def _gather(table: pa.Table, name: str, at: np.ndarray[Any, Any] | slice) -> Any:
+    """Column ``name`` of ``table`` at rows ``at`` (indexes, or a slice: no copy)."""
+    column = table.column(name)
+    if isinstance(at, slice):
+        return column.slice(at.start, at.stop - at.start)
+    return column.take(at)
 
 
 def _hash_join(

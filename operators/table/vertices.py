@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from operators.table.dense import dense_group_by
 from operators.table.expr import Compiled, evaluate
 from progress import Timestamp
 from timely import Vertex
@@ -228,10 +229,14 @@ def group_aggregate(table: pa.Table, keys: list[str], aggs: list[tuple[str, str,
     Arrow names an output ``<column>_<function>``, twice when two aggregations take the
     same function of the same column, and puts the keys first or last by version: the
     outputs are named here by position."""
+    names = [name for _, _, name in aggs]
+    if len(keys) == 1 and table.num_rows:  # node numbers: arrays indexed by key, no hash
+        dense = dense_group_by(table, keys[0], [(c, fn) for c, fn, _ in aggs])
+        if dense is not None:
+            return dense.rename_columns([*keys, *names])
     got = table.group_by(keys, use_threads=False).aggregate(
         [(c if c else [], fn) for c, fn, _ in aggs]
     )
-    names = [name for _, _, name in aggs]
     if got.column_names[: len(keys)] == keys:
         return got.rename_columns([*keys, *names])
     return got.rename_columns([*names, *keys]).select([*keys, *names])

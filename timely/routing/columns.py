@@ -175,9 +175,7 @@ class ColumnExchange(Exchange):
         for batch in records:
             if batch.num_rows == 0:
                 continue
-            key_bins = (key_hashes(batch, self.keys, self._hashers) % np.uint64(bins)).astype(
-                np.intp
-            )
+            key_bins = _bins_of(key_hashes(batch, self.keys, self._hashers), bins)
             if load is not None:
                 load += np.bincount(key_bins, minlength=bins)
             dest = table[key_bins]
@@ -186,19 +184,35 @@ class ColumnExchange(Exchange):
         return out
 
 
+def _bins_of(hashes: np.ndarray[Any, Any], bins: int) -> np.ndarray[Any, Any]:
+    """Each hash's bin, ``hash % bins``: the low bits when ``bins`` is a power of two (as
+    ``DEFAULT_BINS`` is; a mask is cheaper than a 64-bit division), in the narrowest
+    integer type that holds them (indexing with it is cheaper too)."""
+    low = hashes & np.uint64(bins - 1) if bins & (bins - 1) == 0 else hashes % np.uint64(bins)
+    out: np.ndarray[Any, Any] = low.astype(
+        np.uint8 if bins <= 1 << 8 else np.uint16 if bins <= 1 << 16 else np.intp
+    )
+    return out
+
+
 def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> list[tuple[int, Any]]:
     """``batch``'s rows grouped by ``dest`` (one worker per row): ``(worker, slice)``,
-    with one stable sort, one ``take`` and zero-copy slices."""
+    with one stable sort, one ``take`` and zero-copy slices. Worker numbers fit 16 bits,
+    so the sort is numpy's radix sort (linear; a stable sort of int64 is a merge sort),
+    and where each worker's rows start comes from a ``bincount``."""
     first = int(dest[0])
     if (dest == first).all():
         return [(first, batch)]
-    order = np.argsort(dest, kind="stable")
-    sorted_dest = dest[order]
+    top = int(dest.max())
+    small = dest.astype(np.uint8 if top < 1 << 8 else np.uint16) if top < 1 << 16 else dest
+    order = np.argsort(small, kind="stable")
     taken = batch.take(pa.array(order))
-    cuts = np.flatnonzero(np.diff(sorted_dest)) + 1
-    starts = np.concatenate([[0], cuts])
-    ends = np.concatenate([cuts, [len(dest)]])
-    return [(int(sorted_dest[s]), taken.slice(int(s), int(e - s))) for s, e in zip(starts, ends)]
+    counts = np.bincount(small, minlength=top + 1)
+    ends = np.cumsum(counts)
+    return [
+        (w, taken.slice(int(ends[w] - counts[w]), int(counts[w])))
+        for w in np.flatnonzero(counts).tolist()
+    ]
 
 
 def exchange_columns(*keys: str) -> ColumnExchange:

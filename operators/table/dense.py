@@ -1,0 +1,147 @@
+"""Integer keys that index an array: when they are dense enough, and grouping by them.
+
+Graph algorithms key their rows by node number, ``0 .. n-1``: such keys need no hash
+table and no sort. An array indexed by key holds one slot per possible key, so it pays
+when the keys fill enough of their range (:func:`dense_top` decides, for every table
+step that indexes by key). :func:`dense_group_by` is ``Table.group_by(key).aggregate``
+for one such key column: counts and sums are ``np.bincount`` (numpy's round of the
+power iteration), minima and maxima one ``fmin.at``/``minimum.at`` pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+DENSE_SLACK = 8
+"""At most this many slots a key: 72 bytes a key at worst, against 16 kept sorted."""
+DENSE_MIN = 1 << 16
+"""Slots always allowed, however few the keys (a table that grows fills them later)."""
+
+FAST = frozenset({"count_all", "count", "sum", "min", "max"})
+"""Arrow's hash aggregates :func:`dense_group_by` computes itself."""
+
+_EXACT = 1 << 53
+"""Integers below this are exact in a float64, so ``bincount``'s float sums of them are."""
+
+
+def dense_top(low: int, high: int, keys: int, minimum: int | None = None) -> int:
+    """The size of an array indexed by key for integer keys in ``[low, high]``, about
+    ``keys`` of them, if they are dense enough to be kept so (non-negative, at most
+    ``DENSE_SLACK`` slots a key; at least ``minimum`` slots, ``DENSE_MIN`` by default,
+    are always allowed); 0 if not."""
+    top = high + 1
+    least = DENSE_MIN if minimum is None else minimum
+    if low >= 0 and top <= max(least, DENSE_SLACK * keys):
+        return top
+    return 0
+
+
+def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa.Table | None:
+    """``table.group_by(key).aggregate(aggs)`` (Arrow's names: ``"<column>_<fn>"``,
+    ``"count_all"``; the key first, as pyarrow 26 puts it) by arrays indexed by
+    ``key - min(key)``, or ``None`` when that does not apply: a key that is not one
+    integer column without nulls, keys too sparse (:func:`dense_top`, with no minimum: a
+    small batch must not pay for a large range), a function outside :data:`FAST`, a
+    value column that is not an integer or a float32/64.
+
+    The same table as Arrow's, but for the row order: key order here, first seen there
+    (neither is promised). Nulls are skipped; a key whose values are all null gets a
+    null sum, minimum and maximum; NaN propagates through sums and is skipped by minima
+    and maxima unless every value is NaN; integer sums stay integers (int64, uint64),
+    wrapping on overflow as Arrow's do; between 0.0 and -0.0, a minimum may pick either.
+    """
+    n = table.num_rows
+    if n == 0 or any(fn not in FAST for _, fn in aggs):
+        return None
+    column = table.column(key)
+    if not pa.types.is_integer(column.type) or column.null_count:
+        return None
+    if any(c and not _summable(table.schema.field(c).type) for c, _ in aggs):
+        return None
+    raw = column.to_numpy()
+    low, high = int(raw.min()), int(raw.max())
+    top = dense_top(0, high - low, n, minimum=0) if high < 1 << 63 else 0
+    if not top:
+        return None
+    slots = raw.astype(np.int64) - low if low else raw.astype(np.int64, copy=False)
+    rows = np.bincount(slots, minlength=top)
+    present = np.flatnonzero(rows)
+    names = [key]
+    arrays = [pa.array(present + low, column.type)]
+    values: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], Any]] = {}
+    for c, fn in aggs:
+        names.append(f"{c}_{fn}" if c else fn)
+        if fn == "count_all":
+            arrays.append(pa.array(rows[present], pa.int64()))
+            continue
+        if c not in values:
+            values[c] = _valid(table.column(c), slots, rows, top)
+        at, v, valid = values[c]
+        if fn == "count":
+            arrays.append(pa.array(valid[present], pa.int64()))
+            continue
+        empty = None if valid is rows else valid[present] == 0
+        got = (_sum if fn == "sum" else _extreme)(at, v, top, fn)[present]
+        arrays.append(pa.array(got, _out_type(table.schema.field(c).type, fn), mask=empty))
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _summable(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t))
+
+
+def _valid(
+    column: Any, slots: np.ndarray[Any, Any], rows: np.ndarray[Any, Any], top: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """A value column's non-null values, their slots, and how many each slot has."""
+    if not column.null_count:
+        return slots, column.to_numpy(), rows
+    keep = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    at = slots[keep]
+    v = column.fill_null(0).to_numpy()[keep]
+    return at, v, np.bincount(at, minlength=top)
+
+
+def _sum(
+    at: np.ndarray[Any, Any], v: np.ndarray[Any, Any], top: int, fn: str = "sum"
+) -> np.ndarray[Any, Any]:
+    """Per slot, the sum of its values: float64 for floats, int64 or uint64 for integers
+    (exact: through float64 ``bincount`` while no partial sum can reach 2**53, else an
+    integer ``add.at``, which wraps as Arrow does)."""
+    if v.dtype.kind == "f":
+        return np.bincount(at, weights=v, minlength=top)
+    wide = np.int64 if v.dtype.kind == "i" else np.uint64
+    if len(v) == 0 or max(-int(v.min()), int(v.max())) * len(v) < _EXACT:
+        return np.bincount(at, weights=v, minlength=top).astype(wide)
+    sums = np.zeros(top, dtype=wide)
+    np.add.at(sums, at, v.astype(wide, copy=False))
+    return sums
+
+
+def _extreme(
+    at: np.ndarray[Any, Any], v: np.ndarray[Any, Any], top: int, fn: str
+) -> np.ndarray[Any, Any]:
+    """Per slot, the least (``fn == "min"``) or greatest value; floats skip NaN unless a
+    slot has nothing else (``fmin``/``fmax`` from a NaN start)."""
+    least = fn == "min"
+    if v.dtype.kind == "f":
+        got = np.full(top, np.nan, dtype=v.dtype)
+        (np.fmin if least else np.fmax).at(got, at, v)
+        return got
+    bound = np.iinfo(v.dtype)
+    got = np.full(top, bound.max if least else bound.min, dtype=v.dtype)
+    (np.minimum if least else np.maximum).at(got, at, v)
+    return got
+
+
+def _out_type(t: pa.DataType, fn: str) -> pa.DataType:
+    """The type of Arrow's hash aggregate ``fn`` of a column of type ``t``."""
+    if fn != "sum":
+        return t
+    if pa.types.is_floating(t):
+        return pa.float64()
+    return pa.int64() if pa.types.is_signed_integer(t) else pa.uint64()
