@@ -38,6 +38,8 @@ from operators.table.vertices import (
     group_aggregate,
     to_batch,
 )
+from operators.table.windows import WindowAggregate
+from operators.windows import _sizes
 from timely import (
     Dataflow,
     GraphBuildError,
@@ -522,35 +524,67 @@ class GroupedTable:
         epoch so far (the table API's ``running_reduce``; the state is kept across epochs,
         as Arrow columns, and checkpoints, migrates and rescales with the run). The same
         aggregations as :meth:`agg`, but ``list``; top-level streams only."""
-        t = self.table
-        if t.stream.scope.depth:
-            raise GraphBuildError(
-                f"step {name!r}: running_agg keeps state across epochs, which a loop's rounds "
-                "do not have; use it outside iterate"
-            )
-        if not self.keys:
-            raise GraphBuildError(f"step {name!r}: running_agg needs group_by keys")
-        keys = self.keys
-        specs, pre, source_of = self._inputs(aggs, named, name)
-        if any(a.kind == "list" for a in specs):
-            raise GraphBuildError(
-                f"step {name!r}: running_agg cannot keep list() (it would grow without end); "
-                "use agg per epoch"
-            )
-        partial, final_aggs, out_schema, post = self._partials(pre, specs, source_of, name)
-        partial_schema = partial.schema
-        merges = [(c, fn[5:]) for c, fn, _ in final_aggs]
-        renamed = {c: out for c, _, out in final_aggs}
-
-        def post_running(table: pa.Table) -> pa.Table:
-            return post(table.rename_columns([renamed.get(n, n) for n in table.column_names]))
-
+        partial, merges, out_schema, post = self._kept(aggs, named, name, "running_agg")
+        keys, partial_schema = self.keys, partial.schema
         return partial._then(
-            lambda: RunningAggregate(keys, merges, partial_schema, out_schema, post_running),
+            lambda: RunningAggregate(keys, merges, partial_schema, out_schema, post),
             out_schema,
             name,
             exchange_columns(*keys),
         )
+
+    def window_agg(
+        self,
+        size: int,
+        *aggs: Agg,
+        slide: int | None = None,
+        name: str = "window_agg",
+        **named: Agg,
+    ) -> Table:
+        """Per window of ``size`` epochs, one row per key with rows in it: its aggregates
+        over the window (the table API's ``reduce_by_window``). Windows end at the
+        multiples ``w`` of ``slide`` (``size`` by default: tumbling windows), cover the
+        epochs ``(w - size, w]`` and are sent at ``w``; a window with no rows sends
+        nothing. Each epoch's partials are kept as Arrow columns at the epoch (they
+        checkpoint, migrate and rescale with the run). The same aggregations as
+        :meth:`agg`, but ``list``; top-level streams only."""
+        sl = _sizes("window_agg", size, slide)
+        partial, merges, out_schema, post = self._kept(aggs, named, name, "window_agg")
+        keys, partial_schema = self.keys, partial.schema
+        return partial._then(
+            lambda: WindowAggregate(keys, merges, partial_schema, out_schema, post, size, sl),
+            out_schema,
+            name,
+            exchange_columns(*keys),
+        )
+
+    def _kept(
+        self, aggs: tuple[Agg, ...], named: Mapping[str, Agg], name: str, op: str
+    ) -> tuple[Table, list[tuple[str, str]], pa.Schema, Callable[[pa.Table], pa.Table]]:
+        """For an aggregation whose partials are kept across epochs (``op``): the partials
+        per batch, how each merges, the output schema, and the step from merged partials
+        (named as the partials) to the outputs. Refuses loops, no keys and ``list``."""
+        if self.table.stream.scope.depth:
+            raise GraphBuildError(
+                f"step {name!r}: {op} keeps state across epochs, which a loop's rounds "
+                "do not have; use it outside iterate"
+            )
+        if not self.keys:
+            raise GraphBuildError(f"step {name!r}: {op} needs group_by keys")
+        specs, pre, source_of = self._inputs(aggs, named, name)
+        if any(a.kind == "list" for a in specs):
+            raise GraphBuildError(
+                f"step {name!r}: {op} cannot keep list() (it would grow without end); "
+                "use agg per epoch"
+            )
+        partial, final_aggs, out_schema, post = self._partials(pre, specs, source_of, name)
+        merges = [(c, fn[5:]) for c, fn, _ in final_aggs]
+        renamed = {c: out for c, _, out in final_aggs}
+
+        def post_kept(table: pa.Table) -> pa.Table:
+            return post(table.rename_columns([renamed.get(n, n) for n in table.column_names]))
+
+        return partial, merges, out_schema, post_kept
 
     def _inputs(
         self, aggs: tuple[Agg, ...], named: Mapping[str, Agg], name: str

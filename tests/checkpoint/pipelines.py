@@ -76,6 +76,18 @@ def table_running(s: Stream) -> Stream:
     )
 
 
+def table_windowed(s: Stream) -> Stream:
+    # The table API's sliding windows: each epoch's partials as Arrow columns at the
+    # epoch (timely.ColumnState), kept until no later window covers it.
+    rows = s.select(lambda x: (x % 11, "ab"[x % 2], x if x % 5 else None))
+    return (
+        rows.to_table(TABLE)
+        .group_by("k", "tag")
+        .window_agg(3, n=count(), s=col("v").sum(), hi=col("v").max(), m=col("v").mean(), slide=1)
+        .to_rows(tuples=True)
+    )
+
+
 def reach(s: Stream) -> Stream:
     # The numbers reachable from each input by x -> 2x % 23, a fixpoint per epoch.
     return s.fixpoint(lambda inner: inner.select(lambda x: 2 * x % 23))
@@ -102,6 +114,7 @@ PIPELINES: dict[str, Callable[[Stream], Stream]] = {
     "sliding": sliding,
     "windowed": windowed,
     "table_running": table_running,
+    "table_windowed": table_windowed,
     "reach": reach,
     "labels": labels,
 }

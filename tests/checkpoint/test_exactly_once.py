@@ -55,6 +55,7 @@ INCREMENTAL = [
     "loop_and_running",
     "windowed",
     "table_running",
+    "table_windowed",
 ]
 """Every operator whose state is kept incrementally (running_reduce, map_with_state with
 expiry, join_streaming), in a loop's company, and one whose tables go whole."""

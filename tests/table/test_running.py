@@ -149,22 +149,24 @@ def test_agg_takes_the_same_aggregation_of_a_column_twice() -> None:
     assert whole.to_pylist() == [{"s": 5, "m": 2.5, "s2": 5}]
 
 
+@pytest.mark.parametrize("pipeline", ["table_running", "table_windowed"])
 @pytest.mark.parametrize("incremental", [0, 2], ids=["whole", "chain"])
 @pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 1), (2, 2)])
-def test_running_state_resumes_with_other_worker_counts(
-    tmp_path: Path, before: int, after: int, incremental: int
+def test_table_state_resumes_with_other_worker_counts(
+    tmp_path: Path, before: int, after: int, incremental: int, pipeline: str
 ) -> None:
-    """A run stopped after epoch 5 resumes with ``after`` workers: each takes the rows of
-    its bins from every old part (whole, or a chain of Arrow deltas applied first), and
-    the outputs are those of a run never stopped."""
+    """A run of ``pipeline`` (running aggregates, or sliding windows whose epochs are
+    kept at their times) stopped after epoch 5 resumes with ``after`` workers: each takes
+    the rows of its bins from every old part (whole, or a chain of Arrow deltas applied
+    first), and the outputs are those of a run never stopped."""
     epochs = [[(e * 7 + i * 3) % 40 for i in range(e % 4 + 2)] for e in range(10)]
-    flow, expected = build("table_running", epochs)
+    flow, expected = build(pipeline, epochs)
     flow.run(workers=2, backend="inline")
 
     options: dict[str, Any] = {"checkpoint": str(tmp_path), "checkpoint_every": 1}
     if incremental:
         options["checkpoint_incremental"] = incremental
-    flow, first = build("table_running", epochs[:6])
+    flow, first = build(pipeline, epochs[:6])
     flow._inputs[0].advance_to(6)  # epochs 0..5 complete; the input stays open
     session = flow.activate(workers=before, backend="inline", **options)
     assert session.committed and session.committed[-1] == 5
@@ -172,7 +174,7 @@ def test_running_state_resumes_with_other_worker_counts(
     manifest = CheckpointStore(str(tmp_path))._manifest(5)
     assert all(bool(p.get("chain")) == bool(incremental) for p in manifest["parts"])
 
-    flow, second = build("table_running", epochs)
+    flow, second = build(pipeline, epochs)
     session = flow.activate(workers=after, backend="inline", **options)
     assert session.restored_epoch == 5
     for h in flow._inputs:
