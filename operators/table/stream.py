@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from operators.table.expr import Agg, Col, Expr, ExprError, col, compile_expr, lit
 from operators.table.loops import ArrangedJoin, LeastOnly, LeastPerTime, RoundSplit
 from operators.table.running import RunningAggregate
+from operators.table.streaming import StreamingJoin
 from operators.table.vertices import (
     Aggregate,
     Distinct,
@@ -250,6 +251,46 @@ class Table:
             raise GraphBuildError(
                 f"step {name!r}: how must be 'inner', 'left', 'semi' or 'anti', got {how!r}"
             )
+        lk, rk, out, right_names = self._join_plan(other, on, left_on, right_on, how, suffix, name)
+        left_schema = self.schema
+        schemas = (left_schema, other.schema)
+        inputs = [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))]
+        depths = (self.stream.scope.depth, other.stream.scope.depth)
+        if depths[0] != depths[1]:
+            # One side comes from outside the loop the other is in: it is arranged once
+            # per epoch instead of sent again (and hashed again) at every round.
+            outer = 0 if depths[0] < depths[1] else 1
+            if how != "inner" and outer == 0:
+                raise GraphBuildError(
+                    f"step {name!r}: a {how!r} join keeps the left side's rows, and the "
+                    "left side here is from outside the loop; put the loop's table on the "
+                    "left"
+                )
+            d = depths[outer] + 1
+            s = self.flow.vertex(
+                inputs,
+                lambda: ArrangedJoin(outer, (lk, rk), how, schemas, out, right_names, d),
+                name=name,
+                loop_invariant=False,
+            )[0]
+            return Table(s, out)
+        s = self.flow.vertex(
+            inputs, lambda: Join(lk, rk, how, schemas, out, right_names), name=name
+        )[0]
+        return Table(s, out)
+
+    def _join_plan(
+        self,
+        other: Table,
+        on: str | list[str] | None,
+        left_on: str | list[str] | None,
+        right_on: str | list[str] | None,
+        how: str,
+        suffix: str,
+        name: str,
+    ) -> tuple[list[str], list[str], pa.Schema, dict[str, str]]:
+        """The keys of both sides (checked: present, of one type), the output schema and
+        the right side's output names."""
         lk = _keys(on if on is not None else left_on, name, "left_on")
         rk = _keys(on if on is not None else right_on, name, "right_on")
         if len(lk) != len(rk):
@@ -278,29 +319,43 @@ class Table:
                 nullable_type = f.type
                 fields.append(pa.field(out_name, nullable_type))
             out = pa.schema(fields)
-        schemas = (left_schema, other.schema)
-        inputs = [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))]
-        depths = (self.stream.scope.depth, other.stream.scope.depth)
-        if depths[0] != depths[1]:
-            # One side comes from outside the loop the other is in: it is arranged once
-            # per epoch instead of sent again (and hashed again) at every round.
-            outer = 0 if depths[0] < depths[1] else 1
-            if how != "inner" and outer == 0:
-                raise GraphBuildError(
-                    f"step {name!r}: a {how!r} join keeps the left side's rows, and the "
-                    "left side here is from outside the loop; put the loop's table on the "
-                    "left"
-                )
-            d = depths[outer] + 1
-            s = self.flow.vertex(
-                inputs,
-                lambda: ArrangedJoin(outer, (lk, rk), how, schemas, out, right_names, d),
-                name=name,
-                loop_invariant=False,
-            )[0]
-            return Table(s, out)
+        return lk, rk, out, right_names
+
+    def join_streaming(
+        self,
+        other: Table,
+        on: str | list[str] | None = None,
+        left_on: str | list[str] | None = None,
+        right_on: str | list[str] | None = None,
+        within: int | None = None,
+        suffix: str = "_right",
+        name: str = "join_streaming",
+    ) -> Table:
+        """Rows joined with ``other``'s on equal keys **across epochs**: each matching
+        pair once, at the later of the two epochs, when it completes (a static table
+        sent at epoch 0 joins every later epoch). Both sides are kept, as Arrow, in the
+        run's state; ``within=w`` keeps only pairs whose epochs differ by at most ``w``
+        and forgets rows ``w`` epochs after theirs. The output is ``join``'s (inner)."""
+        if within is not None and (
+            not isinstance(within, int) or isinstance(within, bool) or within < 0
+        ):
+            raise GraphBuildError(
+                f"step {name!r}: within must be an int >= 0 (epochs) or None, got {within!r}"
+            )
+        if self.stream.scope.depth or other.stream.scope.depth:
+            raise GraphBuildError(
+                f"step {name!r}: join_streaming keeps rows across epochs, which a loop's "
+                "rounds do not have; use join inside iterate"
+            )
+        lk, rk, out, right_names = self._join_plan(
+            other, on, left_on, right_on, "inner", suffix, name
+        )
+        schemas = (self.schema, other.schema)
         s = self.flow.vertex(
-            inputs, lambda: Join(lk, rk, how, schemas, out, right_names), name=name
+            [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))],
+            lambda: StreamingJoin((lk, rk), schemas, out, right_names, within),
+            name=name,
+            loop_invariant=False,
         )[0]
         return Table(s, out)
 

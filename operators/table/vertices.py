@@ -333,17 +333,33 @@ class Join(PerTime):
                 use_threads=False,
             )
             return as_batches(got.select(self.out_schema.names), self.out_schema)
-        renamed = right.rename_columns([self.right_names.get(n, n) for n in right.schema.names])
-        right_keys = [self.right_names.get(k, k) for k in self.right_keys]
-        got = left.join(
-            renamed,
-            self.left_keys,
-            right_keys,
-            join_type=how,
-            coalesce_keys=True,
-            use_threads=False,
+        got = join_tables(
+            left, right, self.left_keys, self.right_keys, self.right_names, self.out_schema, how
         )
-        return as_batches(got.select(self.out_schema.names), self.out_schema)
+        return as_batches(got, self.out_schema)
+
+
+def join_tables(
+    left: pa.Table,
+    right: pa.Table,
+    left_keys: list[str],
+    right_keys: list[str],
+    right_names: dict[str, str],
+    out_schema: pa.Schema,
+    how: str = "inner",
+) -> pa.Table:
+    """``left`` joined with ``right`` by Arrow's hash join (``how``: Arrow's join type):
+    the left's columns, then the right's but its keys, renamed by ``right_names``."""
+    renamed = right.rename_columns([right_names.get(n, n) for n in right.schema.names])
+    got = left.join(
+        renamed,
+        left_keys,
+        [right_names.get(k, k) for k in right_keys],
+        join_type=how,
+        coalesce_keys=True,
+        use_threads=False,
+    )
+    return got.select(out_schema.names)
 
 
 class GatherTables(PerTime):

@@ -88,6 +88,17 @@ def table_windowed(s: Stream) -> Stream:
     )
 
 
+SIDE = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+
+
+def table_joined(s: Stream) -> Stream:
+    # The table API's join across epochs, within 2 epochs: both sides kept as Arrow bags
+    # (timely.ColumnState with unique=False), forgotten 2 epochs after their own.
+    left = s.select(lambda x: (x % 6, x)).to_table(SIDE)
+    right = s.where(lambda x: x % 3 == 0).select(lambda x: (x % 6, 10 * x)).to_table(SIDE)
+    return left.join_streaming(right, on="k", within=2).to_rows(tuples=True)
+
+
 def reach(s: Stream) -> Stream:
     # The numbers reachable from each input by x -> 2x % 23, a fixpoint per epoch.
     return s.fixpoint(lambda inner: inner.select(lambda x: 2 * x % 23))
@@ -114,6 +125,7 @@ PIPELINES: dict[str, Callable[[Stream], Stream]] = {
     "sliding": sliding,
     "windowed": windowed,
     "table_running": table_running,
+    "table_joined": table_joined,
     "table_windowed": table_windowed,
     "reach": reach,
     "labels": labels,

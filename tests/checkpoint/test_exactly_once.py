@@ -56,6 +56,7 @@ INCREMENTAL = [
     "windowed",
     "table_running",
     "table_windowed",
+    "table_joined",
 ]
 """Every operator whose state is kept incrementally (running_reduce, map_with_state with
 expiry, join_streaming), in a loop's company, and one whose tables go whole."""

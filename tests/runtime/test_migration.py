@@ -57,6 +57,7 @@ PIPELINES: dict[str, Callable[[Stream], Stream]] = {
         s.select(lambda x: x + 1), lambda x: x % 4, lambda y: y % 4
     ),
     "table_running": pipelines.table_running,
+    "table_joined": pipelines.table_joined,
     "table_windowed": pipelines.table_windowed,
     "join_within": lambda s: s.join_streaming(
         s.select(lambda x: x * 2), lambda x: x % 3, lambda y: y % 3, within=2
@@ -202,6 +203,7 @@ def test_every_pipeline_really_moves_state(monkeypatch: pytest.MonkeyPatch) -> N
         ), pipeline
     carried = {"running_reduce", "map_with_state", "sliding_inverse", "tumbling"}
     carried |= {"join_streaming", "join_within", "table_running", "table_windowed"}
+    carried |= {"table_joined"}
     assert {p for p in carried if shipped.get(p, 0) == 0} == set()
 
 

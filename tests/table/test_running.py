@@ -149,7 +149,7 @@ def test_agg_takes_the_same_aggregation_of_a_column_twice() -> None:
     assert whole.to_pylist() == [{"s": 5, "m": 2.5, "s2": 5}]
 
 
-@pytest.mark.parametrize("pipeline", ["table_running", "table_windowed"])
+@pytest.mark.parametrize("pipeline", ["table_running", "table_windowed", "table_joined"])
 @pytest.mark.parametrize("incremental", [0, 2], ids=["whole", "chain"])
 @pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 1), (2, 2)])
 def test_table_state_resumes_with_other_worker_counts(

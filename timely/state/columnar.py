@@ -216,6 +216,10 @@ class Spine:
     def upsert(self, rows: pa.Table, h: Hashes) -> None:
         """Put ``rows`` (keys unique among them) in, replacing what their keys held."""
         self._kill(rows, h)
+        self.append(rows, h)
+
+    def append(self, rows: pa.Table, h: Hashes) -> None:
+        """Add ``rows`` as they are (a bag: keys may repeat, nothing is replaced)."""
         order = np.argsort(h, kind="stable")
         run = Arranged(
             _take(rows.select(self.schema.names).cast(self.schema), order), h[order], self.keys
@@ -333,6 +337,7 @@ class ColumnState:
         "replicated",
         "schema",
         "tracked",
+        "unique",
     )
 
     def __init__(
@@ -341,8 +346,12 @@ class ColumnState:
         schema: pa.Schema,
         replicated: bool = False,
         incremental: bool = False,
+        unique: bool = True,
     ) -> None:
         self.keys = tuple(keys)
+        self.unique = unique
+        """One row per key (a table: ``upsert``, ``lookup``, ``remove``); else a bag of
+        rows whose keys may repeat (``append``): a join's side."""
         self.schema = schema
         """The rows' schema, keys first or not: what an empty time reads as."""
         self.replicated = replicated
@@ -372,14 +381,30 @@ class ColumnState:
     ) -> tuple[np.ndarray[Any, Any], pa.Table]:
         """Which rows of ``rows`` have a key held at ``time`` (their indices, ascending),
         and what is held for each of them, row for row."""
+        if not self.unique:
+            raise TypeError("lookup is for a table of unique keys, not a bag")
         sp = self._times.get(time)
         if sp is None:
             return np.zeros(0, dtype=np.intp), self.schema.empty_table()
         return sp.lookup(rows, self.hashes(rows) if h is None else h)
 
+    def append(self, time: Timestamp, rows: pa.Table, h: Hashes | None = None) -> None:
+        """Add ``rows`` to ``time``'s bag (a state made with ``unique=False``)."""
+        if self.unique:
+            raise TypeError("append is for a bag (unique=False); a table takes upsert")
+        if rows.num_rows == 0:
+            return
+        sp = self._times.get(time)
+        if sp is None:
+            sp = self._times[time] = Spine(self.schema, self.keys)
+        sp.append(rows, self.hashes(rows) if h is None else h)
+        self._touched(time, rows)
+
     def upsert(self, time: Timestamp, rows: pa.Table, h: Hashes | None = None) -> None:
         """Put ``rows`` (keys unique among them) into ``time``'s table, replacing the rows
         of keys already there (``h``: their hashes, if known)."""
+        if not self.unique:
+            raise TypeError("upsert is for a table of unique keys; a bag takes append")
         if rows.num_rows == 0:
             return
         sp = self._times.get(time)
@@ -390,6 +415,8 @@ class ColumnState:
 
     def remove(self, time: Timestamp, rows: pa.Table, h: Hashes | None = None) -> None:
         """Take the keys of ``rows`` out of ``time``'s table."""
+        if not self.unique:
+            raise TypeError("remove is for a table of unique keys; a bag drops whole times (pop)")
         sp = self._times.get(time)
         if sp is None or rows.num_rows == 0:
             return
@@ -481,7 +508,8 @@ class ColumnState:
             if not got:
                 continue
             keys = _unique_keys(got, self.keys, self._hashers)
-            if 2 * keys.num_rows >= len(sp):  # half or more changed: whole is as small
+            # A bag changed, or half the table or more: whole (as small, for the latter).
+            if not self.unique or 2 * keys.num_rows >= len(sp):
                 whole.append((time, sp.table))
                 continue
             found, rows = sp.lookup(keys, self.hashes(keys))
@@ -544,9 +572,12 @@ class ColumnState:
             sp = self._times.get(t)
             if sp is None:
                 sp = self._times[t] = Spine(self.schema, self.keys)
+            if not self.unique:
+                sp.append(table, h)
             elif sp.holds_any(table, h):
                 raise ValueError(f"keys installed at {t} were there already: not keyed state")
-            sp.upsert(table, h)
+            else:
+                sp.upsert(table, h)
             self._touched(t, table)
         return times
 

@@ -627,17 +627,19 @@ class StatefulVertex(Vertex):
         schema: pa.Schema,
         replicated: bool = False,
         incremental: bool = False,
+        unique: bool = True,
     ) -> ColumnState:
         """A new table held as Arrow columns (:mod:`timely.state.columnar`), keyed by the
         ``keys`` columns of ``schema``: the table API's state. It checkpoints, migrates and
         re-partitions as :meth:`keyed_state`'s tables do; ``incremental`` when it is kept
-        across epochs, so that an incremental checkpoint writes only the changed keys."""
+        across epochs, so that an incremental checkpoint writes only the changed keys;
+        ``unique=False`` for a bag whose keys repeat (a join's side)."""
         if name in self._states:
             raise ValueError(f"state {name!r} is defined twice")
         missing = [k for k in keys if k not in schema.names]
         if missing:
             raise ValueError(f"state {name!r}: key columns {missing} are not in {schema}")
-        state = ColumnState(keys, schema, replicated, incremental)
+        state = ColumnState(keys, schema, replicated, incremental, unique)
         self._states[name] = state
         return state
 
