@@ -62,14 +62,15 @@ class StreamingJoin(StatefulVertex):
         if held is None:
             return
         new = [pa.Table.from_batches(b, schema=s) for b, s in zip(held, self.schemas)]
-        kept = [self._kept(side, time) for side in self.sides]
         try:
             parts = []
-            if new[0].num_rows:
-                right = pa.concat_tables([kept[1], new[1]])
+            if new[0].num_rows:  # the new left rows meet every right row so far
+                right = pa.concat_tables([self._kept(self.sides[1], time), new[1]])
                 parts.append(self._join(new[0], right))
-            if new[1].num_rows and kept[0].num_rows:
-                parts.append(self._join(kept[0], new[1]))
+            if new[1].num_rows:  # the new right rows meet the left rows kept before
+                kept = self._kept(self.sides[0], time)
+                if kept.num_rows:
+                    parts.append(self._join(kept, new[1]))
             out = [b for p in parts for b in as_batches(p, self.out_schema)]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             self.fail(e, time, None, None)
