@@ -47,6 +47,36 @@ def from_table(table: pa.Table, records: RecordShape) -> list[Any]:
     return list(zip(*(col.to_pylist() for col in table.columns)))
 
 
+def check_fits(sink: str, ours: pa.Schema, table: pa.Schema) -> None:
+    """That a table stream of schema ``table`` can be written by a sink of schema ``ours``,
+    when the graph is built: the same column names with the same types. Order and
+    nullability may differ (:func:`conform` reorders the batches' columns and checks
+    their nulls with one Arrow call each); anything else would fail on a worker."""
+    for field in table:
+        if ours.get_field_index(field.name) < 0:
+            raise SchemaError(
+                f"{sink}: the table's column {field.name!r} is not in the sink's schema "
+                f"({ours.names}); select the sink's columns first (table.select"
+                f"({', '.join(map(repr, ours.names))})), or drop schema= to write the table's"
+            )
+    for field in table:
+        want = ours.field(field.name).type
+        if field.type != want:
+            raise SchemaError(
+                f"{sink}: column {field.name!r} is {field.type} in the table but {want} in "
+                f"the sink's schema; cast it first: table.with_columns({field.name}="
+                f"col({field.name!r}).cast({str(want)!r})), or drop schema= to write the "
+                "table's"
+            )
+    missing = [n for n in ours.names if table.get_field_index(n) < 0]
+    if missing:
+        raise SchemaError(
+            f"{sink}: the sink's schema has column {missing[0]!r}, which the table "
+            f"({table.names}) lacks; add it first (table.with_columns({missing[0]}=...)) "
+            "or select the sink's columns first"
+        )
+
+
 def to_table(records: Sequence[Any], schema: pa.Schema | None = None) -> pa.Table:
     """One table from records that are all dicts, all tuples, or all Arrow batches/tables.
 

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from connectors._storage import list_files, normalize, resolve
 from connectors.arrow_records import (
     SchemaError,
+    check_fits,
     check_shape,
     conform,
     from_table,
@@ -190,6 +191,8 @@ class ParquetSource(Source):
             del self._cursors[partition]
         if self.epoch_column is not None and self.epoch_column not in self.columns:
             batch = batch.drop_columns([self.epoch_column])
+        if self.records == "arrow":  # the batches' schema is self.schema, without file metadata
+            batch = batch.replace_schema_metadata(self.schema.metadata)
         return epoch, from_table(batch, self.records), pos + n
 
     def _cursor(self, partition: int, part: _Part, pos: int) -> _Cursor:
@@ -284,15 +287,12 @@ class ParquetSink(CommittedEpochSink):
 
     def bind_schema(self, schema: pa.Schema) -> None:
         """A table stream's schema, when ``table.sink(self)`` builds the graph: the parts'
-        schema if none was given; a different one given fails here, not on a worker."""
+        schema if none was given; one given must have the table's columns and types
+        (:func:`~connectors.arrow_records.check_fits`), checked here, not on a worker."""
         if self.schema is None:
             self.schema = schema
-        elif not self.schema.equals(schema):
-            raise SchemaError(
-                f"ParquetSink: the table's schema ({schema}) is not the sink's "
-                f"({self.schema}); select the sink's columns first, or drop schema= "
-                "to write the table's"
-            )
+        else:
+            check_fits(type(self).__name__, self.schema, schema)
 
     def encode(self, records: list[Any]) -> bytes:
         out = pa.BufferOutputStream()

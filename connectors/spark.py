@@ -382,6 +382,14 @@ class SparkSink(ParquetSink):
                     _check_table_schema(table, arrow, existing)
         super().__init__(path, arrow)
 
+    def bind_schema(self, schema: pa.Schema) -> None:
+        """A table stream's schema, when ``table.sink(self)`` builds the graph: as
+        :meth:`ParquetSink.bind_schema` (taken if none was given or found in the table,
+        else checked against it), and it must not use the epoch column's name."""
+        if self.table is not None:
+            _check_no_epoch_column(schema, self.epoch_column, "table's")
+        super().bind_schema(schema)
+
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_spark"] = None  # workers never touch Spark
@@ -463,11 +471,13 @@ class SparkSink(ParquetSink):
         return "file://" + fs_path
 
 
-def _check_no_epoch_column(schema: pa.Schema | None, epoch_column: str) -> None:
+def _check_no_epoch_column(
+    schema: pa.Schema | None, epoch_column: str, whose: str = "sink's"
+) -> None:
     if schema is not None and epoch_column in schema.names:
         raise SchemaError(
-            f"the sink's schema has a column {epoch_column!r}, the name the table's epoch "
-            "column gets; pass another epoch_column= name, or rename that column"
+            f"the {whose} schema has a column {epoch_column!r}, the name the Spark table's "
+            "epoch column gets; pass another epoch_column= name, or rename that column"
         )
 
 

@@ -495,9 +495,12 @@ class Table:
         The sink's ``write`` gets ``RecordBatch`` records of :attr:`schema` (e.g.
         ``connectors.parquet.ParquetSink``, which writes them with one Arrow call). A sink
         that wants the schema before it starts takes it in ``Sink.bind_schema``, called
-        here, when the graph is built.
+        here, when the graph is built; a schema it refuses fails here, naming the step.
         """
-        sink.bind_schema(self.schema)
+        try:
+            sink.bind_schema(self.schema)
+        except ValueError as e:
+            raise GraphBuildError(f"step {name!r}: {e}") from None
         self.stream.sink(sink, name=name)
 
     def subscribe(self, callback: Callable[[int, pa.Table], None]) -> None:

@@ -3,7 +3,10 @@
 - Spark -> dataflow -> Spark equals Spark's own computation of the same query.
 - Staging the same DataFrame twice gives every worker the same records in the same
   epochs, even when Spark's own row order is random.
-- Schema problems fail with the column's name and the fix.
+- Schema problems fail with the column's name and the fix; a table stream whose schema
+  does not fit its SparkSink fails when the graph is built.
+- A DataFrame read as Arrow batches, through table operators, into a SparkSink equals
+  Spark's own query, epoch by epoch.
 - A driver that dies while publishing to a table leaves, after the resumed run, every
   epoch in the table exactly once.
 """
@@ -21,7 +24,8 @@ from pyspark.sql import types as T
 import operators  # noqa: F401 - registers the Stream methods
 from connectors.arrow_records import SchemaError
 from connectors.spark import SparkSink, spark_source
-from timely import Dataflow, UserFunctionError
+from operators.table import col, count
+from timely import Dataflow, GraphBuildError, UserFunctionError
 
 
 def events(spark: Any, n: int) -> Any:
@@ -69,6 +73,67 @@ def test_round_trip_on_ray_equals_spark_own_query(
     assert Counter((r["epoch"], r["ad"], r["clicks"]) for r in table.collect()) == want
     sink.commit(None)  # a second commit appends nothing new to the table
     assert spark.table("clicks_per_ad").count() == len(want)
+
+
+def test_a_dataframe_through_table_operators_into_spark_equals_spark_own_query(
+    spark: Any, tmp_path: Any
+) -> None:
+    df = events(spark, 3000).cache()
+    src = spark_source(
+        df, epoch_column="epoch", records="arrow", columns=["ad", "kind"], staging=str(tmp_path)
+    )
+    _, batches, _ = src.read(0, None)
+    assert all(isinstance(b, pa.RecordBatch) and b.schema.equals(src.schema) for b in batches)
+    assert src.schema.names == ["ad", "kind"]
+
+    flow = Dataflow("table_clicks")
+    table = flow.source(src).as_table(src.schema)
+    per_ad = table.where(col("kind") == "click").group_by("ad").agg(clicks=count())
+    sink = SparkSink(str(tmp_path / "out"), table="table_clicks", spark=spark)
+    per_ad.sink(sink)  # no schema given and no table yet: the sink takes the table's
+    assert sink.schema is not None and sink.schema.names == ["ad", "clicks"]
+    flow.run(workers=2, backend="inline")
+
+    want = sorted(
+        (r["epoch"], r["ad"], r["count"])
+        for r in df.where("kind = 'click'").groupBy("epoch", "ad").count().collect()
+    )
+    assert len({e for e, _, _ in want}) >= 2  # several epochs, each its own counts
+    got = sink.dataframe(epoch_column="epoch").collect()
+    assert sorted((r["epoch"], r["ad"], r["clicks"]) for r in got) == want
+    rows = spark.table("table_clicks").collect()
+    assert sorted((r["epoch"], r["ad"], r["clicks"]) for r in rows) == want
+
+
+def test_a_table_that_does_not_fit_its_spark_sink_fails_when_the_graph_is_built(
+    spark: Any, tmp_path: Any
+) -> None:
+    flow = Dataflow("misfit")
+    src = spark.createDataFrame([(1, "a", 0)], "n int, s string, epoch long")
+    table = flow.source(
+        spark_source(src, epoch_column="epoch", records="arrow", staging=str(tmp_path))
+    ).as_table(pa.schema([("n", pa.int32()), ("s", pa.string()), ("epoch", pa.int64())]))
+    longs = pa.schema([("n", pa.int64()), ("s", pa.string())])
+    with pytest.raises(
+        GraphBuildError,
+        match=r"step 'out': SparkSink: column 'n' is int32 in the table but int64 .*"
+        r"with_columns\(n=col\('n'\).cast\('int64'\)\)",
+    ):
+        table.select("n", "s").sink(SparkSink(str(tmp_path / "a"), longs), name="out")
+    with pytest.raises(GraphBuildError, match=r"'epoch' is not in the sink's schema.*select"):
+        table.sink(SparkSink(str(tmp_path / "b"), longs))
+    with pytest.raises(GraphBuildError, match=r"table's schema has a column 'epoch'.*rename"):
+        table.sink(SparkSink(str(tmp_path / "c"), table="misfit_new", spark=spark))
+    spark.createDataFrame([(1, "a", 0)], "n long, s string, epoch long").write.partitionBy(
+        "epoch"
+    ).saveAsTable("misfit_old")
+    with pytest.raises(GraphBuildError, match=r"'n' is int32 in the table but int64"):
+        table.select("n", "s").sink(SparkSink(str(tmp_path / "d"), table="misfit_old"))
+    # the fix the message gives works: same columns, any order, the sink's types
+    fixed = table.select("s", n=col("n").cast("int64"))
+    fixed.sink(SparkSink(str(tmp_path / "e"), table="misfit_old", spark=spark))
+    flow.run(workers=1, backend="inline")
+    assert sorted(tuple(r) for r in spark.table("misfit_old").collect()) == [(1, "a", 0)]
 
 
 def per_worker(src: Any, workers: int) -> list[dict[int, Counter[Any]]]:

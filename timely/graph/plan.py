@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from progress import Graph, GraphBuilder, PathSummary, Pointstamp, source, target
+from timely.comm.coalesce import DEFAULT_TARGET
 from timely.graph.system import InputVertex
 from timely.routing.bins import DEFAULT_BINS
 from timely.routing.channels import Broadcast, Channel, Exchange
@@ -88,6 +89,9 @@ class Plan:
         table never changes in this run)."""
         self.store: StoreConfig | None = None
         """Where the disk state backend keeps this run's tables (None: in memory)."""
+        self.coalesce_rows = DEFAULT_TARGET
+        """Rows a step's small Arrow batches for one peer are merged toward before they
+        are sent (:mod:`timely.comm.coalesce`; 0: never merged). A run option."""
         builder = GraphBuilder()
         for spec in vertices:
             builder.add_node(spec.name, spec.input_depths, spec.output_depths, spec.internal)

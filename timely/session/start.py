@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from timely.checkpoint.config import CheckpointConfig
+from timely.comm.coalesce import DEFAULT_TARGET
 from timely.errors import ConfigError
 from timely.eventlog import (
     remove_trace,
@@ -89,6 +90,17 @@ def _routing_options(
     return dataclasses.replace(spec, plan=plan), schedule
 
 
+def coalesce_option(options: dict[str, Any]) -> int:
+    """Take ``coalesce_rows`` out of ``options``: the rows a step's small Arrow batches
+    for one peer are merged toward (:mod:`timely.comm.coalesce`; 0 turns it off)."""
+    rows = options.pop("coalesce_rows", DEFAULT_TARGET)
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+        raise ConfigError(
+            f"coalesce_rows must be a number of rows (0: send batches as they are), got {rows!r}"
+        )
+    return rows
+
+
 def start_session(
     spec: RunSpec, workers: int, backend: str | None, address: str | None, **options: Any
 ) -> Session:
@@ -103,6 +115,7 @@ def start_session(
     checkpoint = CheckpointConfig.from_options(options)
     spec, schedule = _routing_options(spec, workers, options)
     store = state_options(options)
+    coalesce_rows = coalesce_option(options)
     trace = trace_option(options)
     loop_warning = loop_warning_option(options)
     verbose = resolve_verbose(options.pop("verbose", None))
@@ -125,6 +138,7 @@ def start_session(
                     "read: drop those options or use backend 'inline' or 'ray'"
                 )
             trace = temporary = temporary_trace()
+        spec.plan.coalesce_rows = coalesce_rows
         if store is not None:
             spec.plan.store = store = store.made()
         if trace is None:

@@ -29,6 +29,7 @@ from progress import (
     target,
 )
 from timely.checkpoint.store import Share, merge_pieces
+from timely.comm.coalesce import coalesce, is_record_batch
 from timely.comm.messages import InputCommand, Send, WorkerMessage
 from timely.comm.serialization import PlainDataError
 from timely.errors import (
@@ -360,7 +361,34 @@ class Worker:
             if v in self.plan.invariant:
                 self._recv_in_loop(v, port, time, records)
                 continue
+            if self.plan.coalesce_rows and records and is_record_batch(records[0]):
+                records = self._coalesce_queued(queue, loc, port, time, records)
             self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
+
+    def _coalesce_queued(
+        self,
+        queue: deque[tuple[int, Timestamp, list[Any]]],
+        loc: Any,
+        port: int,
+        time: Timestamp,
+        records: list[Any],
+    ) -> list[Any]:
+        """``records`` (Arrow batches, e.g. a local exchange's slices) with the batches
+        queued right after them for the same port and time (local sends of this step,
+        peers' messages), taken off the queue, each counted off as it would have been,
+        and coalesced (:mod:`timely.comm.coalesce`): the vertex sees fewer, larger
+        batches. Nothing waits: only what is already here is merged."""
+        merged: list[Any] | None = None
+        while queue:
+            p, t, more = queue[0]
+            if p != port or t != time or not more or not is_record_batch(more[0]):
+                break
+            queue.popleft()
+            self._updates.update((loc, time), -1)
+            if merged is None:
+                merged = list(records)
+            merged.extend(more)
+        return coalesce(records if merged is None else merged, self.plan.coalesce_rows)
 
     def _recv_in_loop(self, v: int, port: int, time: Timestamp, records: list[Any]) -> None:
         """Deliver a batch to a vertex with loop-invariant inputs (``Stream.enter``): the
@@ -582,11 +610,13 @@ class Worker:
                 self.snapshots.scan()
             return []  # a step that changed nothing has nothing to say
         messages: dict[int, WorkerMessage] = {}
+        rows = self.plan.coalesce_rows
         for (dest, v, port, time), records in self._out.items():
             msg = messages.get(dest)
             if msg is None:
                 messages[dest] = msg = WorkerMessage(self.index, 0)
-            msg.data.append((v, port, time, records))
+            # One buffer, counted once: merging the batches inside it keeps every count.
+            msg.data.append((v, port, time, coalesce(records, rows)))
         self._out = {}
         for dest, bins in shipped.items():
             msg = messages.get(dest)
