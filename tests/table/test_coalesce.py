@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the Stream methods
 from timely import ConfigError, Dataflow, Source
-from timely.comm.coalesce import coalesce
+from timely.comm.coalesce import coalesce, one_schema
 from timely.worker import loop
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
@@ -161,3 +161,14 @@ def test_the_check_catches_a_wrong_coalescer(monkeypatch: pytest.MonkeyPatch, mu
         merges_across_times(monkeypatch)
     with pytest.raises(AssertionError):
         check_coalescing()
+
+
+def test_batches_of_other_schemas_are_never_merged() -> None:
+    """Two batches with the same columns in another order stay apart, in a buffer and
+    at delivery: a vertex that took them one by one must not get them together (the
+    regression ``tests/operators/test_batch.py`` first caught)."""
+    a = pa.record_batch({"k": ["x"], "v": [1]})
+    b = pa.record_batch({"v": [2], "k": ["y"]})
+    assert one_schema([a, a]) is not None
+    assert one_schema([a, b]) is None
+    assert coalesce([a, b], 1024) == [a, b]

@@ -29,19 +29,27 @@ def is_record_batch(record: Any) -> bool:
     return t.__name__ == "RecordBatch" and t.__module__ == "pyarrow.lib"
 
 
+def one_schema(records: list[Any]) -> Any:
+    """The schema every record of ``records`` has, if all are record batches of one
+    schema; else None (such records are never merged: a vertex would see them together
+    where it saw them apart)."""
+    if not records or not is_record_batch(records[0]):
+        return None
+    kind, schema = type(records[0]), records[0].schema
+    for r in records:
+        if type(r) is not kind or not r.schema.equals(schema):
+            return None
+    return schema
+
+
 def coalesce(records: list[Any], target: int) -> list[Any]:
     """``records`` with runs of consecutive small record batches concatenated, each run
     up to ``target`` rows (a batch of ``target`` rows or more stays alone). Unchanged
     unless every record is a record batch of one schema; ``target < 2`` turns it off."""
     if len(records) < 2 or target < 2:
         return records
-    first = records[0]
-    if not is_record_batch(first):
+    if one_schema(records) is None:
         return records
-    kind, schema = type(first), first.schema
-    for r in records:
-        if type(r) is not kind or not r.schema.equals(schema):
-            return records
     import pyarrow as pa
 
     out: list[Any] = []

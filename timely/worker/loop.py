@@ -29,7 +29,7 @@ from progress import (
     target,
 )
 from timely.checkpoint.store import Share, merge_pieces
-from timely.comm.coalesce import coalesce, is_record_batch
+from timely.comm.coalesce import coalesce, is_record_batch, one_schema
 from timely.comm.messages import InputCommand, Send, WorkerMessage
 from timely.comm.serialization import PlainDataError
 from timely.errors import (
@@ -378,10 +378,14 @@ class Worker:
         peers' messages), taken off the queue, each counted off as it would have been,
         and coalesced (:mod:`timely.comm.coalesce`): the vertex sees fewer, larger
         batches. Nothing waits: only what is already here is merged."""
+        schema = one_schema(records)
+        if schema is None:
+            return records
         merged: list[Any] | None = None
         while queue:
             p, t, more = queue[0]
-            if p != port or t != time or not more or not is_record_batch(more[0]):
+            other = one_schema(more) if p == port and t == time else None
+            if other is None or not schema.equals(other):
                 break
             queue.popleft()
             self._updates.update((loc, time), -1)
