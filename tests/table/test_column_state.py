@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import timely.state.columnar as columnar
+import timely.state.spill as spill
 from timely.comm import serialization
 from timely.routing.bins import bins_of, default_table
 from timely.state.columnar import Arranged, ColumnState, apply_deltas, merge_snapshots, share_of
@@ -86,19 +87,26 @@ SPILL = 4
 
 
 @contextmanager
-def _layout(layout: str, spill: int = SPILL) -> Iterator[StateStore | None]:
+def _layout(layout: str) -> Iterator[StateStore | None]:
     """A worker's store to put states on disk with (None in memory), closed after:
-    its directory, run files included, must be gone then."""
-    if layout == "memory":
-        yield None
-        return
-    with tempfile.TemporaryDirectory() as d:
-        store = StateStore(StoreConfig(d).made(), 0)
-        try:
-            yield store
-        finally:
-            store.close()
-            assert not os.path.exists(store.path), "the store's files outlive it"
+    its directory, run files included, must be gone then. Merges plan 3 rows of a run
+    at a time and files are written 2 rows a slice, so that runs of a few rows take
+    the paths of large ones (a plan in pieces, a file of many slices)."""
+    pieces, slices = columnar.PIECE_ROWS, spill.SLICE_ROWS
+    columnar.PIECE_ROWS, spill.SLICE_ROWS = 3, 2
+    try:
+        if layout == "memory":
+            yield None
+            return
+        with tempfile.TemporaryDirectory() as d:
+            store = StateStore(StoreConfig(d).made(), 0)
+            try:
+                yield store
+            finally:
+                store.close()
+                assert not os.path.exists(store.path), "the store's files outlive it"
+    finally:
+        columnar.PIECE_ROWS, spill.SLICE_ROWS = pieces, slices
 
 
 def _state(store: StateStore | None, spill: int = SPILL, **kwargs: Any) -> ColumnState:
@@ -258,7 +266,7 @@ def test_small_changes_to_a_large_table_go_to_runs_of_their_own(layout: str) -> 
     is not rewritten), runs merge as they grow, and the table is the model's throughout.
     On disk (runs of 50 rows or more in files), the large run stays in one file, the
     files of runs merged away are deleted, and a dropped time leaves none."""
-    with _layout(layout, spill=50) as store:
+    with _layout(layout) as store:
         state = _state(store, spill=50)
         _spine(state, store)
         if store is not None:

@@ -28,7 +28,7 @@ migrations and rescales treat both alike. A snapshot says which it is with
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,6 +43,8 @@ COLUMNAR = 1
 """The value of ``"columnar"`` in a snapshot of this format."""
 
 Hashes = np.ndarray[Any, Any]
+PIECE_ROWS = 1 << 20
+"""Rows of a run merged at a time (what a merge's plan holds at once)."""
 
 
 class ColumnsRoom(Protocol):
@@ -134,34 +136,53 @@ class Arranged:
         """The kept rows and ``rows``, in hash order: one ``take`` of both."""
         if len(rows) == 0 and bool(keep.all()):
             return self
-        source, index, hashes = self.merge_plan(keep, rows, h)
+        source, pieces = self.merge_plan(keep, rows, np.arange(len(rows)), h)
+        index, hashes = _joined(pieces)
         return Arranged(_take(source, index), hashes, self.keys)
 
     def merge_plan(
-        self, keep: Hashes, rows: pa.Table, h: Hashes
-    ) -> tuple[pa.Table, Hashes, Hashes]:
-        """The kept rows and ``rows`` in hash order, as a table, the positions in it of
-        the merged rows, and their hashes (what a ``take`` or a spill writes)."""
-        kept = np.flatnonzero(keep)
-        kh = self.hashes[kept]
-        if len(rows) == 0:
-            return self.table, kept, np.asarray(kh)
+        self, keep: Hashes, other: pa.Table, at: Hashes, h: Hashes
+    ) -> tuple[pa.Table, Iterator[tuple[Hashes, Hashes]]]:
+        """The kept rows and the rows ``at`` of ``other`` (hashes ``h``) in hash order:
+        a table of both, and pieces of the merged run in order, each the positions of its
+        rows in that table and their hashes. A piece covers :data:`PIECE_ROWS` rows of
+        this run, so that a merge into a run in a file never holds a plan for all of it."""
         order = np.argsort(h, kind="stable")
         rh = h[order]
-        # Where each new row lands among the kept ones, then one index per output row.
-        slots = np.searchsorted(kh, rh, side="right") + np.arange(len(rh))
-        n = len(kh) + len(rh)
-        from_new = np.zeros(n, dtype=bool)
-        from_new[slots] = True
-        index = np.empty(n, dtype=np.intp)
-        index[~from_new] = kept
-        index[slots] = len(self.hashes) + order
-        hashes = np.empty(n, dtype=np.uint64)
-        hashes[~from_new] = kh
-        hashes[slots] = rh
-        rows = rows.select(self.table.column_names)
-        both = pa.concat_tables([self.table, rows.cast(self.table.schema)])
-        return both, index, hashes
+        new_at = self.table.num_rows + np.asarray(at)[order]
+        source = self.table
+        if len(at):
+            other = other.select(self.table.column_names).cast(self.table.schema)
+            source = pa.concat_tables([self.table, other])
+        # Each new row goes after the old rows of hashes up to its own: its place among
+        # all old rows says which piece it lands in (piece c: places in (lo, hi]).
+        place = np.searchsorted(self.hashes, rh, side="right")
+        n_old = len(self.hashes)
+
+        def pieces() -> Iterator[tuple[Hashes, Hashes]]:
+            for lo in range(0, max(n_old, 1), PIECE_ROWS):
+                hi = min(lo + PIECE_ROWS, n_old)
+                a = 0 if lo == 0 else int(np.searchsorted(place, lo, side="right"))
+                b = len(place) if hi >= n_old else int(np.searchsorted(place, hi, side="right"))
+                kept = np.flatnonzero(keep[lo:hi]) + lo
+                kh = np.asarray(self.hashes[kept])
+                nh = rh[a:b]
+                if len(nh) == 0:
+                    yield kept, kh
+                    continue
+                slots = np.searchsorted(kh, nh, side="right") + np.arange(len(nh))
+                n = len(kh) + len(nh)
+                from_new = np.zeros(n, dtype=bool)
+                from_new[slots] = True
+                index = np.empty(n, dtype=np.intp)
+                index[~from_new] = kept
+                index[slots] = new_at[a:b]
+                hashes = np.empty(n, dtype=np.uint64)
+                hashes[~from_new] = kh
+                hashes[slots] = nh
+                yield index, hashes
+
+        return source, pieces()
 
     def rows_at(self, positions: np.ndarray[Any, Any]) -> pa.Table:
         return _take(self.table, positions)
@@ -222,13 +243,16 @@ class Spine:
         """The files of the runs held in files."""
         return [a.file for a, _ in self.runs if a.file is not None]
 
-    def _arranged(self, source: pa.Table, index: Hashes, hashes: Hashes) -> Arranged:
-        """A run of the rows ``source.take(index)`` (hashes ``hashes``): in a file if the
-        spiller wants so many rows, else in memory."""
-        if self.spill is not None and self.spill.wanted(len(index)):
-            table, mapped, file = self.spill.write(source, index, hashes)
+    def _arranged(
+        self, source: pa.Table, n: int, pieces: Iterable[tuple[Hashes, Hashes]]
+    ) -> Arranged:
+        """A run of ``n`` rows of ``source``, given in pieces (their positions in it, and
+        their hashes): in a file if the spiller wants so many rows, else in memory."""
+        if self.spill is not None and self.spill.wanted(n):
+            table, mapped, file = self.spill.write(source, n, pieces)
             return Arranged(table, mapped, self.keys, file)
-        return Arranged(_take(source, index), np.asarray(hashes), self.keys)
+        index, hashes = _joined(pieces)
+        return Arranged(_take(source, index), hashes, self.keys)
 
     def drop(self) -> None:
         """Delete the files of this spine's runs (it is no longer held)."""
@@ -278,7 +302,8 @@ class Spine:
     def append(self, rows: pa.Table, h: Hashes) -> None:
         """Add ``rows`` as they are (a bag: keys may repeat, nothing is replaced)."""
         order = np.argsort(h, kind="stable")
-        run = self._arranged(rows.select(self.schema.names).cast(self.schema), order, h[order])
+        rows = rows.select(self.schema.names).cast(self.schema)
+        run = self._arranged(rows, len(order), [(order, h[order])])
         self.runs.append((run, np.ones(len(run), dtype=bool)))
         self._table = None
         self._compact()
@@ -318,20 +343,38 @@ class Spine:
                 _gone(a)
                 continue
             if 2 * n < len(live):
-                kept = np.flatnonzero(live)
-                rebuilt = self._arranged(a.table, kept, a.hashes[kept])
+                rebuilt = self._arranged(a.table, n, _live_pieces(a, live))
                 _gone(a)
                 a, live = rebuilt, np.ones(n, dtype=bool)
             runs.append((a, live))
         while len(runs) > 1 and 2 * int(runs[-1][1].sum()) >= int(runs[-2][1].sum()):
             (old, old_live), (new, new_live) = runs[-2], runs.pop()
             idx = np.flatnonzero(new_live)
-            source, index, hashes = old.merge_plan(old_live, _take(new.table, idx), new.hashes[idx])
-            merged = self._arranged(source, index, hashes)
+            source, pieces = old.merge_plan(old_live, new.table, idx, new.hashes[idx])
+            n = int(old_live.sum()) + len(idx)
+            merged = self._arranged(source, n, pieces)
             _gone(old)
             _gone(new)
             runs[-1] = (merged, np.ones(len(merged), dtype=bool))
         self.runs = runs
+
+
+def _live_pieces(a: Arranged, live: Hashes) -> Iterator[tuple[Hashes, Hashes]]:
+    """The live rows of ``a``, in pieces of positions and hashes."""
+    for lo in range(0, len(live), PIECE_ROWS):
+        kept = np.flatnonzero(live[lo : lo + PIECE_ROWS]) + lo
+        yield kept, np.asarray(a.hashes[kept])
+
+
+def _joined(pieces: Iterable[tuple[Hashes, Hashes]]) -> tuple[Hashes, Hashes]:
+    """The pieces of a run as one array of positions and one of hashes."""
+    parts = list(pieces)
+    if not parts:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.uint64)
+    return (
+        np.concatenate([p for p, _ in parts]),
+        np.concatenate([h for _, h in parts]).astype(np.uint64, copy=False),
+    )
 
 
 def _gone(a: Arranged) -> None:

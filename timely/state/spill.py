@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import os
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -65,22 +66,30 @@ class Spiller:
         return n >= self.rows
 
     def write(
-        self, source: pa.Table, index: np.ndarray[Any, Any], hashes: np.ndarray[Any, Any]
+        self, source: pa.Table, n: int, pieces: Iterable[tuple[np.ndarray[Any, Any], Any]]
     ) -> tuple[pa.Table, np.ndarray[Any, Any], RunFile]:
-        """The rows ``source.take(index)`` (hashes ``hashes``) written to a file, a slice
-        at a time, and read back mapped: the table, the hashes and the files."""
+        """A run of ``n`` rows of ``source``, given in pieces (their positions in it and
+        their hashes), written to a file a slice at a time and read back mapped: the
+        table, the hashes and the files."""
         self._seq += 1
         base = os.path.join(self.directory, f"{self._prefix}-{self._seq}")
         arrow, npy = base + ".arrow", base + ".npy"
         run = RunFile((arrow, npy))
         try:
             _create(arrow)
-            with pa.OSFile(arrow, "wb") as sink, pa.ipc.new_file(sink, source.schema) as writer:
-                for lo in range(0, len(index), SLICE_ROWS):
-                    writer.write_table(gather(source, index[lo : lo + SLICE_ROWS]))
             _create(npy)
-            with open(npy, "wb") as f:
-                np.save(f, np.ascontiguousarray(hashes, dtype=np.uint64))
+            hashes = np.lib.format.open_memmap(npy, mode="w+", dtype=np.uint64, shape=(n,))
+            at = 0
+            with pa.OSFile(arrow, "wb") as sink, pa.ipc.new_file(sink, source.schema) as writer:
+                for index, h in pieces:
+                    hashes[at : at + len(h)] = h
+                    at += len(h)
+                    for lo in range(0, len(index), SLICE_ROWS):
+                        writer.write_table(gather(source, index[lo : lo + SLICE_ROWS]))
+            if at != n:
+                raise ValueError(f"a run of {n} rows was given {at}")
+            hashes.flush()
+            del hashes
             with pa.memory_map(arrow) as mapped:
                 table = pa.ipc.open_file(mapped).read_all()
             mapped_hashes: np.ndarray[Any, Any] = np.load(npy, mmap_mode="r")
