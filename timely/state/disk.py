@@ -6,7 +6,9 @@
 table, in a directory per worker; the per-time tables, read whole when their time
 completes and then dropped, stay in memory. Operators do not change: a
 :class:`DiskTable` is a ``MutableMapping`` that behaves as the dict it replaces, order
-of insertion included.
+of insertion included. Columnar state (the table API's) does not come here: its large
+runs go to memory-mapped Arrow files in the worker's :meth:`StateStore.columns_dir`
+(:mod:`timely.state.spill`).
 
 Why RocksDB (through ``rocksdict``) and not LMDB: measured on 1M keys x 100 B, random
 updates (what streaming state does) cost 17 ms per 10K in RocksDB against 119 ms in
