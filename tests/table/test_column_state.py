@@ -2,11 +2,19 @@
 random upserts and removals of keys of two columns (nulls, NaN, strings), then a snapshot
 through the wire format, bins taken out and put back, incremental deltas along a chain
 and a worker's share on a rescale, each compared with the model. Mutation checks: a
-lookup that misses keys whose hashes collide, and bins computed by another hash."""
+lookup that misses keys whose hashes collide, and bins computed by another hash.
+
+The property and the spine tests run twice: in memory, and with the disk backend's
+layout (:mod:`timely.state.spill`) with a spill threshold of a few rows, so that runs
+really go to files, which must exist while held and be gone once dropped or closed."""
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -16,9 +24,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import timely.state.columnar as columnar
+import timely.state.spill as spill
 from timely.comm import serialization
 from timely.routing.bins import bins_of, default_table
 from timely.state.columnar import Arranged, ColumnState, apply_deltas, merge_snapshots, share_of
+from timely.state.disk import StateStore, StoreConfig
 
 SCHEMA = pa.schema([("k", pa.string()), ("f", pa.float64()), ("v", pa.int64())])
 KEYS = ("k", "f")
@@ -71,23 +81,87 @@ def _wire(snapshot: Any) -> Any:
     return serialization.decode(serialization.encode(snapshot))
 
 
+LAYOUTS = ["memory", "disk"]
+SPILL = 4
+"""Rows from which a run goes to a file in the disk layout's tests."""
+
+
+@contextmanager
+def _layout(layout: str) -> Iterator[StateStore | None]:
+    """A worker's store to put states on disk with (None in memory), closed after:
+    its directory, run files included, must be gone then. Merges plan 3 rows of a run
+    at a time and files are written 2 rows a slice, so that runs of a few rows take
+    the paths of large ones (a plan in pieces, a file of many slices)."""
+    pieces, slices = columnar.PIECE_ROWS, spill.SLICE_ROWS
+    columnar.PIECE_ROWS, spill.SLICE_ROWS = 3, 2
+    try:
+        if layout == "memory":
+            yield None
+            return
+        with tempfile.TemporaryDirectory() as d:
+            store = StateStore(StoreConfig(d).made(), 0)
+            try:
+                yield store
+            finally:
+                store.close()
+                assert not os.path.exists(store.path), "the store's files outlive it"
+    finally:
+        columnar.PIECE_ROWS, spill.SLICE_ROWS = pieces, slices
+
+
+def _state(store: StateStore | None, spill: int = SPILL, **kwargs: Any) -> ColumnState:
+    state = ColumnState(KEYS, SCHEMA, **kwargs)
+    if store is not None:
+        state.on_disk(store, spill)
+    return state
+
+
+def _files(store: StateStore | None) -> set[str]:
+    if store is None:
+        return set()
+    d = store.columns_dir()
+    return {os.path.join(d, f) for f in os.listdir(d)}
+
+
+def _check_files(state: ColumnState, store: StateStore | None) -> None:
+    """The runs' files are on disk, owner-only, and no others of this state are."""
+    held = {p for f in state.spilled() for p in f.paths}
+    if store is None:
+        assert not held
+        return
+    for p in held:
+        assert os.stat(p).st_mode & 0o777 == 0o600
+    assert held <= _files(store)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @settings(deadline=None)
 @given(OPS, OPS, st.sampled_from([2, 4, 16]))
-def test_column_state_is_a_keyed_table(first: Any, then: Any, nbins: int) -> None:
-    state = ColumnState(KEYS, SCHEMA, incremental=True)
+def test_column_state_is_a_keyed_table(layout: str, first: Any, then: Any, nbins: int) -> None:
+    with _layout(layout) as store:
+        _keyed_table(store, first, then, nbins)
+        assert _files(store) == set(), "files of states dropped are left"
+
+
+def _keyed_table(store: StateStore | None, first: Any, then: Any, nbins: int) -> None:
+    state = _state(store, incremental=True)
     state.keep_changes()
     model: dict[Any, int] = {}
     _apply(state, model, first)
     assert _model_of(state.get(T)) == model
+    _check_files(state, store)
     base = _wire(state.snapshot(0))
     state.taken(0)
     _apply(state, model, then)
     assert _model_of(state.get(T)) == model
+    _check_files(state, store)
 
     # a snapshot through the wire restores the same table
-    again = ColumnState(KEYS, SCHEMA)
+    again = _state(store)
     again.restore(_wire(state.snapshot(1)))
     assert _model_of(again.get(T)) == model
+    _check_files(again, store)
+    again.drop()
 
     # a delta on the base, applied to it, is the same table
     delta = _wire(state.delta(1, 0))
@@ -110,6 +184,9 @@ def test_column_state_is_a_keyed_table(first: Any, then: Any, nbins: int) -> Non
     for w, share in enumerate(shares):
         assert all(table[row_bins[k]] == w for k in _model_of(_rows(share)))
     assert _model_of(_rows(merge_snapshots(shares))) == model
+    _check_files(state, store)
+    state.pop(T)
+    assert state.spilled() == []
 
 
 def _hashable(key: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -153,7 +230,7 @@ def test_mutation_bins_by_another_hash_are_caught(monkeypatch: pytest.MonkeyPatc
     ops = [("put", [(("a", 1.5), 1), (("b", None), 2), (("ü", 0.0), 3), ((None, -2.0), 4)])]
     with pytest.raises(AssertionError):
         for nbins in (2, 4, 16):
-            test_column_state_is_a_keyed_table.hypothesis.inner_test(ops, [], nbins)  # type: ignore[attr-defined]
+            _keyed_table(None, ops, [], nbins)
 
 
 def test_install_refuses_keys_already_held() -> None:
@@ -163,26 +240,46 @@ def test_install_refuses_keys_already_held() -> None:
         state.install(state.snapshot())
 
 
-def test_a_snapshot_keeps_what_it_saw() -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_snapshot_keeps_what_it_saw(layout: str) -> None:
     """A snapshot is not copied (it is encoded later, off the step), so the state must
     never change what a snapshot or a user's batch holds: later upserts and removals
-    leave both as they were (Arrow's buffers are never written in place here)."""
-    state = ColumnState(KEYS, SCHEMA)
-    given = _table({("a", 1.5): 1, ("b", None): 2})
-    state.upsert(T, given)
-    snap = state.snapshot()
-    before = _model_of(_rows(snap))
-    state.upsert(T, _table({("a", 1.5): 7, ("c", 0.0): 3}))
-    state.remove(T, _table({("b", None): 0}))
-    assert _model_of(_rows(snap)) == before == _model_of(given)
-    assert _model_of(state.get(T)) == {("a", 1.5): 7, ("c", 0.0): 3}
+    leave both as they were (Arrow's buffers are never written in place here; a run's
+    file deleted by a merge stays readable through the views mapped from it)."""
+    with _layout(layout) as store:
+        state = _state(store, spill=1)
+        given = _table({("a", 1.5): 1, ("b", None): 2})
+        state.upsert(T, given)
+        assert len(state.spilled()) == (layout == "disk")
+        snap = state.snapshot()
+        before = _model_of(_rows(snap))
+        state.upsert(T, _table({("a", 1.5): 7, ("c", 0.0): 3}))
+        state.remove(T, _table({("b", None): 0}))
+        state.pop(T)
+        assert _files(store) == set()
+        assert _model_of(_rows(snap)) == before == _model_of(given)
 
 
-def test_small_changes_to_a_large_table_go_to_runs_of_their_own() -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_small_changes_to_a_large_table_go_to_runs_of_their_own(layout: str) -> None:
     """A spine: 1% of a large table changed per epoch lands in small runs (the large one
-    is not rewritten), runs merge as they grow, and the table is the model's throughout."""
+    is not rewritten), runs merge as they grow, and the table is the model's throughout.
+    On disk (runs of 50 rows or more in files), the large run stays in one file, the
+    files of runs merged away are deleted, and a dropped time leaves none."""
+    with _layout(layout) as store:
+        state = _state(store, spill=50)
+        _spine(state, store)
+        if store is not None:
+            big = state._times[T].runs[0][0].file
+            assert big is not None and all(os.path.exists(p) for p in big.paths)
+            assert {p for f in state.spilled() for p in f.paths} == _files(store)
+        state.pop(T)
+        assert _files(store) == set()
+
+
+def _spine(state: ColumnState, store: StateStore | None) -> None:
     rng = np.random.default_rng(3)
-    state = ColumnState(KEYS, SCHEMA)
+    first: Any = None
     model: dict[Any, int] = {(f"k{i}", 1.5): i for i in range(2000)}
     state.upsert(T, _table(model))
     most_runs = 1
@@ -197,6 +294,12 @@ def test_small_changes_to_a_large_table_go_to_runs_of_their_own() -> None:
             model.pop(k, None)
         most_runs = max(most_runs, len(state._times[T].runs))
         assert _model_of(state.get(T)) == model
+        _check_files(state, store)
+        if store is not None:
+            held = {p for f in state.spilled() for p in f.paths}
+            assert held == _files(store), "a merged run's files are left"
+            first = first or state._times[T].runs[0][0].file
+            assert state._times[T].runs[0][0].file is first  # the large run's file stays
         found, held = state.lookup(T, _table(batch))
         assert len(found) == sum(k in model for k in batch)
         assert all(model[(r["k"], r["f"])] == r["v"] for r in held.to_pylist())

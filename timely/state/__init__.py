@@ -3,6 +3,10 @@
 - :mod:`~timely.state.keyed`: ``KeyedState`` tables per time, ``StatefulVertex``, and
   what checkpoints and migrations do with them (snapshots, deltas, re-partitioning, bins
   taken out and put in);
+- :mod:`~timely.state.columnar`: ``ColumnState``, the same as Arrow columns (the table
+  API's), a spine of sorted runs per time;
+- :mod:`~timely.state.spill`: with the disk backend, columnar runs that are large
+  written to Arrow files and mapped back;
 - :mod:`~timely.state.disk`: the disk backend (``state_backend="disk"``), one RocksDB per
   worker behind a write-back cache.
 

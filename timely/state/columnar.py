@@ -28,8 +28,8 @@ migrations and rescales treat both alike. A snapshot says which it is with
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -37,22 +37,40 @@ import pyarrow.compute as pc
 
 from progress import Timestamp
 from timely.routing.columns import ColumnHasher, key_hashes
+from timely.state.spill import RunFile, Spiller, gather
 
 COLUMNAR = 1
 """The value of ``"columnar"`` in a snapshot of this format."""
 
 Hashes = np.ndarray[Any, Any]
+PIECE_ROWS = 1 << 20
+"""Rows of a run merged at a time (what a merge's plan holds at once)."""
+
+
+class ColumnsRoom(Protocol):
+    """What the disk backend's store gives columnar state: a directory of the worker's
+    own for run files (:meth:`~timely.state.disk.StateStore.columns_dir`)."""
+
+    def columns_dir(self) -> str: ...
 
 
 class Arranged:
     """One time's rows: keys unique, sorted by key hash, the hashes beside them."""
 
-    __slots__ = ("hashes", "keys", "table")
+    __slots__ = ("file", "hashes", "keys", "table")
 
-    def __init__(self, table: pa.Table, hashes: Hashes, keys: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        hashes: Hashes,
+        keys: tuple[str, ...],
+        file: RunFile | None = None,
+    ) -> None:
         self.table = table
         self.hashes = hashes
         self.keys = keys
+        self.file = file
+        """The files ``table`` and ``hashes`` are mapped from (None: in memory)."""
 
     @classmethod
     def build(
@@ -116,28 +134,55 @@ class Arranged:
 
     def _merged(self, keep: Hashes, rows: pa.Table, h: Hashes) -> Arranged:
         """The kept rows and ``rows``, in hash order: one ``take`` of both."""
-        kept = np.flatnonzero(keep)
-        kh = self.hashes[kept]
-        if len(rows) == 0:
-            if len(kept) == len(self.hashes):
-                return self
-            return Arranged(_take(self.table, kept), kh, self.keys)
+        if len(rows) == 0 and bool(keep.all()):
+            return self
+        source, pieces = self.merge_plan(keep, rows, np.arange(len(rows)), h)
+        index, hashes = _joined(pieces)
+        return Arranged(_take(source, index), hashes, self.keys)
+
+    def merge_plan(
+        self, keep: Hashes, other: pa.Table, at: Hashes, h: Hashes
+    ) -> tuple[pa.Table, Iterator[tuple[Hashes, Hashes]]]:
+        """The kept rows and the rows ``at`` of ``other`` (hashes ``h``) in hash order:
+        a table of both, and pieces of the merged run in order, each the positions of its
+        rows in that table and their hashes. A piece covers :data:`PIECE_ROWS` rows of
+        this run, so that a merge into a run in a file never holds a plan for all of it."""
         order = np.argsort(h, kind="stable")
         rh = h[order]
-        # Where each new row lands among the kept ones, then one index per output row.
-        slots = np.searchsorted(kh, rh, side="right") + np.arange(len(rh))
-        n = len(kh) + len(rh)
-        from_new = np.zeros(n, dtype=bool)
-        from_new[slots] = True
-        index = np.empty(n, dtype=np.intp)
-        index[~from_new] = kept
-        index[slots] = len(self.hashes) + order
-        hashes = np.empty(n, dtype=np.uint64)
-        hashes[~from_new] = kh
-        hashes[slots] = rh
-        rows = rows.select(self.table.column_names)
-        both = pa.concat_tables([self.table, rows.cast(self.table.schema)])
-        return Arranged(_take(both, index), hashes, self.keys)
+        new_at = self.table.num_rows + np.asarray(at)[order]
+        source = self.table
+        if len(at):
+            other = other.select(self.table.column_names).cast(self.table.schema)
+            source = pa.concat_tables([self.table, other])
+        # Each new row goes after the old rows of hashes up to its own: its place among
+        # all old rows says which piece it lands in (piece c: places in (lo, hi]).
+        place = np.searchsorted(self.hashes, rh, side="right")
+        n_old = len(self.hashes)
+
+        def pieces() -> Iterator[tuple[Hashes, Hashes]]:
+            for lo in range(0, max(n_old, 1), PIECE_ROWS):
+                hi = min(lo + PIECE_ROWS, n_old)
+                a = 0 if lo == 0 else int(np.searchsorted(place, lo, side="right"))
+                b = len(place) if hi >= n_old else int(np.searchsorted(place, hi, side="right"))
+                kept = np.flatnonzero(keep[lo:hi]) + lo
+                kh = np.asarray(self.hashes[kept])
+                nh = rh[a:b]
+                if len(nh) == 0:
+                    yield kept, kh
+                    continue
+                slots = np.searchsorted(kh, nh, side="right") + np.arange(len(nh))
+                n = len(kh) + len(nh)
+                from_new = np.zeros(n, dtype=bool)
+                from_new[slots] = True
+                index = np.empty(n, dtype=np.intp)
+                index[~from_new] = kept
+                index[slots] = new_at[a:b]
+                hashes = np.empty(n, dtype=np.uint64)
+                hashes[~from_new] = kh
+                hashes[slots] = nh
+                yield index, hashes
+
+        return source, pieces()
 
     def rows_at(self, positions: np.ndarray[Any, Any]) -> pa.Table:
         return _take(self.table, positions)
@@ -155,13 +200,20 @@ class Spine:
     only (differential dataflow's spine of batches, LSM-style): an upsert marks the old
     rows of its keys dead and adds its rows as a new run, and runs merge when the newest
     grows to half the one before it. An epoch that touches 1% of a large table then costs
-    what it touches plus, amortised, a few merges, instead of rewriting the table."""
+    what it touches plus, amortised, a few merges, instead of rewriting the table.
 
-    __slots__ = ("_table", "keys", "runs", "schema")
+    With a :class:`~timely.state.spill.Spiller` (the disk backend), a run as large as it
+    asks is written to a file and mapped back; its file goes when the run does (a
+    merge, a compaction, :meth:`drop`)."""
 
-    def __init__(self, schema: pa.Schema, keys: tuple[str, ...]) -> None:
+    __slots__ = ("_table", "keys", "runs", "schema", "spill")
+
+    def __init__(
+        self, schema: pa.Schema, keys: tuple[str, ...], spill: Spiller | None = None
+    ) -> None:
         self.schema = schema
         self.keys = keys
+        self.spill = spill
         self.runs: list[tuple[Arranged, np.ndarray[Any, Any]]] = []
         """Each run and its live rows (a mask this spine owns: never a user's buffer)."""
         self._table: pa.Table | None = None
@@ -171,15 +223,44 @@ class Spine:
 
     @property
     def table(self) -> pa.Table:
-        """The live rows of every run, as one table (kept until the next change)."""
+        """The live rows of every run, as one table (kept until the next change). Runs in
+        files stay mapped: their part of the table is a view of the file, not a copy."""
         if self._table is None:
             parts = [
                 a.table if live.all() else _take(a.table, np.flatnonzero(live))
                 for a, live in self.runs
             ]
             parts = [p for p in parts if p.num_rows] or [self.schema.empty_table()]
-            self._table = parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
+            if len(parts) == 1:
+                self._table = parts[0]
+            elif any(a.file is not None for a, _ in self.runs):
+                self._table = pa.concat_tables(parts)
+            else:
+                self._table = pa.concat_tables(parts).combine_chunks()
         return self._table
+
+    def spilled(self) -> list[RunFile]:
+        """The files of the runs held in files."""
+        return [a.file for a, _ in self.runs if a.file is not None]
+
+    def _arranged(
+        self, source: pa.Table, n: int, pieces: Iterable[tuple[Hashes, Hashes]]
+    ) -> Arranged:
+        """A run of ``n`` rows of ``source``, given in pieces (their positions in it, and
+        their hashes): in a file if the spiller wants so many rows, else in memory."""
+        if self.spill is not None and self.spill.wanted(n):
+            table, mapped, file = self.spill.write(source, n, pieces)
+            return Arranged(table, mapped, self.keys, file)
+        index, hashes = _joined(pieces)
+        return Arranged(_take(source, index), hashes, self.keys)
+
+    def drop(self) -> None:
+        """Delete the files of this spine's runs (it is no longer held)."""
+        for a, _ in self.runs:
+            if a.file is not None:
+                a.file.remove()
+        self.runs = []
+        self._table = None
 
     def lookup(self, rows: pa.Table, h: Hashes) -> tuple[np.ndarray[Any, Any], pa.Table]:
         """The rows of ``rows`` whose key is here (their indices, ascending) and, row for
@@ -221,9 +302,8 @@ class Spine:
     def append(self, rows: pa.Table, h: Hashes) -> None:
         """Add ``rows`` as they are (a bag: keys may repeat, nothing is replaced)."""
         order = np.argsort(h, kind="stable")
-        run = Arranged(
-            _take(rows.select(self.schema.names).cast(self.schema), order), h[order], self.keys
-        )
+        rows = rows.select(self.schema.names).cast(self.schema)
+        run = self._arranged(rows, len(order), [(order, h[order])])
         self.runs.append((run, np.ones(len(run), dtype=bool)))
         self._table = None
         self._compact()
@@ -254,29 +334,59 @@ class Spine:
 
     def _compact(self) -> None:
         """Drop runs with nothing live, rebuild one mostly dead, and merge the newest run
-        into the one before while it is at least half that one's size."""
+        into the one before while it is at least half that one's size (a run replaced
+        has its file deleted)."""
         runs = []
         for a, live in self.runs:
             n = int(live.sum())
             if n == 0:
+                _gone(a)
                 continue
             if 2 * n < len(live):
-                kept = np.flatnonzero(live)
-                a = Arranged(_take(a.table, kept), a.hashes[kept], self.keys)
-                live = np.ones(n, dtype=bool)
+                rebuilt = self._arranged(a.table, n, _live_pieces(a, live))
+                _gone(a)
+                a, live = rebuilt, np.ones(n, dtype=bool)
             runs.append((a, live))
         while len(runs) > 1 and 2 * int(runs[-1][1].sum()) >= int(runs[-2][1].sum()):
             (old, old_live), (new, new_live) = runs[-2], runs.pop()
             idx = np.flatnonzero(new_live)
-            merged = old._merged(old_live, _take(new.table, idx), new.hashes[idx])
+            source, pieces = old.merge_plan(old_live, new.table, idx, new.hashes[idx])
+            n = int(old_live.sum()) + len(idx)
+            merged = self._arranged(source, n, pieces)
+            _gone(old)
+            _gone(new)
             runs[-1] = (merged, np.ones(len(merged), dtype=bool))
         self.runs = runs
+
+
+def _live_pieces(a: Arranged, live: Hashes) -> Iterator[tuple[Hashes, Hashes]]:
+    """The live rows of ``a``, in pieces of positions and hashes."""
+    for lo in range(0, len(live), PIECE_ROWS):
+        kept = np.flatnonzero(live[lo : lo + PIECE_ROWS]) + lo
+        yield kept, np.asarray(a.hashes[kept])
+
+
+def _joined(pieces: Iterable[tuple[Hashes, Hashes]]) -> tuple[Hashes, Hashes]:
+    """The pieces of a run as one array of positions and one of hashes."""
+    parts = list(pieces)
+    if not parts:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.uint64)
+    return (
+        np.concatenate([p for p, _ in parts]),
+        np.concatenate([h for _, h in parts]).astype(np.uint64, copy=False),
+    )
+
+
+def _gone(a: Arranged) -> None:
+    """A run no longer held: its files deleted (its mapped views stay readable)."""
+    if a.file is not None:
+        a.file.remove()
 
 
 def _take(table: pa.Table, index: np.ndarray[Any, Any]) -> pa.Table:
     if len(index) == table.num_rows and (len(index) == 0 or bool((np.diff(index) == 1).all())):
         return table.combine_chunks()
-    return table.take(pa.array(index, type=pa.int64())).combine_chunks()
+    return gather(table, index)
 
 
 def _same_keys(
@@ -289,11 +399,11 @@ def _same_keys(
     """Per pair ``(a[ia[k]], b[ib[k]])``, whether the keys are the same (nulls and NaNs
     equal to themselves, as ``stable_hash`` treats them)."""
     same = np.ones(len(ia), dtype=bool)
-    ta = pa.array(ia, type=pa.int64())
-    tb = pa.array(ib, type=pa.int64())
+    xs = gather(a.select(list(keys)), ia)
+    ys = gather(b.select(list(keys)), ib)
     for k in keys:
-        x = a.column(k).take(ta)
-        y = b.column(k).take(tb)
+        x = xs.column(k)
+        y = ys.column(k)
         eq = pc.fill_null(pc.equal(x, y), False)
         both_null = pc.and_(pc.is_null(x), pc.is_null(y))
         eq = pc.or_(eq, both_null)
@@ -330,6 +440,7 @@ class ColumnState:
         "_generations",
         "_hashers",
         "_present",
+        "_spill",
         "_times",
         "incremental",
         "keys",
@@ -365,6 +476,14 @@ class ColumnState:
         snapshot (tables of the key columns, not yet unique)."""
         self._generations: list[tuple[int, dict[Timestamp, list[pa.Table]]]] = []
         self._present: dict[int, frozenset[Timestamp]] = {}
+        self._spill: Spiller | None = None
+        """With the disk backend, where large runs go (:meth:`on_disk`)."""
+
+    def _spine(self, time: Timestamp) -> Spine:
+        sp = self._times.get(time)
+        if sp is None:
+            sp = self._times[time] = Spine(self.schema, self.keys, self._spill)
+        return sp
 
     # -- the operator's view ------------------------------------------------------------
     def hashes(self, rows: pa.Table | pa.RecordBatch) -> Hashes:
@@ -394,9 +513,7 @@ class ColumnState:
             raise TypeError("append is for a bag (unique=False); a table takes upsert")
         if rows.num_rows == 0:
             return
-        sp = self._times.get(time)
-        if sp is None:
-            sp = self._times[time] = Spine(self.schema, self.keys)
+        sp = self._spine(time)
         sp.append(rows, self.hashes(rows) if h is None else h)
         self._touched(time, rows)
 
@@ -407,9 +524,7 @@ class ColumnState:
             raise TypeError("upsert is for a table of unique keys; a bag takes append")
         if rows.num_rows == 0:
             return
-        sp = self._times.get(time)
-        if sp is None:
-            sp = self._times[time] = Spine(self.schema, self.keys)
+        sp = self._spine(time)
         sp.upsert(rows, self.hashes(rows) if h is None else h)
         self._touched(time, rows)
 
@@ -423,6 +538,7 @@ class ColumnState:
         sp.remove(rows, self.hashes(rows) if h is None else h)
         if not sp.runs:
             del self._times[time]
+            sp.drop()
         self._touched(time, rows)
 
     def pop(self, time: Timestamp) -> pa.Table | None:
@@ -431,6 +547,7 @@ class ColumnState:
         if sp is None:
             return None
         table = sp.table
+        sp.drop()
         self._touched(time, table)
         return table
 
@@ -448,9 +565,22 @@ class ColumnState:
     def keep_bin_index(self, nbins: int) -> None:
         """Nothing to keep: a row's bin is its kept hash modulo the bins."""
 
-    def on_disk(self, store: Any) -> None:
-        """The disk backend keeps these tables in memory: as Arrow columns they take a
-        few bytes per key beside the row path's Python objects."""
+    def on_disk(self, store: ColumnsRoom, rows: int | None = None) -> None:
+        """The disk backend: runs of at least ``rows`` rows (default
+        :data:`~timely.state.spill.SPILL_ROWS`) go to files in the store's
+        :meth:`~ColumnsRoom.columns_dir`, mapped back (:mod:`timely.state.spill`); smaller
+        ones, and the live masks, stay in memory. Before any row is held."""
+        self._spill = Spiller(store.columns_dir(), rows)
+
+    def spilled(self) -> list[RunFile]:
+        """The files of the runs held in files, at every time."""
+        return [f for sp in self._times.values() for f in sp.spilled()]
+
+    def drop(self) -> None:
+        """Drop every time's rows (their files deleted)."""
+        for sp in self._times.values():
+            sp.drop()
+        self._times = {}
 
     def reserve(self, share: float) -> None:
         """Nothing to reserve: an install is one ``take`` into a new table."""
@@ -527,7 +657,7 @@ class ColumnState:
         }
 
     def restore(self, snapshot: Snapshot) -> None:
-        self._times = {}
+        self.drop()
         self._generations, self._present = [], {}
         self.install(snapshot)
         if self._changes is not None:
@@ -551,6 +681,7 @@ class ColumnState:
             self._touched(time, moving)
             if not sp.runs:
                 del self._times[time]
+                sp.drop()
         return {
             "columnar": COLUMNAR,
             "keys": list(self.keys),
@@ -569,9 +700,7 @@ class ColumnState:
             if table.num_rows == 0:
                 continue
             h = self.hashes(table)
-            sp = self._times.get(t)
-            if sp is None:
-                sp = self._times[t] = Spine(self.schema, self.keys)
+            sp = self._spine(t)
             if not self.unique:
                 sp.append(table, h)
             elif sp.holds_any(table, h):

@@ -6,7 +6,9 @@
 table, in a directory per worker; the per-time tables, read whole when their time
 completes and then dropped, stay in memory. Operators do not change: a
 :class:`DiskTable` is a ``MutableMapping`` that behaves as the dict it replaces, order
-of insertion included.
+of insertion included. Columnar state (the table API's) does not come here: its large
+runs go to memory-mapped Arrow files in the worker's :meth:`StateStore.columns_dir`
+(:mod:`timely.state.spill`).
 
 Why RocksDB (through ``rocksdict``) and not LMDB: measured on 1M keys x 100 B, random
 updates (what streaming state does) cost 17 ms per 10K in RocksDB against 119 ms in
@@ -155,9 +157,7 @@ class StateStore:
         keeps the order keys were inserted in; with ``nbins``, its keys are grouped by
         bin on disk (:meth:`DiskTable.take_bins`)."""
         if self._db is None:
-            # The run's directory exists on the driver's node; on others, made here.
-            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            os.makedirs(self.path, mode=0o700)
+            self._made()
             try:
                 self._db = _open(self.path)
             except Exception as e:
@@ -165,6 +165,20 @@ class StateStore:
         t = DiskTable(self._db, next(self._ids), ordered, name, self, nbins, vertex)
         self._tables[t.tid] = t
         return t
+
+    def _made(self) -> None:
+        """The worker's directory, owner-only (the run's exists on the driver's node; on
+        others, made here)."""
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+
+    def columns_dir(self) -> str:
+        """A directory of this worker's own (owner-only, removed with the store) for
+        columnar state's run files (:mod:`timely.state.spill`)."""
+        path = os.path.join(self.path, "columns")
+        self._made()
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return path
 
     def dropped(self, table: DiskTable) -> None:
         self._tables.pop(table.tid, None)
@@ -179,7 +193,7 @@ class StateStore:
             t.flush()
 
     def close(self) -> None:
-        """Close the store and remove the worker's directory."""
+        """Close the store and remove the worker's directory (columnar run files too)."""
         self._tables.clear()
         if self._db is not None:
             self._db.close()

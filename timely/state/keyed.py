@@ -36,14 +36,14 @@ import functools
 import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from progress import Timestamp
 from timely.routing.bins import DEFAULT_BINS, bins_of, default_table, keys_in_bins
-from timely.state.columnar import ColumnState, is_columnar
+from timely.state.columnar import ColumnsRoom, ColumnState, is_columnar
 from timely.state.columnar import apply_deltas as columnar_deltas
 from timely.vertex import Vertex
 
@@ -62,6 +62,15 @@ def owner(key: Any, workers: int, bins: int = DEFAULT_BINS) -> int:
     """The worker that holds ``key`` under the default routing table: the one the
     ``exchange`` channel routes it to when no bin has moved."""
     return bins_of([key], bins)[0] % workers
+
+
+class Store(ColumnsRoom, Protocol):
+    """The disk backend's store of a worker, as stateful vertices use it
+    (:class:`~timely.state.disk.StateStore`)."""
+
+    def table(
+        self, name: str, ordered: bool, nbins: int = 0, vertex: int = -1
+    ) -> MutableMapping[Any, Any]: ...
 
 
 class KeyedState(Generic[V]):
@@ -711,16 +720,21 @@ class StatefulVertex(Vertex):
             self._states[name].install(snap)
         self.restored(epoch - 1)
 
-    def use_store(
-        self, store: Callable[[str, bool, int], MutableMapping[Any, Any]], prefix: str
-    ) -> None:
+    def use_store(self, store: Store, vertex: int, prefix: str) -> None:
         """The disk backend: the tables kept across epochs (the incremental ones) live in
-        what ``store(label, ordered, nbins)`` makes (``label``: ``prefix`` and the table's name, for
-        errors); the per-time ones, read whole when their time
+        what ``store.table(label, ordered, nbins, vertex)`` makes (``label``: ``prefix``
+        and the table's name, for errors), or for columnar ones, in memory and in files
+        of ``store.columns_dir()``; the per-time ones, read whole when their time
         completes, stay in memory."""
         for name, s in self._states.items():
-            if s.incremental:
-                s.on_disk(functools.partial(store, f"{prefix}, table {name!r}"))
+            if not s.incremental:
+                continue
+            if isinstance(s, ColumnState):
+                s.on_disk(store)
+            else:
+                s.on_disk(
+                    functools.partial(store.table, f"{prefix}, table {name!r}", vertex=vertex)
+                )
 
     def states(self) -> dict[str, KeyedState[Any] | ColumnState]:
         """The tables by name."""

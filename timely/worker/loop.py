@@ -13,7 +13,6 @@ receiver consumes it; a capability (held by ``retain``, ``notify_at`` or a root)
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -115,8 +114,7 @@ class Worker:
         if self.store is not None:
             for v, vertex in enumerate(self.vertices):
                 if isinstance(vertex, StatefulVertex):
-                    table = functools.partial(self.store.table, vertex=v)
-                    vertex.use_store(table, f"step {plan.vertices[v].name!r}")
+                    vertex.use_store(self.store, v, f"step {plan.vertices[v].name!r}")
         self.inbox: list[deque[tuple[int, Timestamp, list[Any]]]] = [deque() for _ in plan.vertices]
         self._invariant: dict[
             int, dict[Timestamp, tuple[list[tuple[int, list[Any]]], set[Timestamp]]]
