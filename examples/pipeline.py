@@ -45,10 +45,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import incremental_cc
+import pyarrow as pa
+import table_cc
 from _cli import add_run_flags, run_options
 from tqdm import tqdm
 
 from connectors.spark import SparkSink, active_spark, spark_session, spark_source
+from operators.table import col, count
 from timely import Dataflow, Probe, StatefulVertex, Stream, exchange
 
 EPOCHS = 20
@@ -185,27 +188,52 @@ def _one(event: tuple[Any, ...]) -> int:
     return 1
 
 
+AD_CLICKS = pa.schema([("ad", pa.int64()), ("clicks", pa.int64())])
+COMPONENTS = pa.schema([("component", pa.int64()), ("users", pa.int64())])
+
+
+def sinks(out: str) -> tuple[SparkSink, SparkSink]:
+    """The two outputs' sinks: clicks per ad and window, component sizes per epoch."""
+    return (
+        SparkSink(os.path.join(out, "ad_clicks"), AD_CLICKS),
+        SparkSink(os.path.join(out, "components"), COMPONENTS),
+    )
+
+
 def build(
     flow: Dataflow, events: Any, follows: Any, out: str
 ) -> tuple[list[SparkSink], list[Probe]]:
-    """The analysis: windowed clicks per ad, and component sizes of the graph so far;
-    the two sinks, and a probe on each output (how far it has got)."""
-    import pyarrow as pa
+    """The analysis on the table API: windowed clicks per ad, and component sizes of the
+    graph so far, on Arrow batches throughout (``events`` and ``follows`` give Arrow
+    batches: ``records="arrow"``); the two sinks, and a probe on each output (how far it
+    has got)."""
+    ad_sink, comp_sink = sinks(out)
+    clicks = flow.source(events, name="events").as_table(events.schema)
+    per_ad = (
+        clicks.where(col("kind") == "click", name="clicks")
+        .group_by("ad")
+        .window_agg(WINDOW, clicks=count(), slide=1)
+    )
+    per_ad.sink(ad_sink, name="ad_clicks")
+    edges = flow.source(follows, name="follows").as_table(follows.schema)
+    comp_sizes = table_cc.component_sizes(edges, EPOCHS - 1)
+    comp_sizes.sink(comp_sink, name="components")
+    return [ad_sink, comp_sink], [per_ad.stream.probe(), comp_sizes.stream.probe()]
 
+
+def build_rows(
+    flow: Dataflow, events: Any, follows: Any, out: str
+) -> tuple[list[SparkSink], list[Probe]]:
+    """The same analysis on Python records (``--rows``; ``records="tuples"``):
+    ``reduce_by_window`` and the union-find of ``incremental_cc``. The reference the
+    table version is checked against."""
+    ad_sink, comp_sink = sinks(out)
     clicks = flow.source(events, name="events").where(_is_click, name="clicks")
     per_ad = clicks.reduce_by_window(
         _ad, operator.add, size=WINDOW, slide=1, inverse=operator.sub, value=_one
     )
-    ad_sink = SparkSink(
-        os.path.join(out, "ad_clicks"), pa.schema([("ad", pa.int64()), ("clicks", pa.int64())])
-    )
     per_ad.sink(ad_sink, name="ad_clicks")
-
     comp_sizes = component_sizes(flow.source(follows, name="follows"), EPOCHS - 1)
-    comp_sink = SparkSink(
-        os.path.join(out, "components"),
-        pa.schema([("component", pa.int64()), ("users", pa.int64())]),
-    )
     comp_sizes.sink(comp_sink, name="components")
     return [ad_sink, comp_sink], [per_ad.probe(), comp_sizes.probe()]
 
@@ -219,14 +247,23 @@ def progress_bar(total: int, quiet: bool) -> tqdm[Any]:
 
 
 def run(
-    data: str, size: int, workers: int, backend: str, quiet: bool = False, **options: Any
+    data: str,
+    size: int,
+    workers: int,
+    backend: str,
+    quiet: bool = False,
+    rows: bool = False,
+    **options: Any,
 ) -> dict[str, Any]:
-    """The whole job; returns the result tables' paths, the timings and the summary."""
+    """The whole job, on the table API (on Python records with ``rows``); returns the
+    result tables' paths, the timings and the summary."""
     import ray.cloudpickle
 
-    # Examples are not an installed package: ship this module and the sibling example the
-    # union-find comes from to the Ray workers by value (as for a script's __main__).
+    # Examples are not an installed package: ship this module and the sibling examples the
+    # connected components come from to the Ray workers by value (as for a script's
+    # __main__).
     ray.cloudpickle.register_pickle_by_value(incremental_cc)
+    ray.cloudpickle.register_pickle_by_value(table_cc)
     if __name__ != "__main__":
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     t0 = time.perf_counter()
@@ -238,15 +275,18 @@ def run(
     for r in follows_df.groupBy("epoch").count().collect():
         per_epoch[r["epoch"]] = per_epoch.get(r["epoch"], 0) + r["count"]
     staging = os.path.join(os.path.abspath(data), "staging")
-    events = spark_source(events_df, epoch_column="epoch", columns=["ad", "kind"], staging=staging)
+    records = "tuples" if rows else "arrow"
+    events = spark_source(
+        events_df, epoch_column="epoch", columns=["ad", "kind"], staging=staging, records=records
+    )
     follows = spark_source(
-        follows_df, epoch_column="epoch", columns=["src", "dst"], staging=staging
+        follows_df, epoch_column="epoch", columns=["src", "dst"], staging=staging, records=records
     )
     out = os.path.join(os.path.abspath(data), f"output-{size}-{time.time_ns()}")
     t1 = time.perf_counter()
 
     flow = Dataflow("pipeline")
-    (ad_sink, comp_sink), probes = build(flow, events, follows, out)
+    (ad_sink, comp_sink), probes = (build_rows if rows else build)(flow, events, follows, out)
     total = EPOCHS
     bar = progress_bar(total, quiet)
     with flow.activate(workers=workers, backend=backend, **options) as session:
@@ -320,10 +360,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--size", type=int, default=300_000, help="events (users: /10, edges: /20)")
     ap.add_argument("--data", default="pipeline-data", help="input, staging and results")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument(
+        "--rows", action="store_true", help="Python records instead of the table API (slower)"
+    )
     args = ap.parse_args(argv)
     if args.size < 1:
         ap.error("--size must be >= 1")
-    summary = run(args.data, args.size, args.workers, args.backend, args.quiet, **run_options(args))
+    summary = run(
+        args.data, args.size, args.workers, args.backend, args.quiet, args.rows, **run_options(args)
+    )
     s = summary["seconds"]
     results = str(summary["results"])
     if not os.path.relpath(results).startswith(".."):  # under the working directory
