@@ -5,33 +5,41 @@ writes the results.
    ``--size`` (hashes of row ids, no randomness): an event log of ad views and clicks
    over 20 epochs, and a "follows" graph between users whose edges arrive over the same
    epochs; both as Parquet under ``--data``. Then ``spark_source`` stages each for the
-   workers (Spark writes Parquet; each worker reads its own row groups).
-2. **timely on Ray.** One dataflow, two analyses, epoch by epoch:
+   workers (Spark writes Parquet; each worker reads its own row groups as Arrow
+   batches). Ray starts meanwhile (``start_ray``, on the main thread, while Spark's jobs
+   run on another), so its start overlaps Spark's work instead of following it.
+2. **timely on Ray.** One dataflow on the table API (Arrow batches throughout, no Python
+   per record), two analyses, epoch by epoch:
 
-   - clicks per ad over a sliding window of the last 5 epochs (``reduce_by_window``,
-     updated incrementally with an inverse as the window slides);
+   - clicks per ad over a sliding window of the last 5 epochs: ``where`` the kind is a
+     click, then ``group_by("ad").window_agg(5, clicks=count(), slide=1)``, whose
+     epochs' partial counts are kept as Arrow columns;
    - connected components of the follows graph as it stands after each epoch, kept up
-     to date incrementally: each epoch sends only its new edges, and a union-find that
-     lives across epochs (``component_changes`` of ``examples/incremental_cc.py``) turns
-     them into the ``(user, component)`` changes of that epoch; ``ComponentSizes`` applies
-     the changes to the sizes it keeps and reports, after every epoch, the size of each
-     component of the graph so far (named by its least user), the same output as when
-     each epoch re-sent the whole graph so far and recomputed its components from
-     scratch (label propagation inside ``iterate``, ``examples/connected_components.py``:
-     what a batch job such as Spark does). Now an epoch's work is what its new edges
-     change, plus listing the sizes.
+     to date incrementally: each epoch sends only its new edges to one vertex
+     (``ComponentTable`` of ``examples/table_cc.py``) that keeps every user's component
+     as numpy arrays and merges an epoch's edges with a few whole-array steps, then
+     reports, after every epoch, the size of each component of the graph so far (named
+     by its least user), the same output as when each epoch re-sent the whole graph so
+     far and recomputed its components from scratch (label propagation inside
+     ``iterate``, ``examples/connected_components.py``: what a batch job such as Spark
+     does).
 
+   ``--rows`` runs the same analyses on Python records instead (``reduce_by_window``
+   with an inverse; the union-find of ``examples/incremental_cc.py`` with
+   ``ComponentSizes``): the reference the tests compare the result tables with.
    A progress bar shows the epochs done and the records read per second.
 3. **Spark out.** Both outputs go through ``SparkSink`` (per-epoch Parquet, committed
    at the end of the run, exactly once); Spark reads the committed output and writes it
    as Parquet tables under ``--data``/results, then prints a summary with each phase's
-   time (the dataflow's including, and also alone, the start of Ray and the workers).
+   time (Spark's input, with Ray's start alongside it; the dataflow's, with the start of
+   the workers; Spark's output).
 
-With ``--checkpoint`` every vertex's state is checkpointed (the union-find and the
-component sizes are keyed state at epoch 0, changed only when an epoch completes), and a
-run that loses workers recovers with each epoch's output written once.
+With ``--checkpoint`` every vertex's state is checkpointed (the components are one row
+of Arrow state at epoch 0, changed only when an epoch completes; the windows' partials
+are Arrow state at their epochs), and a run that loses workers recovers with each
+epoch's output written once.
 
-    python examples/pipeline.py --workers 2 --size 300000 [--address auto]
+    python examples/pipeline.py --workers 2 --size 300000 [--address auto] [--rows]
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from operators.table import table_input, to_table
 from tests.checkpoint.sweep import ALL, epochs_for, sweep
 from tests.examples import load_example
-from operators.table import table_input, to_table
 from timely import Dataflow, Stream
 
 ex = load_example("pipeline")
