@@ -5,33 +5,41 @@ writes the results.
    ``--size`` (hashes of row ids, no randomness): an event log of ad views and clicks
    over 20 epochs, and a "follows" graph between users whose edges arrive over the same
    epochs; both as Parquet under ``--data``. Then ``spark_source`` stages each for the
-   workers (Spark writes Parquet; each worker reads its own row groups).
-2. **timely on Ray.** One dataflow, two analyses, epoch by epoch:
+   workers (Spark writes Parquet; each worker reads its own row groups as Arrow
+   batches). Ray starts meanwhile (``start_ray``, on the main thread, while Spark's jobs
+   run on another), so its start overlaps Spark's work instead of following it.
+2. **timely on Ray.** One dataflow on the table API (Arrow batches throughout, no Python
+   per record), two analyses, epoch by epoch:
 
-   - clicks per ad over a sliding window of the last 5 epochs (``reduce_by_window``,
-     updated incrementally with an inverse as the window slides);
+   - clicks per ad over a sliding window of the last 5 epochs: ``where`` the kind is a
+     click, then ``group_by("ad").window_agg(5, clicks=count(), slide=1)``, whose
+     epochs' partial counts are kept as Arrow columns;
    - connected components of the follows graph as it stands after each epoch, kept up
-     to date incrementally: each epoch sends only its new edges, and a union-find that
-     lives across epochs (``component_changes`` of ``examples/incremental_cc.py``) turns
-     them into the ``(user, component)`` changes of that epoch; ``ComponentSizes`` applies
-     the changes to the sizes it keeps and reports, after every epoch, the size of each
-     component of the graph so far (named by its least user), the same output as when
-     each epoch re-sent the whole graph so far and recomputed its components from
-     scratch (label propagation inside ``iterate``, ``examples/connected_components.py``:
-     what a batch job such as Spark does). Now an epoch's work is what its new edges
-     change, plus listing the sizes.
+     to date incrementally: each epoch sends only its new edges to one vertex
+     (``ComponentTable`` of ``examples/table_cc.py``) that keeps every user's component
+     as numpy arrays and merges an epoch's edges with a few whole-array steps, then
+     reports, after every epoch, the size of each component of the graph so far (named
+     by its least user), the same output as when each epoch re-sent the whole graph so
+     far and recomputed its components from scratch (label propagation inside
+     ``iterate``, ``examples/connected_components.py``: what a batch job such as Spark
+     does).
 
+   ``--rows`` runs the same analyses on Python records instead (``reduce_by_window``
+   with an inverse; the union-find of ``examples/incremental_cc.py`` with
+   ``ComponentSizes``): the reference the tests compare the result tables with.
    A progress bar shows the epochs done and the records read per second.
 3. **Spark out.** Both outputs go through ``SparkSink`` (per-epoch Parquet, committed
    at the end of the run, exactly once); Spark reads the committed output and writes it
    as Parquet tables under ``--data``/results, then prints a summary with each phase's
-   time (the dataflow's including, and also alone, the start of Ray and the workers).
+   time (Spark's input, with Ray's start alongside it; the dataflow's, with the start of
+   the workers; Spark's output).
 
-With ``--checkpoint`` every vertex's state is checkpointed (the union-find and the
-component sizes are keyed state at epoch 0, changed only when an epoch completes), and a
-run that loses workers recovers with each epoch's output written once.
+With ``--checkpoint`` every vertex's state is checkpointed (the components are one row
+of Arrow state at epoch 0, changed only when an epoch completes; the windows' partials
+are Arrow state at their epochs), and a run that loses workers recovers with each
+epoch's output written once.
 
-    python examples/pipeline.py --workers 2 --size 300000 [--address auto]
+    python examples/pipeline.py --workers 2 --size 300000 [--address auto] [--rows]
 """
 
 from __future__ import annotations
@@ -42,14 +50,19 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import incremental_cc
+import pyarrow as pa
+import table_cc
 from _cli import add_run_flags, run_options
 from tqdm import tqdm
 
-from connectors.spark import SparkSink, active_spark, spark_session, spark_source
+from connectors.spark import SparkSink, SparkSource, active_spark, spark_session, spark_source
+from operators.table import col, count
 from timely import Dataflow, Probe, StatefulVertex, Stream, exchange
+from timely.backends.ray import start_ray
 
 EPOCHS = 20
 WINDOW = 5
@@ -185,27 +198,52 @@ def _one(event: tuple[Any, ...]) -> int:
     return 1
 
 
+AD_CLICKS = pa.schema([("ad", pa.int64()), ("clicks", pa.int64())])
+COMPONENTS = pa.schema([("component", pa.int64()), ("users", pa.int64())])
+
+
+def sinks(out: str) -> tuple[SparkSink, SparkSink]:
+    """The two outputs' sinks: clicks per ad and window, component sizes per epoch."""
+    return (
+        SparkSink(os.path.join(out, "ad_clicks"), AD_CLICKS),
+        SparkSink(os.path.join(out, "components"), COMPONENTS),
+    )
+
+
 def build(
     flow: Dataflow, events: Any, follows: Any, out: str
 ) -> tuple[list[SparkSink], list[Probe]]:
-    """The analysis: windowed clicks per ad, and component sizes of the graph so far;
-    the two sinks, and a probe on each output (how far it has got)."""
-    import pyarrow as pa
+    """The analysis on the table API: windowed clicks per ad, and component sizes of the
+    graph so far, on Arrow batches throughout (``events`` and ``follows`` give Arrow
+    batches: ``records="arrow"``); the two sinks, and a probe on each output (how far it
+    has got)."""
+    ad_sink, comp_sink = sinks(out)
+    clicks = flow.source(events, name="events").as_table(events.schema)
+    per_ad = (
+        clicks.where(col("kind") == "click", name="clicks")
+        .group_by("ad")
+        .window_agg(WINDOW, clicks=count(), slide=1)
+    )
+    per_ad.sink(ad_sink, name="ad_clicks")
+    edges = flow.source(follows, name="follows").as_table(follows.schema)
+    comp_sizes = table_cc.component_sizes(edges, EPOCHS - 1)
+    comp_sizes.sink(comp_sink, name="components")
+    return [ad_sink, comp_sink], [per_ad.stream.probe(), comp_sizes.stream.probe()]
 
+
+def build_rows(
+    flow: Dataflow, events: Any, follows: Any, out: str
+) -> tuple[list[SparkSink], list[Probe]]:
+    """The same analysis on Python records (``--rows``; ``records="tuples"``):
+    ``reduce_by_window`` and the union-find of ``incremental_cc``. The reference the
+    table version is checked against."""
+    ad_sink, comp_sink = sinks(out)
     clicks = flow.source(events, name="events").where(_is_click, name="clicks")
     per_ad = clicks.reduce_by_window(
         _ad, operator.add, size=WINDOW, slide=1, inverse=operator.sub, value=_one
     )
-    ad_sink = SparkSink(
-        os.path.join(out, "ad_clicks"), pa.schema([("ad", pa.int64()), ("clicks", pa.int64())])
-    )
     per_ad.sink(ad_sink, name="ad_clicks")
-
     comp_sizes = component_sizes(flow.source(follows, name="follows"), EPOCHS - 1)
-    comp_sink = SparkSink(
-        os.path.join(out, "components"),
-        pa.schema([("component", pa.int64()), ("users", pa.int64())]),
-    )
     comp_sizes.sink(comp_sink, name="components")
     return [ad_sink, comp_sink], [per_ad.probe(), comp_sizes.probe()]
 
@@ -218,19 +256,12 @@ def progress_bar(total: int, quiet: bool) -> tqdm[Any]:
     )
 
 
-def run(
-    data: str, size: int, workers: int, backend: str, quiet: bool = False, **options: Any
-) -> dict[str, Any]:
-    """The whole job; returns the result tables' paths, the timings and the summary."""
-    import ray.cloudpickle
-
-    # Examples are not an installed package: ship this module and the sibling example the
-    # union-find comes from to the Ray workers by value (as for a script's __main__).
-    ray.cloudpickle.register_pickle_by_value(incremental_cc)
-    if __name__ != "__main__":
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    t0 = time.perf_counter()
-    spark = make_spark(data, options.get("verbose"))
+def stage_input(
+    spark: Any, data: str, size: int, rows: bool
+) -> tuple[SparkSource, SparkSource, dict[int, int]]:
+    """Spark's part before the dataflow: the input generated if absent, its records per
+    epoch counted (for the progress bar), and both data sets staged for the workers as
+    Arrow batches (as tuples with ``rows``)."""
     events_path, follows_path = prepare_input(spark, data, size)
     events_df = spark.read.parquet(events_path)
     follows_df = spark.read.parquet(follows_path)
@@ -238,19 +269,62 @@ def run(
     for r in follows_df.groupBy("epoch").count().collect():
         per_epoch[r["epoch"]] = per_epoch.get(r["epoch"], 0) + r["count"]
     staging = os.path.join(os.path.abspath(data), "staging")
-    events = spark_source(events_df, epoch_column="epoch", columns=["ad", "kind"], staging=staging)
-    follows = spark_source(
-        follows_df, epoch_column="epoch", columns=["src", "dst"], staging=staging
+    records = "tuples" if rows else "arrow"
+    events = spark_source(
+        events_df, epoch_column="epoch", columns=["ad", "kind"], staging=staging, records=records
     )
+    follows = spark_source(
+        follows_df, epoch_column="epoch", columns=["src", "dst"], staging=staging, records=records
+    )
+    return events, follows, per_epoch
+
+
+def run(
+    data: str,
+    size: int,
+    workers: int,
+    backend: str,
+    quiet: bool = False,
+    rows: bool = False,
+    **options: Any,
+) -> dict[str, Any]:
+    """The whole job, on the table API (on Python records with ``rows``); returns the
+    result tables' paths, the timings and the summary."""
+    import ray.cloudpickle
+
+    # Examples are not an installed package: ship this module and the sibling examples the
+    # connected components come from to the Ray workers by value (as for a script's
+    # __main__).
+    ray.cloudpickle.register_pickle_by_value(incremental_cc)
+    ray.cloudpickle.register_pickle_by_value(table_cc)
+    if __name__ != "__main__":
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    t0 = time.perf_counter()
+    spark = make_spark(data, options.get("verbose"))
+    # Spark prepares and stages the input on a thread while Ray starts on this one (Ray
+    # sets its signal handlers on the main thread only): the two overlap, and the
+    # session then finds Ray up.
+    ray_start = 0.0
+    with ThreadPoolExecutor(1, thread_name_prefix="spark-in") as pool:
+        staged = pool.submit(stage_input, spark, data, size, rows)
+        try:
+            if backend == "ray":
+                before = time.perf_counter()
+                start_ray(options.get("address"), options.get("verbose"))
+                ray_start = time.perf_counter() - before
+            events, follows, per_epoch = staged.result()
+        except BaseException:
+            spark.sparkContext.cancelAllJobs()  # so that the thread ends too
+            raise
     out = os.path.join(os.path.abspath(data), f"output-{size}-{time.time_ns()}")
     t1 = time.perf_counter()
 
     flow = Dataflow("pipeline")
-    (ad_sink, comp_sink), probes = build(flow, events, follows, out)
+    (ad_sink, comp_sink), probes = (build_rows if rows else build)(flow, events, follows, out)
     total = EPOCHS
     bar = progress_bar(total, quiet)
     with flow.activate(workers=workers, backend=backend, **options) as session:
-        started = time.perf_counter()  # Ray (if this process starts it) and the workers up
+        started = time.perf_counter()  # the workers up (and Ray, if not up already)
         # the inline backend runs inside join(); on Ray the workers run while we watch
         while backend == "ray" and (done := epochs_done(probes, total)) < total:
             show(bar, done, per_epoch, time.perf_counter() - started)
@@ -288,8 +362,9 @@ def run(
         "results": results,
         "records": sum(per_epoch.values()),
         "seconds": {
-            "spark_in": t1 - t0,
-            "dataflow": t2 - t1,  # of which starting Ray and the workers:
+            "spark_in": t1 - t0,  # of which, alongside Spark's jobs, starting Ray:
+            "ray_start": ray_start,
+            "dataflow": t2 - t1,  # of which starting the workers:
             "dataflow_start": started - t1,
             "spark_out": t3 - t2,
         },
@@ -320,10 +395,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--size", type=int, default=300_000, help="events (users: /10, edges: /20)")
     ap.add_argument("--data", default="pipeline-data", help="input, staging and results")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument(
+        "--rows", action="store_true", help="Python records instead of the table API (slower)"
+    )
     args = ap.parse_args(argv)
     if args.size < 1:
         ap.error("--size must be >= 1")
-    summary = run(args.data, args.size, args.workers, args.backend, args.quiet, **run_options(args))
+    summary = run(
+        args.data, args.size, args.workers, args.backend, args.quiet, args.rows, **run_options(args)
+    )
     s = summary["seconds"]
     results = str(summary["results"])
     if not os.path.relpath(results).startswith(".."):  # under the working directory
@@ -344,9 +424,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if summary["restarts"]:
         print(f"recovered from {summary['restarts']} worker failure(s) (--checkpoint)")
     print(
-        f"time: Spark in {s['spark_in']:.1f} s, dataflow {s['dataflow']:.1f} s (of which "
-        f"starting Ray and the workers {s['dataflow_start']:.1f} s), "
-        f"Spark out {s['spark_out']:.1f} s"
+        f"time: Spark in {s['spark_in']:.1f} s (Ray started alongside in "
+        f"{s['ray_start']:.1f} s), dataflow {s['dataflow']:.1f} s (of which starting the "
+        f"workers {s['dataflow_start']:.1f} s), Spark out {s['spark_out']:.1f} s"
     )
     return summary
 

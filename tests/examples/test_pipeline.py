@@ -1,5 +1,6 @@
 """examples/pipeline.py end to end at a small size, on local Ray and the test Spark, checked
-against a computation of its own from the input files (pyarrow and plain Python); its
+against a computation of its own from the input files (pyarrow and plain Python), and its
+table version's result tables against its row version's (``--rows``); both versions'
 incremental component sizes against a from-scratch union-find after every epoch, and at
 every crash point of a checkpointed run."""
 
@@ -9,16 +10,20 @@ import os
 from collections import Counter, defaultdict
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from operators.table import table_input, to_table
 from tests.checkpoint.sweep import ALL, epochs_for, sweep
 from tests.examples import load_example
 from timely import Dataflow, Stream
 
 ex = load_example("pipeline")
+cc = load_example("table_cc")
+EDGES = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
 
 
 def expected_ad_clicks(events: dict[str, list[Any]]) -> set[tuple[int, int, int]]:
@@ -97,10 +102,31 @@ def test_pipeline_matches_an_independent_computation(
     assert summary["top_ads"] == [(ad, -n) for n, ad in top]
 
 
+def result_tables(summary: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
+    """Each result table's rows, sorted (the run's results directory is reused by size)."""
+    out = {}
+    for name in ("ad_clicks", "components"):
+        table = pq.read_table(os.path.join(summary["results"], name))
+        out[name] = sorted(zip(*(table.column(c).to_pylist() for c in table.column_names)))
+    return out
+
+
+def test_table_pipeline_equals_the_row_pipeline(spark: Any, tmp_path: Any) -> None:
+    # the same input, the same result tables and summary, on the inline backend
+    tables = ex.run(str(tmp_path), size=3000, workers=2, backend="inline", quiet=True)
+    by_tables = result_tables(tables)
+    rows = ex.run(str(tmp_path), size=3000, workers=3, backend="inline", quiet=True, rows=True)
+    assert result_tables(rows) == by_tables
+    assert len(by_tables["ad_clicks"]) > 100 and len(by_tables["components"]) > 100
+    for key in ("records", "top_ads", "components", "largest_component"):
+        assert tables[key] == rows[key], key
+
+
 def sizes_by_epoch(
-    epochs: list[list[tuple[int, int]]], workers: int, **options: Any
+    epochs: list[list[tuple[int, int]]], workers: int, tables: bool = False, **options: Any
 ) -> dict[int, list[tuple[int, int]]]:
-    """``component_sizes`` over one batch of edges per epoch, on the inline backend."""
+    """``component_sizes`` over one batch of edges per epoch, on the inline backend: the
+    row version's, or with ``tables`` the table version's (``table_cc``)."""
     flow = Dataflow("component_sizes")
     out: dict[int, list[tuple[int, int]]] = {}
 
@@ -108,8 +134,13 @@ def sizes_by_epoch(
         assert epoch not in out, f"epoch {epoch} delivered twice"
         out[epoch] = records
 
-    edges = flow.new_input("edges")
-    ex.component_sizes(edges.stream, len(epochs) - 1).subscribe(record)
+    if tables:
+        edges = table_input(flow, EDGES, "edges")
+        sizes = cc.component_sizes(edges.table, len(epochs) - 1)
+        sizes.to_rows(tuples=True).subscribe(record)
+    else:
+        edges = flow.new_input("edges")
+        ex.component_sizes(edges.stream, len(epochs) - 1).subscribe(record)
     for e, batch in enumerate(epochs):
         edges.advance_to(e)
         edges.send(batch)
@@ -127,13 +158,14 @@ def sizes_by_epoch(
     ),
     workers=st.integers(1, 3),
     seed=st.integers(0, 1000),
+    tables=st.booleans(),
 )
 def test_component_sizes_after_every_epoch(
-    epochs: list[list[tuple[int, int]]], workers: int, seed: int
+    epochs: list[list[tuple[int, int]]], workers: int, seed: int, tables: bool
 ) -> None:
     # every epoch from the first edge on reports, even one with no new edge or none that
     # joins two components
-    out = sizes_by_epoch(epochs, workers, seed=seed)
+    out = sizes_by_epoch(epochs, workers, tables, seed=seed)
     so_far: list[tuple[int, int]] = []
     for e, batch in enumerate(epochs):
         so_far.extend(batch)
@@ -149,13 +181,21 @@ def _edges_of_ints(s: Stream) -> Stream:
     return ex.component_sizes(s.select(lambda x: (x % 7, x // 7)), 9)
 
 
+def _edge_table_of_ints(s: Stream) -> Stream:
+    edges = to_table(s.select(lambda x: (x % 7, x // 7)), EDGES)
+    return cc.component_sizes(edges, 9).to_rows(tuples=True)
+
+
 @pytest.mark.parametrize(
-    ("source", "workers", "seed"), [(True, 3, 1), (False, 2, 0)], ids=["source", "bursty"]
+    ("source", "workers", "seed", "tables"),
+    [(True, 3, 1, False), (False, 2, 0, False), (True, 2, 2, True), (False, 3, 0, True)],
+    ids=["source", "bursty", "tables-source", "tables-bursty"],
 )
 def test_component_sizes_at_every_crash_point(
-    monkeypatch: pytest.MonkeyPatch, source: bool, workers: int, seed: int
+    monkeypatch: pytest.MonkeyPatch, source: bool, workers: int, seed: int, tables: bool
 ) -> None:
-    monkeypatch.setitem(ALL, "pipeline_component_sizes", _edges_of_ints)
+    build = _edge_table_of_ints if tables else _edges_of_ints
+    monkeypatch.setitem(ALL, "pipeline_component_sizes", build)
     events, wrong = sweep(
         "pipeline_component_sizes", epochs_for(10, 3), source, workers=workers, seed=seed
     )
@@ -165,8 +205,9 @@ def test_component_sizes_at_every_crash_point(
     )
 
 
-CRASH_AT = 40
-"""A scheduling event about halfway through the inline run at size 3000 (177 events)."""
+CRASH_AT = 25
+"""A scheduling event about halfway through the inline, checkpointed run at size 3000 on
+the table API (50 events; the row version's has 57)."""
 
 
 def test_pipeline_recovers_exactly_once_through_the_spark_sink(spark: Any, tmp_path: Any) -> None:

@@ -1178,6 +1178,15 @@ def _connect(address: str | None, verbose: bool = False) -> bool:
     return False
 
 
+def start_ray(address: str | None = None, verbose: bool | None = None) -> bool:
+    """Start (or join) Ray now, as a session on the ray backend would when it starts: a
+    driver with other work before its dataflow (Spark preparing the input) can overlap
+    Ray's start with it, and the session then finds Ray up. Returns whether this call
+    started it. ``verbose``: as for a session (default ``TIMELY_VERBOSE``). Call it on
+    the main thread: Ray sets its SIGTERM handler only there."""
+    return _connect(address, resolve_verbose(verbose))
+
+
 def _init_logging(verbose: bool) -> dict[str, Any]:
     """``ray.init``'s logging options. Quiet: the driver's ``ray`` logger at WARNING, so
     no "Started a local Ray instance." banner (INFO), and ``log_to_driver=False``, so
