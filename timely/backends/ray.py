@@ -81,6 +81,7 @@ from timely.session.base import Session, merge_frontiers, route_input
 from timely.session.verbosity import resolve_verbose
 from timely.worker.loop import Worker
 from timely.worker.migration import BinLoad
+from timely.worker.profiling import WorkerProfile
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -318,8 +319,17 @@ class WorkerActor:
         Returns the number of steps taken.
         """
         task = self._track()
+        directory = self.worker.plan.profile_dir
         try:
-            return await self._run()
+            if directory is None:
+                return await self._run()
+            # The event loop's thread: the step, the codec, the writes, the reader tasks.
+            profile = WorkerProfile(directory, self.index)
+            try:
+                with profile.running():
+                    return await self._run()
+            finally:
+                profile.dump()
         finally:
             self._tasks.discard(task)
 
