@@ -375,7 +375,7 @@ class WorkerActor:
         comm.close_listeners()
         return self.steps
 
-    def _step(self) -> tuple[list[tuple[int, bytes]], Outputs]:
+    def _step(self) -> tuple[list[tuple[int, list[Any]]], Outputs]:
         """One step and the encoding of its messages.
 
         It runs on the event loop itself: handing each step to a thread cost about a
@@ -392,12 +392,13 @@ class WorkerActor:
             self._write_part(epoch, data, work, part.get("base"))
         log = self.log
         if log is None:
-            return [(p, serialization.encode_message(m)) for p, m in messages], emitted
+            return [(p, serialization.encode_message_parts(m)) for p, m in messages], emitted
         out = []
         for p, m in messages:
             t0 = clock()
-            payload = serialization.encode_message(m)
-            log.add(message_event("s", t0, clock(), p, m, len(payload)))
+            payload = serialization.encode_message_parts(m)
+            size = sum(memoryview(part).nbytes for part in payload)
+            log.add(message_event("s", t0, clock(), p, m, size))
             out.append((p, payload))
         return out, emitted
 
@@ -428,7 +429,7 @@ class WorkerActor:
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
         self._report([], [(epoch, info)], False)
 
-    async def _send(self, out: list[tuple[int, bytes]]) -> None:
+    async def _send(self, out: list[tuple[int, list[Any]]]) -> None:
         """Send a step's messages, one frame per peer, each once its channel has a credit."""
         comm = self.comm
         budget: list[int] | None = None

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every, credit_frame, data_frame
 from timely.comm.handshake import HandshakeFailed, hello_dialer, hello_listener
+from timely.comm.sending import FrameSender
 from timely.errors import TimelyError
 
 CONNECT_TIMEOUT = 30.0
@@ -49,6 +50,13 @@ CONNECT_TIMEOUT = 30.0
 _ALL_INTERFACES = ("", "0.0.0.0", "::")
 MAX_FRAME = 2**32 - 1
 """The largest payload a frame's ``<u32>`` length can say."""
+SEND_BUFFER = 1 << 22
+"""The kernel send buffer asked for on a Unix socket between workers (see ``_buffers``)."""
+READ_CHUNK = 1 << 22
+"""The most bytes a transport reads per wake-up."""
+READ_LIMIT = 1 << 20
+"""A connection's read buffer before it pauses reading (asyncio's default, 64 KiB,
+made a large frame pause and resume the socket every 128 KiB)."""
 
 
 class PeerLost(TimelyError):
@@ -82,6 +90,7 @@ class _Link:
         "hold",
         "kind",
         "lost",
+        "out",
         "peer",
         "queue",
         "read",
@@ -97,6 +106,8 @@ class _Link:
         self.peer = peer
         self.reader = reader
         self.writer = writer
+        self.out = FrameSender(writer)
+        """Every write on this connection, in order (:mod:`timely.comm.sending`)."""
         self.kind = kind
         self.queue: deque[bytes] = deque()
         """Frames received and not yet taken by the host."""
@@ -127,19 +138,29 @@ class Channel:
         link = self._link
         return link.sent - link.credit < self._allocator.window
 
-    def send_nowait(self, payload: bytes) -> None:
-        """Send one frame; the caller has checked :meth:`ready`. Raises PeerLost."""
+    def send_nowait(self, payload: bytes | Sequence[Any]) -> None:
+        """Send one frame whose payload is ``payload`` or, given a list of bytes-like
+        parts, their concatenation (written as they are, not joined); the caller has
+        checked :meth:`ready`. Raises PeerLost."""
         link = self._link
         if link.lost is not None:
             raise PeerLost(link.peer, link.lost)
         if not self.ready():
             raise RuntimeError(f"no credit left for worker {link.peer}: wait for ready() first")
-        if len(payload) > MAX_FRAME:
+        parts = [payload] if isinstance(payload, bytes) else list(payload)
+        size = sum(memoryview(p).nbytes for p in parts)
+        if size > MAX_FRAME:
             raise ValueError(
-                f"a step's message to worker {link.peer} is {len(payload):,} bytes, over the "
+                f"a step's message to worker {link.peer} is {size:,} bytes, over the "
                 f"{MAX_FRAME:,}-byte frame limit: send smaller batches (split the records)"
             )
-        _write(link, data_frame(payload))
+        head = HEADER.pack(size, DATA)
+        if parts and isinstance(parts[0], bytes) and len(parts[0]) <= 1 << 12:
+            parts[0] = head + parts[0]  # one small write, not two
+        else:
+            parts.insert(0, head)
+        if not link.writer.is_closing():
+            link.out.write(parts)
         link.sent += 1
 
     async def send(self, payload: bytes) -> None:
@@ -216,11 +237,11 @@ class Allocator:
         async def on_tcp(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             await self._accept(r, w, "tcp")
 
-        self._servers.append(await asyncio.start_unix_server(on_unix, path=path))
+        self._servers.append(await asyncio.start_unix_server(on_unix, path=path, limit=READ_LIMIT))
         os.chmod(path, 0o600)
         port = None
         if host is not None:
-            server = await asyncio.start_server(on_tcp, host=host, port=0)
+            server = await asyncio.start_server(on_tcp, host=host, port=0, limit=READ_LIMIT)
             self._servers.append(server)
             port = int(server.sockets[0].getsockname()[1])
         return Address(node, path, host, port)
@@ -258,11 +279,13 @@ class Allocator:
         where = addr.path
         try:
             if addr.node == node:
-                reader, writer = await asyncio.open_unix_connection(addr.path)
+                reader, writer = await asyncio.open_unix_connection(addr.path, limit=READ_LIMIT)
                 kind = "unix"
             elif addr.host is not None and addr.port is not None:
                 where = f"{addr.host}:{addr.port}"
-                reader, writer = await asyncio.open_connection(addr.host, addr.port)
+                reader, writer = await asyncio.open_connection(
+                    addr.host, addr.port, limit=READ_LIMIT
+                )
                 kind = "tcp"
                 _keepalive(writer)
             else:
@@ -305,6 +328,8 @@ class Allocator:
     def _add(
         self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
     ) -> None:
+        if kind == "unix":
+            _buffers(writer)
         link = _Link(peer, reader, writer, kind)
         if peer == self.peers:
             self._driver = link
@@ -543,6 +568,7 @@ class Allocator:
         for link in self._all():
             if link.task is not None:
                 link.task.cancel()
+            await link.out.close()
             link.writer.close()
         for link in self._all():
             if link.task is not None:
@@ -561,9 +587,23 @@ def _keepalive(writer: asyncio.StreamWriter) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
+def _buffers(writer: asyncio.StreamWriter) -> None:
+    """Room for a step's frames in the kernel: a worker sends and reads only between
+    its steps, so with the default buffer (~200 KiB) a frame of megabytes moved only
+    while both ends were between steps at once. The kernel caps the size asked for at
+    ``net.core.wmem_max``. And the transport reads up to :data:`READ_CHUNK` per wake-up
+    (asyncio's default is 256 KiB), so a worker takes in what waits in one go."""
+    sock = writer.get_extra_info("socket")
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+    transport = writer.transport
+    if hasattr(transport, "max_size"):
+        transport.max_size = READ_CHUNK
+
+
 def _write(link: _Link, frame: bytes) -> None:
     """Write ``frame`` unless the connection is already closing: the peer is gone, its
     reader reports the loss, and asyncio would print "socket.send() raised exception."
     for every write after it (noise during a recovery)."""
     if not link.writer.is_closing():
-        link.writer.write(frame)
+        link.out.write((frame,))
