@@ -66,6 +66,48 @@ def test_frames_arrive_in_order_per_peer_over_one_merged_receive(tcp: bool) -> N
     run(body)
 
 
+@pytest.mark.parametrize("tcp", [False, True])
+def test_frames_of_every_size_arrive_whole_both_ways_at_once(tcp: bool) -> None:
+    """Empty, small and multi-megabyte frames, some sent as several parts, mixed: each
+    arrives whole and in order, while both ends send (the large ones read straight into
+    their own buffers, the small ones cut from the staging buffer)."""
+    sizes = [0, 1, 5, 200_000, 3, 4_000_000, 131_072, 131_073, 70_000, 1 << 20, 7]
+
+    def frame(i: int, k: int, n: int) -> bytes:
+        return bytes((i * 31 + k * 7 + j) % 251 for j in range(min(n, 256))) * (n // 256 + 1)
+
+    async def body() -> None:
+        allocs = await mesh(2, tcp=tcp)
+        try:
+            expected = {i: [frame(i, k, n)[:n] for k, n in enumerate(sizes * 2)] for i in (0, 1)}
+
+            async def push(i: int) -> None:
+                for k, data in enumerate(expected[i]):
+                    channel = allocs[i].channel(1 - i)
+                    while not channel.ready():
+                        await allocs[i].changed()
+                    if k % 2:  # as parts: written one after the other, not joined
+                        view = memoryview(data)
+                        channel.send_nowait([view[: len(data) // 3], view[len(data) // 3 :]])
+                    else:
+                        channel.send_nowait(data)
+
+            async def take(i: int) -> list[bytes]:
+                got: list[bytes] = []
+                while len(got) < len(expected[1 - i]):
+                    peer, payload = await allocs[i].recv()
+                    allocs[i].applied(peer)
+                    got.append(bytes(payload))
+                return got
+
+            results = await asyncio.gather(push(0), push(1), take(0), take(1))
+            assert results[2] == expected[1] and results[3] == expected[0]
+        finally:
+            await close(allocs)
+
+    run(body)
+
+
 def test_listener_is_owner_only_and_never_on_every_interface() -> None:
     async def body() -> None:
         a = Allocator(0, 2, SECRET)

@@ -38,10 +38,11 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every, credit_frame, data_frame
 from timely.comm.handshake import HandshakeFailed, hello_dialer, hello_listener
+from timely.comm.receiving import FrameReader, Payload
 from timely.comm.sending import FrameSender
 from timely.errors import TimelyError
 
@@ -87,32 +88,28 @@ class _Link:
         "acked",
         "applied",
         "credit",
-        "hold",
         "kind",
         "lost",
         "out",
         "peer",
         "queue",
         "read",
-        "reader",
         "sent",
-        "task",
         "writer",
     )
 
     def __init__(
-        self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
+        self, peer: int, writer: asyncio.StreamWriter, out: FrameSender, kind: str
     ) -> None:
         self.peer = peer
-        self.reader = reader
         self.writer = writer
-        self.out = FrameSender(writer)
+        self.out = out
         """Every write on this connection, in order (:mod:`timely.comm.sending`)."""
         self.kind = kind
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[Payload] = deque()
         """Frames received and not yet taken by the host."""
         self.read = 0
-        """Frames whose header the reader has taken off the connection."""
+        """Frames taken off the connection."""
         self.sent = 0
         self.credit = 0
         """Frames sent; of those, how many the peer has applied (its last credit)."""
@@ -120,9 +117,6 @@ class _Link:
         self.acked = 0
         """Frames from the peer applied here; of those, how many were credited back."""
         self.lost: str | None = None
-        self.hold: asyncio.Event | None = None
-        """Set while a test pauses this connection's reader."""
-        self.task: asyncio.Task[None] | None = None
 
 
 class Channel:
@@ -330,59 +324,55 @@ class Allocator:
     ) -> None:
         if kind == "unix":
             _buffers(writer)
-        link = _Link(peer, reader, writer, kind)
+        link: _Link
+
+        def on_frame(kind: int, payload: Payload) -> bool:
+            return self._frame(link, kind, payload)
+
+        def on_lost(reason: str) -> None:
+            self._lose(link, reason)
+
+        protocol = FrameReader(on_frame, on_lost)
+        link = _Link(peer, writer, FrameSender(writer, protocol.drained), kind)
         if peer == self.peers:
             self._driver = link
         else:
             self._links[peer] = link
             self._channels[peer] = Channel(self, link)
-        link.task = asyncio.ensure_future(self._read(link))
-        # A reader lives as long as its process, and Ray kills actors with it pending:
-        # asyncio's "Task was destroyed but it is pending" would only be noise then.
-        link.task._log_destroy_pending = False  # type: ignore[attr-defined]
+        _take_over(reader, writer, protocol)
         self._missing -= 1
         if self._missing == 0:
             self._connected.set()
 
     # -- receiving ----------------------------------------------------------------------------
-    async def _read(self, link: _Link) -> None:
-        """Read frames off one connection as they come, until it ends."""
-        reader = link.reader
-        size = HEADER.size
-        try:
-            while True:
-                if link.hold is not None:
-                    await link.hold.wait()
-                n, kind = HEADER.unpack(await reader.readexactly(size))
-                link.read += 1
-                payload = await reader.readexactly(n) if n else b""
-                if kind == DATA:
-                    if self._discarding:  # the host is done: credit at once, keep nothing
-                        link.applied += 1
-                        self._credit(link)
-                        continue
-                    link.queue.append(payload)
-                    if link is self._driver:
-                        if len(link.queue) > self.max_commands:
-                            self.max_commands = len(link.queue)
-                    else:
-                        self.queued += 1
-                        if self.queued > self.max_queued:
-                            self.max_queued = self.queued
-                elif kind == CREDIT and n == COUNT.size:
-                    (credit,) = COUNT.unpack(payload)
-                    if not link.credit <= credit <= link.sent:
-                        self._lose(link, f"sent a credit of {credit} for {link.sent} frames")
-                        return
-                    link.credit = credit
-                else:
-                    self._lose(link, f"sent a frame of unknown kind {kind}")
-                    return
-                self._notify()
-        except asyncio.IncompleteReadError:
-            self._lose(link, "was closed by the other end (EOF)")
-        except OSError as e:
-            self._lose(link, f"failed ({type(e).__name__}: {e})")
+    def _frame(self, link: _Link, kind: int, payload: Payload) -> bool:
+        """One frame off ``link`` (:class:`~timely.comm.receiving.FrameReader` calls this
+        as each completes); False when it ends the connection."""
+        link.read += 1
+        if kind == DATA:
+            if self._discarding:  # the host is done: credit at once, keep nothing
+                link.applied += 1
+                self._credit(link)
+                return True
+            link.queue.append(payload)
+            if link is self._driver:
+                if len(link.queue) > self.max_commands:
+                    self.max_commands = len(link.queue)
+            else:
+                self.queued += 1
+                if self.queued > self.max_queued:
+                    self.max_queued = self.queued
+        elif kind == CREDIT and len(payload) == COUNT.size:
+            (credit,) = COUNT.unpack(payload)
+            if not link.credit <= credit <= link.sent:
+                self._lose(link, f"sent a credit of {credit} for {link.sent} frames")
+                return False
+            link.credit = credit
+        else:
+            self._lose(link, f"sent a frame of unknown kind {kind}")
+            return False
+        self._notify()
+        return True
 
     def _lose(self, link: _Link, reason: str) -> None:
         if link.lost is None:
@@ -416,10 +406,10 @@ class Allocator:
             links.append(self._driver)
         return links
 
-    def recv_nowait(self, budget: list[int] | None = None) -> list[tuple[int, bytes]]:
+    def recv_nowait(self, budget: list[int] | None = None) -> list[tuple[int, Payload]]:
         """The frames received so far, ``(peer, payload)``, FIFO per peer; with
         ``budget``, at most ``budget[peer]`` from each peer (decremented)."""
-        out: list[tuple[int, bytes]] = []
+        out: list[tuple[int, Payload]] = []
         if not self.queued:
             return out
         for link in self._links:
@@ -446,7 +436,7 @@ class Allocator:
             for link in self._links
         )
 
-    async def recv(self) -> tuple[int, bytes]:
+    async def recv(self) -> tuple[int, Payload]:
         """The next frame from any peer, FIFO per peer. Raises PeerLost."""
         while True:
             self.check()
@@ -456,7 +446,7 @@ class Allocator:
                     return link.peer, link.queue.popleft()
             await self.changed()
 
-    def driver_commands(self) -> list[bytes]:
+    def driver_commands(self) -> list[Payload]:
         """The driver's frames received so far, in order; credit them with
         :meth:`applied` (``peers``) once applied."""
         link = self._driver
@@ -551,7 +541,8 @@ class Allocator:
         """For tests: stop reading the connection from ``peer`` (a stuck reader)."""
         link = self._links[peer]
         assert link is not None
-        link.hold = asyncio.Event()
+        transport = cast(asyncio.Transport, link.writer.transport)
+        transport.pause_reading()
 
     def close_listeners(self) -> None:
         """Stop listening and remove the socket directory; connections stay open."""
@@ -566,14 +557,8 @@ class Allocator:
         """Close every connection and listener."""
         self.close_listeners()
         for link in self._all():
-            if link.task is not None:
-                link.task.cancel()
             await link.out.close()
             link.writer.close()
-        for link in self._all():
-            if link.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await link.task
 
 
 def _keepalive(writer: asyncio.StreamWriter) -> None:
@@ -585,6 +570,24 @@ def _keepalive(writer: asyncio.StreamWriter) -> None:
         option = getattr(socket, name, None)
         if option is not None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def _take_over(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, protocol: FrameReader
+) -> None:
+    """Make ``protocol`` the connection's protocol after the handshake, handing it what
+    the stream reader had already read past the handshake (a peer sends as soon as it
+    is through) and an end it had already seen. The stream reader's buffer and end are
+    private to asyncio: read here once, at the switch."""
+    transport = cast(asyncio.Transport, writer.transport)
+    left = bytes(reader._buffer)  # type: ignore[attr-defined]
+    ended = reader.at_eof() or bool(reader._eof)  # type: ignore[attr-defined]
+    transport.set_protocol(protocol)
+    if not transport.is_reading():  # the stream reader may have paused it
+        transport.resume_reading()
+    protocol.feed(left)
+    if ended:
+        protocol.eof_received()
 
 
 def _buffers(writer: asyncio.StreamWriter) -> None:

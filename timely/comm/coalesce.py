@@ -5,8 +5,8 @@ step that handles many small batches sends many tiny ones to each peer, and each
 travels as its own Arrow IPC stream (a schema, a header, buffers). Before a step's
 sends to a peer are flushed (the worker's buffer per destination, input port and
 time), consecutive record batches of one schema are concatenated, each run up to
-``target`` rows (one Arrow call per run, no Python per row); a batch of half the
-target or more is left as it is (an exchange's slices of large batches are). Nothing
+``target`` rows (one Arrow call per run, no Python per row); a batch of a quarter of
+the target or more is left as it is (an exchange's slices of large batches are). Nothing
 waits for more:
 the buffer is one step's, so the latency cap is one step and a trickle still flows.
 
@@ -33,7 +33,7 @@ def is_record_batch(record: Any) -> bool:
 
 def coalesce(records: list[Any], target: int) -> list[Any]:
     """``records`` with runs of consecutive small record batches concatenated, each run
-    up to ``target`` rows. A batch of half the target or more stays alone: merging it
+    up to ``target`` rows. A batch of a quarter of the target or more stays alone: merging it
     would copy its bytes (a cost per byte) to save one batch's overhead (a cost per
     batch), which at that size is small. Unchanged unless every record is a record
     batch of one schema; ``target < 2`` turns it off."""
@@ -48,7 +48,7 @@ def coalesce(records: list[Any], target: int) -> list[Any]:
             return records
     import pyarrow as pa
 
-    large = target // 2
+    large = target // 4
     if all(r.num_rows >= large for r in records):
         return records
     out: list[Any] = []

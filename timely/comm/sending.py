@@ -8,8 +8,8 @@ connection's outgoing bytes wait as views over the buffers they came in (a messa
 envelope, each Arrow batch's IPC stream: :func:`timely.comm.serialization.encode_message_parts`)
 and go to the transport in chunks of at most :data:`CHUNK` bytes, each only once the
 transport has sent everything before it. A chunk the socket takes whole is never
-copied; at most one chunk's rest is. The transport's high-water mark is 0, so
-``drain`` returns exactly when its buffer is empty.
+copied; at most one chunk's rest is. The transport's high-water mark is 0, so it
+reports itself drained exactly when its buffer is empty.
 
 Order is kept: every write on a connection (data, credits) goes through its
 :class:`FrameSender`, FIFO. A write never waits: what the socket cannot take yet is
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 CHUNK = 1 << 18
@@ -34,10 +34,15 @@ takes, so a chunk usually goes whole and uncopied."""
 class FrameSender:
     """One connection's outgoing bytes, FIFO, written as the socket takes them."""
 
-    __slots__ = ("_pending", "_task", "_writer")
+    __slots__ = ("_drained", "_pending", "_task", "_writer")
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, writer: asyncio.StreamWriter, drained: Callable[[], Awaitable[None]]
+    ) -> None:
+        """``drained``: waits until the transport has sent all it buffered (the
+        connection's protocol knows: :meth:`timely.comm.receiving.FrameReader.drained`)."""
         self._writer = writer
+        self._drained = drained
         self._pending: deque[memoryview] = deque()
         self._task: asyncio.Task[None] | None = None
         writer.transport.set_write_buffer_limits(high=0)
@@ -78,7 +83,7 @@ class FrameSender:
     async def _flush(self) -> None:
         try:
             while self._pending:
-                await self._writer.drain()
+                await self._drained()
                 if self._writer.is_closing():
                     self._pending.clear()
                     return

@@ -115,7 +115,7 @@ def _pack(obj: Any) -> bytes:
         p.depth = depth
 
 
-def _unpack(data: bytes | memoryview) -> Any:
+def _unpack(data: bytes | bytearray | memoryview) -> Any:
     return msgpack.unpackb(
         data, ext_hook=_ext_hook, strict_map_key=False, use_list=True, unicode_errors=_UNICODE
     )
@@ -282,7 +282,7 @@ def encode(obj: Any) -> bytes:
     return _pack(obj)
 
 
-def decode(data: bytes) -> Any:
+def decode(data: bytes | bytearray | memoryview) -> Any:
     """The value ``encode`` packed."""
     return _unpack(data)
 
@@ -414,10 +414,10 @@ def _envelope(msg: WorkerMessage, blobs: list[Any]) -> bytes:
     return _pack([msg.sender, msg.seq, data, progress])
 
 
-def decode_message(data: bytes | memoryview) -> WorkerMessage:
+def decode_message(data: bytes | bytearray | memoryview) -> WorkerMessage:
     """The message ``encode_message`` packed, with real tuples, ``Location``s and ``Port``s;
     its Arrow records are views over ``data`` (no copy)."""
-    view = memoryview(data)
+    view = memoryview(data).cast("B")
     if view[0] == _WITH_BLOBS:
         _, size = _PREFIX.unpack_from(view)
         start = _PREFIX.size
