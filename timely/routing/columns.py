@@ -17,6 +17,7 @@ worker.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,14 +33,15 @@ _G = np.uint64(_GOLDEN)
 _S32 = np.uint64(32)
 _CACHE = 1 << 20
 _FEW = 8
+_LITTLE = sys.byteorder == "little"
 """Up to this many workers, :func:`split_by` finds each one's rows by a pass of its own."""
 """How many distinct strings a channel remembers the hash of (cleared when full)."""
 
 
 def _mix(h: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     with np.errstate(over="ignore"):
-        h = h * _G
-    out: np.ndarray[Any, Any] = h ^ (h >> _S32)
+        out: np.ndarray[Any, Any] = h * _G  # a new array: the rest works in place on it
+    out ^= out >> _S32
     return out
 
 
@@ -51,7 +53,9 @@ def _int_hashes(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         if big.any():  # stable_hash folds ints of 2**63 and more: _mix(v) ^ _mix(v >> 64)
             h = np.where(big, h ^ _mix(np.zeros(1, np.uint64)), h)
         return h
-    return _mix(values.astype(np.int64).view(np.uint64))
+    if values.dtype != np.int64:  # int64 is reinterpreted as it is, without a copy
+        values = values.astype(np.int64)
+    return _mix(values.view(np.uint64))
 
 
 @dataclass
@@ -181,16 +185,29 @@ class ColumnExchange(Exchange):
             key_bins = _bins_of(key_hashes(batch, self.keys, self._hashers), bins)
             if load is not None:
                 load += np.bincount(key_bins, minlength=bins)
-            dest = table[key_bins]
+            dest = _narrow(table)[key_bins]
             for w, part in split_by(batch, dest):
                 out.setdefault(w, []).append(part)
         return out
 
 
+def _narrow(table: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A routing table (one worker per bin) in the narrowest unsigned type that holds its
+    workers: the destinations looked up through it need no conversion in ``split_by``."""
+    top = int(table.max()) if len(table) else 0
+    if top < 1 << 8 and table.dtype != np.uint8:
+        return table.astype(np.uint8)
+    return table
+
+
 def _bins_of(hashes: np.ndarray[Any, Any], bins: int) -> np.ndarray[Any, Any]:
     """Each hash's bin, ``hash % bins``: the low bits when ``bins`` is a power of two (as
     ``DEFAULT_BINS`` is; a mask is cheaper than a 64-bit division), in the narrowest
-    integer type that holds them (indexing with it is cheaper too)."""
+    integer type that holds them (indexing with it is cheaper too). Up to 256 bins on a
+    little-endian machine, the low byte of each hash is read in place (a strided view)."""
+    if bins <= 1 << 8 and bins & (bins - 1) == 0 and _LITTLE:
+        low_byte: np.ndarray[Any, Any] = hashes.view(np.uint8)[::8]
+        return low_byte if bins == 1 << 8 else low_byte & np.uint8(bins - 1)
     low = hashes & np.uint64(bins - 1) if bins & (bins - 1) == 0 else hashes % np.uint64(bins)
     out: np.ndarray[Any, Any] = low.astype(
         np.uint8 if bins <= 1 << 8 else np.uint16 if bins <= 1 << 16 else np.intp
@@ -211,7 +228,9 @@ def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> li
     if (dest == first).all():
         return [(first, batch)]
     top = int(dest.max())
-    small = dest.astype(np.uint8 if top < 1 << 8 else np.uint16) if top < 1 << 16 else dest
+    small = (
+        dest.astype(np.uint8 if top < 1 << 8 else np.uint16, copy=False) if top < 1 << 16 else dest
+    )
     if top < _FEW:
         rows = [np.flatnonzero(small == w) for w in range(top + 1)]
         taken = batch.take(pa.array(np.concatenate(rows)))
