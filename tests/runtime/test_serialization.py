@@ -327,9 +327,13 @@ def test_arrow_records_travel_after_the_envelope_zero_copy() -> None:
     sliced = batch.slice(1, 2)
     table = pa.table({"x": [1.5, 2.5]})
     empty = batch.slice(0, 0)
+    coded = pa.record_batch({"d": pa.array(["x", "y", "x"]).dictionary_encode()})
     progress = ProgressBatch(0, 1, (((target(3, 1), (0, 4)), -1),))
     msg = WorkerMessage(
-        0, 7, [(2, 0, (1,), [batch, sliced, empty]), (3, 1, (0, 2), [table, ("row", 1)])], progress
+        0,
+        7,
+        [(2, 0, (1,), [batch, sliced, empty, coded]), (3, 1, (0, 2), [table, ("row", 1)])],
+        progress,
     )
     parts = encode_message_parts(msg)
     assert len(parts) > 1 and parts[0][0] == 0xC1
@@ -339,8 +343,9 @@ def test_arrow_records_travel_after_the_envelope_zero_copy() -> None:
     assert back.progress == progress and (back.sender, back.seq) == (0, 7)
     (v1, p1, t1, r1), (v2, p2, t2, r2) = back.data
     assert (v1, p1, t1, v2, p2, t2) == (2, 0, (1,), 3, 1, (0, 2))
-    assert [type(r) for r in r1] == [pa.RecordBatch] * 3
+    assert [type(r) for r in r1] == [pa.RecordBatch] * 4
     assert r1[0].equals(batch) and r1[1].equals(sliced) and r1[2].num_rows == 0
+    assert r1[3].equals(coded)  # dictionary columns: through the IPC stream writer
     assert isinstance(r2[0], pa.Table) and r2[0].equals(table) and r2[1] == ("row", 1)
     base = np.frombuffer(payload, np.uint8).ctypes.data
     for column in r1[0].columns:

@@ -61,6 +61,8 @@ _WITH_BLOBS = 0xC1
 that is a multiple of 8 (Arrow's alignment). Any other payload is the envelope alone."""
 _PREFIX = struct.Struct("<BI")
 _ZEROS = bytes(8)
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""Arrow IPC's end-of-stream marker (a continuation token and a zero length)."""
 _UNICODE = "surrogatepass"
 """Strings with lone surrogates are valid Python strings: carry them as they are."""
 
@@ -352,18 +354,39 @@ def _is_arrow(record: Any) -> bool:
     return t.__module__ == "pyarrow.lib" and t.__name__ in ("RecordBatch", "Table")
 
 
-def _records(records: list[Any], blobs: list[Any]) -> Any:
+def _ipc_parts(record: Any) -> list[Any]:
+    """A record batch or table as the buffers of one Arrow IPC stream. A batch without
+    dictionary columns is its schema's message, its own message and the end-of-stream
+    marker, each serialized at its exact size (one copy of the columns, into a buffer
+    allocated once; the stream writer grows its buffer as it writes, copying again);
+    anything else goes through the stream writer."""
+    if type(record).__name__ == "RecordBatch" and not any(
+        _is_dictionary(f.type) for f in record.schema
+    ):
+        return [record.schema.serialize(), record.serialize(), _EOS]
+    return [_arrow_buffer(record)]
+
+
+def _is_dictionary(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_dictionary(t))
+
+
+def _records(records: list[Any], blobs: list[list[Any]]) -> Any:
     """A batch's records as the envelope carries them: Arrow records (a table stream's
-    batches) moved out to ``blobs``, the rest as :func:`encode` packs them."""
+    batches) moved out to ``blobs`` (each as the buffers of its IPC stream), the rest as
+    :func:`encode` packs them."""
     if not any(map(_is_arrow, records)):
         return _maybe_flat(records)
     out = []
     for r in records:
         if _is_arrow(r):
-            buf = _arrow_buffer(r)
-            blobs.append(buf)
+            parts = _ipc_parts(r)
+            blobs.append(parts)
+            size = sum(memoryview(p).nbytes for p in parts)
             code = EXT_ARROW_BATCH if type(r).__name__ == "RecordBatch" else EXT_ARROW_TABLE
-            out.append(msgpack.ExtType(EXT_ARROW_BLOB, _BLOB.pack(code, buf.size)))
+            out.append(msgpack.ExtType(EXT_ARROW_BLOB, _BLOB.pack(code, size)))
         else:
             out.append(r)
     return out
@@ -379,27 +402,28 @@ def encode_message_parts(msg: WorkerMessage) -> list[Any]:
     """One worker-to-worker message as the buffers of one frame's payload, in order:
     a msgpack envelope ``[sender, seq, data, progress]``, and ``state`` after them when
     a migration ships some; then, if the data holds Arrow record batches or tables,
-    each one's IPC stream as the IPC writer made it (each a ``pyarrow.Buffer``, written
-    to the socket as they are: no copy into msgpack, the frame or ``bytes``).
+    each one's IPC stream as the buffers Arrow serialized it to (``_ipc_parts``),
+    written to the socket as they are: no copy into msgpack, the frame or ``bytes``.
 
     Data batches are ``[vertex, port, time, records]`` with the time as an int list;
     progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]``; state is
     ``[[vertex, epoch, bins, tables], ...]``.
     """
-    blobs: list[Any] = []
+    blobs: list[list[Any]] = []
     envelope = _envelope(msg, blobs)
     if not blobs:
         return [envelope]
     head = _PREFIX.pack(_WITH_BLOBS, len(envelope))
     parts: list[Any] = [b"".join((head, envelope, _ZEROS[: _pad(len(head) + len(envelope))]))]
-    for buf in blobs:
-        parts.append(buf)
-        if _pad(buf.size):
-            parts.append(_ZEROS[: _pad(buf.size)])
+    for blob in blobs:
+        parts.extend(blob)
+        size = sum(memoryview(p).nbytes for p in blob)
+        if _pad(size):
+            parts.append(_ZEROS[: _pad(size)])
     return parts
 
 
-def _envelope(msg: WorkerMessage, blobs: list[Any]) -> bytes:
+def _envelope(msg: WorkerMessage, blobs: list[list[Any]]) -> bytes:
     data = [[v, port, list(time), _records(records, blobs)] for v, port, time, records in msg.data]
     progress = None
     batch = msg.progress
