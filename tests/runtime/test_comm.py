@@ -234,3 +234,39 @@ async def _address(a: Allocator) -> Address:
     """``a``'s Unix address (the test reads it back from the listener)."""
     server = a._servers[0]
     return Address("node", server.sockets[0].getsockname())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 100_003, 1 << 20])
+def test_a_frame_reader_cuts_frames_whatever_the_reads(chunk: int) -> None:
+    """However the bytes arrive (a byte at a time, or many frames at once), a
+    FrameReader hands over each frame whole, in order, small ones from its staging
+    buffer (moving a partial frame to its front when full) and large ones read into
+    buffers of their own."""
+    from timely.comm.frames import HEADER
+    from timely.comm.receiving import STAGE, FrameReader
+
+    sizes = [0, 3, STAGE // 2, STAGE // 2 + 1, 5, 60_000, 60_000, 60_000, 60_000, 300_000, 1]
+    frames = [(2 + k % 3, bytes((k + j) % 256 for j in range(n))) for k, n in enumerate(sizes)]
+    stream = b"".join(HEADER.pack(len(p), kind) + p for kind, p in frames)
+    got: list[tuple[int, bytes]] = []
+    lost: list[str] = []
+
+    def on_frame(kind: int, payload: bytes | memoryview) -> bool:
+        got.append((kind, bytes(payload)))
+        return True
+
+    async def body() -> None:
+        reader = FrameReader(on_frame, lost.append)
+        for at in range(0, len(stream), chunk):  # as the transport would: into its buffer
+            piece = stream[at : at + chunk]
+            while piece:
+                buf = reader.get_buffer(len(piece))
+                n = min(buf.nbytes, len(piece))
+                buf[:n] = piece[:n]
+                reader.buffer_updated(n)
+                piece = piece[n:]
+        reader.eof_received()
+
+    run(body)
+    assert got == frames
+    assert lost == ["was closed by the other end (EOF)"]
