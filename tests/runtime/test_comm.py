@@ -66,6 +66,48 @@ def test_frames_arrive_in_order_per_peer_over_one_merged_receive(tcp: bool) -> N
     run(body)
 
 
+@pytest.mark.parametrize("tcp", [False, True])
+def test_frames_of_every_size_arrive_whole_both_ways_at_once(tcp: bool) -> None:
+    """Empty, small and multi-megabyte frames, some sent as several parts, mixed: each
+    arrives whole and in order, while both ends send (the large ones read straight into
+    their own buffers, the small ones cut from the staging buffer)."""
+    sizes = [0, 1, 5, 200_000, 3, 4_000_000, 131_072, 131_073, 70_000, 1 << 20, 7]
+
+    def frame(i: int, k: int, n: int) -> bytes:
+        return bytes((i * 31 + k * 7 + j) % 251 for j in range(min(n, 256))) * (n // 256 + 1)
+
+    async def body() -> None:
+        allocs = await mesh(2, tcp=tcp)
+        try:
+            expected = {i: [frame(i, k, n)[:n] for k, n in enumerate(sizes * 2)] for i in (0, 1)}
+
+            async def push(i: int) -> None:
+                for k, data in enumerate(expected[i]):
+                    channel = allocs[i].channel(1 - i)
+                    while not channel.ready():
+                        await allocs[i].changed()
+                    if k % 2:  # as parts: written one after the other, not joined
+                        view = memoryview(data)
+                        channel.send_nowait([view[: len(data) // 3], view[len(data) // 3 :]])
+                    else:
+                        channel.send_nowait(data)
+
+            async def take(i: int) -> list[bytes]:
+                got: list[bytes] = []
+                while len(got) < len(expected[1 - i]):
+                    peer, payload = await allocs[i].recv()
+                    allocs[i].applied(peer)
+                    got.append(bytes(payload))
+                return got
+
+            results = await asyncio.gather(push(0), push(1), take(0), take(1))
+            assert results[2] == expected[1] and results[3] == expected[0]
+        finally:
+            await close(allocs)
+
+    run(body)
+
+
 def test_listener_is_owner_only_and_never_on_every_interface() -> None:
     async def body() -> None:
         a = Allocator(0, 2, SECRET)
@@ -192,3 +234,39 @@ async def _address(a: Allocator) -> Address:
     """``a``'s Unix address (the test reads it back from the listener)."""
     server = a._servers[0]
     return Address("node", server.sockets[0].getsockname())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 100_003, 1 << 20])
+def test_a_frame_reader_cuts_frames_whatever_the_reads(chunk: int) -> None:
+    """However the bytes arrive (a byte at a time, or many frames at once), a
+    FrameReader hands over each frame whole, in order, small ones from its staging
+    buffer (moving a partial frame to its front when full) and large ones read into
+    buffers of their own."""
+    from timely.comm.frames import HEADER
+    from timely.comm.receiving import STAGE, FrameReader
+
+    sizes = [0, 3, STAGE // 2, STAGE // 2 + 1, 5, 60_000, 60_000, 60_000, 60_000, 300_000, 1]
+    frames = [(2 + k % 3, bytes((k + j) % 256 for j in range(n))) for k, n in enumerate(sizes)]
+    stream = b"".join(HEADER.pack(len(p), kind) + p for kind, p in frames)
+    got: list[tuple[int, bytes]] = []
+    lost: list[str] = []
+
+    def on_frame(kind: int, payload: bytes | memoryview) -> bool:
+        got.append((kind, bytes(payload)))
+        return True
+
+    async def body() -> None:
+        reader = FrameReader(on_frame, lost.append)
+        for at in range(0, len(stream), chunk):  # as the transport would: into its buffer
+            piece = stream[at : at + chunk]
+            while piece:
+                buf = reader.get_buffer(len(piece))
+                n = min(buf.nbytes, len(piece))
+                buf[:n] = piece[:n]
+                reader.buffer_updated(n)
+                piece = piece[n:]
+        reader.eof_received()
+
+    run(body)
+    assert got == frames
+    assert lost == ["was closed by the other end (EOF)"]

@@ -13,6 +13,7 @@ from typing import Any
 import hypothesis.extra.numpy as hnp
 import msgpack  # type: ignore[import-untyped]
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from timely.comm.serialization import (
     decode_plain,
     encode,
     encode_message,
+    encode_message_parts,
     encode_plain,
     encode_plain_one,
 )
@@ -315,3 +317,39 @@ def test_arrow_batches_and_tables_travel_as_ipc_not_pickle(monkeypatch: pytest.M
     for value in (batch, table, empty):
         got = wire.decode(wire.encode([value]))
         assert type(got[0]) is type(value) and got[0].equals(value)
+
+
+def test_arrow_records_travel_after_the_envelope_zero_copy() -> None:
+    """A table stream's batches go as their IPC streams after the envelope, each at an
+    offset that is a multiple of 8, and come back as views over the payload; other
+    records of the same message travel in the envelope."""
+    batch = pa.record_batch({"k": pa.array([1, 2, 3], pa.int64()), "s": ["a", None, "c"]})
+    sliced = batch.slice(1, 2)
+    table = pa.table({"x": [1.5, 2.5]})
+    empty = batch.slice(0, 0)
+    coded = pa.record_batch({"d": pa.array(["x", "y", "x"]).dictionary_encode()})
+    progress = ProgressBatch(0, 1, (((target(3, 1), (0, 4)), -1),))
+    msg = WorkerMessage(
+        0,
+        7,
+        [(2, 0, (1,), [batch, sliced, empty, coded]), (3, 1, (0, 2), [table, ("row", 1)])],
+        progress,
+    )
+    parts = encode_message_parts(msg)
+    assert len(parts) > 1 and parts[0][0] == 0xC1
+    payload = b"".join(bytes(p) for p in parts)
+    assert payload == encode_message(msg)
+    back = decode_message(payload)
+    assert back.progress == progress and (back.sender, back.seq) == (0, 7)
+    (v1, p1, t1, r1), (v2, p2, t2, r2) = back.data
+    assert (v1, p1, t1, v2, p2, t2) == (2, 0, (1,), 3, 1, (0, 2))
+    assert [type(r) for r in r1] == [pa.RecordBatch] * 4
+    assert r1[0].equals(batch) and r1[1].equals(sliced) and r1[2].num_rows == 0
+    assert r1[3].equals(coded)  # dictionary columns: through the IPC stream writer
+    assert isinstance(r2[0], pa.Table) and r2[0].equals(table) and r2[1] == ("row", 1)
+    base = np.frombuffer(payload, np.uint8).ctypes.data
+    for column in r1[0].columns:
+        for buf in column.buffers():
+            if buf is not None:  # a view over the payload, aligned as Arrow wants
+                assert base <= buf.address < base + len(payload)
+                assert (buf.address - base) % 8 == 0

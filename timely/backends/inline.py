@@ -23,6 +23,7 @@ from timely.graph.spec import RunSpec
 from timely.session.base import Session, merge_frontiers, route_input
 from timely.worker.loop import Worker
 from timely.worker.migration import BinLoad
+from timely.worker.profiling import WorkerProfile
 
 if TYPE_CHECKING:
     pass
@@ -54,6 +55,8 @@ class InlineSession(Session):
         self.accumulate = accumulate
         self.crash_at = set(crash_at)
         self.events = 0
+        self._profiles: dict[int, WorkerProfile] = {}
+        """Each worker's profiler, with ``profile_dir`` (:mod:`timely.worker.profiling`)."""
         self._relaunch(self._initial_restore())
 
     def _relaunch(self, restore: Restore | None) -> None:
@@ -136,21 +139,44 @@ class InlineSession(Session):
             if self.events > self.max_events:
                 raise RuntimeError(f"no end after {self.max_events} scheduling events")
             kind, a, b = options[rng.randrange(len(options))]
-            if kind == 0:
-                message = self.channels[(a, b)].popleft()
-                log = workers[b].log
-                t0 = clock() if log is not None else 0
-                workers[b].receive(message)
-                if log is not None:
-                    log.add(message_event("r", t0, clock(), a, message, 0))
-            elif kind == 1:
-                vertex, cmd = self.commands[a].popleft()
-                workers[a].command(vertex, cmd)
+            profile = self._profile(b if kind == 0 else a)
+            if profile is None:
+                self._event(kind, a, b)
             else:
-                self._step(a)
+                with profile.running():
+                    self._event(kind, a, b)
+
+    def _event(self, kind: int, a: int, b: int) -> None:
+        """One scheduling event: a message from ``a`` taken in by ``b`` (0), a driver
+        command for ``a`` (1), or a step of ``a`` (2)."""
+        workers = self.worker_list
+        if kind == 0:
+            message = self.channels[(a, b)].popleft()
+            log = workers[b].log
+            t0 = clock() if log is not None else 0
+            workers[b].receive(message)
+            if log is not None:
+                log.add(message_event("r", t0, clock(), a, message, 0))
+        elif kind == 1:
+            vertex, cmd = self.commands[a].popleft()
+            workers[a].command(vertex, cmd)
+        else:
+            self._step(a)
+
+    def _profile(self, w: int) -> WorkerProfile | None:
+        """Worker ``w``'s profiler, with ``profile_dir`` (kept across relaunches)."""
+        directory = self.plan.profile_dir
+        if directory is None:
+            return None
+        profile = self._profiles.get(w)
+        if profile is None:
+            profile = self._profiles[w] = WorkerProfile(directory, w)
+        return profile
 
     def _stop(self) -> None:
         self._close_workers()
+        for profile in self._profiles.values():
+            profile.dump()
 
     def _close_workers(self) -> None:
         """Close the workers of the last attempt: their logs and disk tables."""

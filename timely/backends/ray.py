@@ -81,6 +81,7 @@ from timely.session.base import Session, merge_frontiers, route_input
 from timely.session.verbosity import resolve_verbose
 from timely.worker.loop import Worker
 from timely.worker.migration import BinLoad
+from timely.worker.profiling import WorkerProfile
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -318,8 +319,17 @@ class WorkerActor:
         Returns the number of steps taken.
         """
         task = self._track()
+        directory = self.worker.plan.profile_dir
         try:
-            return await self._run()
+            if directory is None:
+                return await self._run()
+            # The event loop's thread: the step, the codec, the writes, the reader tasks.
+            profile = WorkerProfile(directory, self.index)
+            try:
+                with profile.running():
+                    return await self._run()
+            finally:
+                profile.dump()
         finally:
             self._tasks.discard(task)
 
@@ -365,7 +375,7 @@ class WorkerActor:
         comm.close_listeners()
         return self.steps
 
-    def _step(self) -> tuple[list[tuple[int, bytes]], Outputs]:
+    def _step(self) -> tuple[list[tuple[int, list[Any]]], Outputs]:
         """One step and the encoding of its messages.
 
         It runs on the event loop itself: handing each step to a thread cost about a
@@ -382,12 +392,13 @@ class WorkerActor:
             self._write_part(epoch, data, work, part.get("base"))
         log = self.log
         if log is None:
-            return [(p, serialization.encode_message(m)) for p, m in messages], emitted
+            return [(p, serialization.encode_message_parts(m)) for p, m in messages], emitted
         out = []
         for p, m in messages:
             t0 = clock()
-            payload = serialization.encode_message(m)
-            log.add(message_event("s", t0, clock(), p, m, len(payload)))
+            payload = serialization.encode_message_parts(m)
+            size = sum(memoryview(part).nbytes for part in payload)
+            log.add(message_event("s", t0, clock(), p, m, size))
             out.append((p, payload))
         return out, emitted
 
@@ -418,7 +429,7 @@ class WorkerActor:
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
         self._report([], [(epoch, info)], False)
 
-    async def _send(self, out: list[tuple[int, bytes]]) -> None:
+    async def _send(self, out: list[tuple[int, list[Any]]]) -> None:
         """Send a step's messages, one frame per peer, each once its channel has a credit."""
         comm = self.comm
         budget: list[int] | None = None

@@ -10,6 +10,10 @@ workers and between workers, and how.
   asyncio streams (Unix sockets on one node, TCP across nodes);
 - :mod:`~timely.comm.handshake`: the proof of the run's secret before anything is read;
 - :mod:`~timely.comm.frames`: ``<u32 length><u8 kind>`` + payload;
+- :mod:`~timely.comm.sending`: a connection's writes, FIFO, handed to the socket as it
+  takes them without copying them (``FrameSender``);
+- :mod:`~timely.comm.receiving`: a connection's protocol after the handshake, reading
+  each large frame straight into a buffer of its own (``FrameReader``);
 - :mod:`~timely.comm.driver`: the driver as one more endpoint, on blocking sockets.
 
 The Ray backend uses the sockets between its actors; the inline backend keeps messages

@@ -38,10 +38,12 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every, credit_frame, data_frame
 from timely.comm.handshake import HandshakeFailed, hello_dialer, hello_listener
+from timely.comm.receiving import FrameReader, Payload
+from timely.comm.sending import FrameSender
 from timely.errors import TimelyError
 
 CONNECT_TIMEOUT = 30.0
@@ -49,6 +51,13 @@ CONNECT_TIMEOUT = 30.0
 _ALL_INTERFACES = ("", "0.0.0.0", "::")
 MAX_FRAME = 2**32 - 1
 """The largest payload a frame's ``<u32>`` length can say."""
+SEND_BUFFER = 1 << 22
+"""The kernel send buffer asked for on a Unix socket between workers (see ``_buffers``)."""
+READ_CHUNK = 1 << 22
+"""The most bytes a transport reads per wake-up."""
+READ_LIMIT = 1 << 20
+"""A connection's read buffer before it pauses reading (asyncio's default, 64 KiB,
+made a large frame pause and resume the socket every 128 KiB)."""
 
 
 class PeerLost(TimelyError):
@@ -79,29 +88,28 @@ class _Link:
         "acked",
         "applied",
         "credit",
-        "hold",
         "kind",
         "lost",
+        "out",
         "peer",
         "queue",
         "read",
-        "reader",
         "sent",
-        "task",
         "writer",
     )
 
     def __init__(
-        self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
+        self, peer: int, writer: asyncio.StreamWriter, out: FrameSender, kind: str
     ) -> None:
         self.peer = peer
-        self.reader = reader
         self.writer = writer
+        self.out = out
+        """Every write on this connection, in order (:mod:`timely.comm.sending`)."""
         self.kind = kind
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[Payload] = deque()
         """Frames received and not yet taken by the host."""
         self.read = 0
-        """Frames whose header the reader has taken off the connection."""
+        """Frames taken off the connection."""
         self.sent = 0
         self.credit = 0
         """Frames sent; of those, how many the peer has applied (its last credit)."""
@@ -109,9 +117,6 @@ class _Link:
         self.acked = 0
         """Frames from the peer applied here; of those, how many were credited back."""
         self.lost: str | None = None
-        self.hold: asyncio.Event | None = None
-        """Set while a test pauses this connection's reader."""
-        self.task: asyncio.Task[None] | None = None
 
 
 class Channel:
@@ -127,19 +132,29 @@ class Channel:
         link = self._link
         return link.sent - link.credit < self._allocator.window
 
-    def send_nowait(self, payload: bytes) -> None:
-        """Send one frame; the caller has checked :meth:`ready`. Raises PeerLost."""
+    def send_nowait(self, payload: bytes | Sequence[Any]) -> None:
+        """Send one frame whose payload is ``payload`` or, given a list of bytes-like
+        parts, their concatenation (written as they are, not joined); the caller has
+        checked :meth:`ready`. Raises PeerLost."""
         link = self._link
         if link.lost is not None:
             raise PeerLost(link.peer, link.lost)
         if not self.ready():
             raise RuntimeError(f"no credit left for worker {link.peer}: wait for ready() first")
-        if len(payload) > MAX_FRAME:
+        parts = [payload] if isinstance(payload, bytes) else list(payload)
+        size = sum(memoryview(p).nbytes for p in parts)
+        if size > MAX_FRAME:
             raise ValueError(
-                f"a step's message to worker {link.peer} is {len(payload):,} bytes, over the "
+                f"a step's message to worker {link.peer} is {size:,} bytes, over the "
                 f"{MAX_FRAME:,}-byte frame limit: send smaller batches (split the records)"
             )
-        _write(link, data_frame(payload))
+        head = HEADER.pack(size, DATA)
+        if parts and isinstance(parts[0], bytes) and len(parts[0]) <= 1 << 12:
+            parts[0] = head + parts[0]  # one small write, not two
+        else:
+            parts.insert(0, head)
+        if not link.writer.is_closing():
+            link.out.write(parts)
         link.sent += 1
 
     async def send(self, payload: bytes) -> None:
@@ -216,11 +231,11 @@ class Allocator:
         async def on_tcp(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             await self._accept(r, w, "tcp")
 
-        self._servers.append(await asyncio.start_unix_server(on_unix, path=path))
+        self._servers.append(await asyncio.start_unix_server(on_unix, path=path, limit=READ_LIMIT))
         os.chmod(path, 0o600)
         port = None
         if host is not None:
-            server = await asyncio.start_server(on_tcp, host=host, port=0)
+            server = await asyncio.start_server(on_tcp, host=host, port=0, limit=READ_LIMIT)
             self._servers.append(server)
             port = int(server.sockets[0].getsockname()[1])
         return Address(node, path, host, port)
@@ -258,11 +273,13 @@ class Allocator:
         where = addr.path
         try:
             if addr.node == node:
-                reader, writer = await asyncio.open_unix_connection(addr.path)
+                reader, writer = await asyncio.open_unix_connection(addr.path, limit=READ_LIMIT)
                 kind = "unix"
             elif addr.host is not None and addr.port is not None:
                 where = f"{addr.host}:{addr.port}"
-                reader, writer = await asyncio.open_connection(addr.host, addr.port)
+                reader, writer = await asyncio.open_connection(
+                    addr.host, addr.port, limit=READ_LIMIT
+                )
                 kind = "tcp"
                 _keepalive(writer)
             else:
@@ -305,59 +322,57 @@ class Allocator:
     def _add(
         self, peer: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str
     ) -> None:
-        link = _Link(peer, reader, writer, kind)
+        if kind == "unix":
+            _buffers(writer)
+        link: _Link
+
+        def on_frame(kind: int, payload: Payload) -> bool:
+            return self._frame(link, kind, payload)
+
+        def on_lost(reason: str) -> None:
+            self._lose(link, reason)
+
+        protocol = FrameReader(on_frame, on_lost)
+        link = _Link(peer, writer, FrameSender(writer, protocol.drained), kind)
         if peer == self.peers:
             self._driver = link
         else:
             self._links[peer] = link
             self._channels[peer] = Channel(self, link)
-        link.task = asyncio.ensure_future(self._read(link))
-        # A reader lives as long as its process, and Ray kills actors with it pending:
-        # asyncio's "Task was destroyed but it is pending" would only be noise then.
-        link.task._log_destroy_pending = False  # type: ignore[attr-defined]
+        _take_over(reader, writer, protocol)
         self._missing -= 1
         if self._missing == 0:
             self._connected.set()
 
     # -- receiving ----------------------------------------------------------------------------
-    async def _read(self, link: _Link) -> None:
-        """Read frames off one connection as they come, until it ends."""
-        reader = link.reader
-        size = HEADER.size
-        try:
-            while True:
-                if link.hold is not None:
-                    await link.hold.wait()
-                n, kind = HEADER.unpack(await reader.readexactly(size))
-                link.read += 1
-                payload = await reader.readexactly(n) if n else b""
-                if kind == DATA:
-                    if self._discarding:  # the host is done: credit at once, keep nothing
-                        link.applied += 1
-                        self._credit(link)
-                        continue
-                    link.queue.append(payload)
-                    if link is self._driver:
-                        if len(link.queue) > self.max_commands:
-                            self.max_commands = len(link.queue)
-                    else:
-                        self.queued += 1
-                        if self.queued > self.max_queued:
-                            self.max_queued = self.queued
-                elif kind == CREDIT and n == COUNT.size:
-                    (credit,) = COUNT.unpack(payload)
-                    if not link.credit <= credit <= link.sent:
-                        self._lose(link, f"sent a credit of {credit} for {link.sent} frames")
-                        return
-                    link.credit = credit
-                else:
-                    self._lose(link, f"sent a frame of unknown kind {kind}")
-                    return
-                self._notify()
-        except asyncio.IncompleteReadError:
-            self._lose(link, "was closed by the other end (EOF)")
-        except OSError as e:
-            self._lose(link, f"failed ({type(e).__name__}: {e})")
+    def _frame(self, link: _Link, kind: int, payload: Payload) -> bool:
+        """One frame off ``link`` (:class:`~timely.comm.receiving.FrameReader` calls this
+        as each completes); False when it ends the connection."""
+        link.read += 1
+        if kind == DATA:
+            if self._discarding:  # the host is done: credit at once, keep nothing
+                link.applied += 1
+                self._credit(link)
+                return True
+            link.queue.append(payload)
+            if link is self._driver:
+                if len(link.queue) > self.max_commands:
+                    self.max_commands = len(link.queue)
+            else:
+                self.queued += 1
+                if self.queued > self.max_queued:
+                    self.max_queued = self.queued
+        elif kind == CREDIT and len(payload) == COUNT.size:
+            (credit,) = COUNT.unpack(payload)
+            if not link.credit <= credit <= link.sent:
+                self._lose(link, f"sent a credit of {credit} for {link.sent} frames")
+                return False
+            link.credit = credit
+        else:
+            self._lose(link, f"sent a frame of unknown kind {kind}")
+            return False
+        self._notify()
+        return True
 
     def _lose(self, link: _Link, reason: str) -> None:
         if link.lost is None:
@@ -391,10 +406,10 @@ class Allocator:
             links.append(self._driver)
         return links
 
-    def recv_nowait(self, budget: list[int] | None = None) -> list[tuple[int, bytes]]:
+    def recv_nowait(self, budget: list[int] | None = None) -> list[tuple[int, Payload]]:
         """The frames received so far, ``(peer, payload)``, FIFO per peer; with
         ``budget``, at most ``budget[peer]`` from each peer (decremented)."""
-        out: list[tuple[int, bytes]] = []
+        out: list[tuple[int, Payload]] = []
         if not self.queued:
             return out
         for link in self._links:
@@ -421,7 +436,7 @@ class Allocator:
             for link in self._links
         )
 
-    async def recv(self) -> tuple[int, bytes]:
+    async def recv(self) -> tuple[int, Payload]:
         """The next frame from any peer, FIFO per peer. Raises PeerLost."""
         while True:
             self.check()
@@ -431,7 +446,7 @@ class Allocator:
                     return link.peer, link.queue.popleft()
             await self.changed()
 
-    def driver_commands(self) -> list[bytes]:
+    def driver_commands(self) -> list[Payload]:
         """The driver's frames received so far, in order; credit them with
         :meth:`applied` (``peers``) once applied."""
         link = self._driver
@@ -526,7 +541,8 @@ class Allocator:
         """For tests: stop reading the connection from ``peer`` (a stuck reader)."""
         link = self._links[peer]
         assert link is not None
-        link.hold = asyncio.Event()
+        transport = cast(asyncio.Transport, link.writer.transport)
+        transport.pause_reading()
 
     def close_listeners(self) -> None:
         """Stop listening and remove the socket directory; connections stay open."""
@@ -541,13 +557,8 @@ class Allocator:
         """Close every connection and listener."""
         self.close_listeners()
         for link in self._all():
-            if link.task is not None:
-                link.task.cancel()
+            await link.out.close()
             link.writer.close()
-        for link in self._all():
-            if link.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await link.task
 
 
 def _keepalive(writer: asyncio.StreamWriter) -> None:
@@ -561,9 +572,41 @@ def _keepalive(writer: asyncio.StreamWriter) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
+def _take_over(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, protocol: FrameReader
+) -> None:
+    """Make ``protocol`` the connection's protocol after the handshake, handing it what
+    the stream reader had already read past the handshake (a peer sends as soon as it
+    is through) and an end it had already seen. The stream reader's buffer and end are
+    private to asyncio: read here once, at the switch."""
+    transport = cast(asyncio.Transport, writer.transport)
+    left = bytes(reader._buffer)  # type: ignore[attr-defined]
+    ended = reader.at_eof() or bool(reader._eof)  # type: ignore[attr-defined]
+    transport.set_protocol(protocol)
+    if not transport.is_reading():  # the stream reader may have paused it
+        transport.resume_reading()
+    protocol.feed(left)
+    if ended:
+        protocol.eof_received()
+
+
+def _buffers(writer: asyncio.StreamWriter) -> None:
+    """Room for a step's frames in the kernel: a worker sends and reads only between
+    its steps, so with the default buffer (~200 KiB) a frame of megabytes moved only
+    while both ends were between steps at once. The kernel caps the size asked for at
+    ``net.core.wmem_max``. And the transport reads up to :data:`READ_CHUNK` per wake-up
+    (asyncio's default is 256 KiB), so a worker takes in what waits in one go."""
+    sock = writer.get_extra_info("socket")
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+    transport = writer.transport
+    if hasattr(transport, "max_size"):
+        transport.max_size = READ_CHUNK
+
+
 def _write(link: _Link, frame: bytes) -> None:
     """Write ``frame`` unless the connection is already closing: the peer is gone, its
     reader reports the loss, and asyncio would print "socket.send() raised exception."
     for every write after it (noise during a recovery)."""
     if not link.writer.is_closing():
-        link.writer.write(frame)
+        link.out.write((frame,))

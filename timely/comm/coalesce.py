@@ -5,7 +5,9 @@ step that handles many small batches sends many tiny ones to each peer, and each
 travels as its own Arrow IPC stream (a schema, a header, buffers). Before a step's
 sends to a peer are flushed (the worker's buffer per destination, input port and
 time), consecutive record batches of one schema are concatenated, each run up to
-``target`` rows (one Arrow call per run, no Python per row). Nothing waits for more:
+``target`` rows (one Arrow call per run, no Python per row); a batch of a quarter of
+the target or more is left as it is (an exchange's slices of large batches are). Nothing
+waits for more:
 the buffer is one step's, so the latency cap is one step and a trickle still flows.
 
 Progress is untouched: the sender counts a buffer once (``+1`` at the target port and
@@ -44,23 +46,35 @@ def one_schema(records: list[Any]) -> Any:
 
 def coalesce(records: list[Any], target: int) -> list[Any]:
     """``records`` with runs of consecutive small record batches concatenated, each run
-    up to ``target`` rows (a batch of ``target`` rows or more stays alone). Unchanged
-    unless every record is a record batch of one schema; ``target < 2`` turns it off."""
+    up to ``target`` rows. A batch of a quarter of the target or more stays alone: merging it
+    would copy its bytes (a cost per byte) to save one batch's overhead (a cost per
+    batch), which at that size is small. Unchanged unless every record is a record
+    batch of one schema; ``target < 2`` turns it off."""
     if len(records) < 2 or target < 2:
         return records
     if one_schema(records) is None:
         return records
     import pyarrow as pa
 
+    large = target // 4
+    if all(r.num_rows >= large for r in records):
+        return records
     out: list[Any] = []
     run: list[Any] = []
     rows = 0
     for batch in records:
         n = batch.num_rows
+        if n >= large:  # large enough alone: merging would copy it to save little
+            if run:
+                out.append(run[0] if len(run) == 1 else pa.concat_batches(run))
+                run, rows = [], 0
+            out.append(batch)
+            continue
         if run and rows + n > target:
             out.append(run[0] if len(run) == 1 else pa.concat_batches(run))
             run, rows = [], 0
         run.append(batch)
         rows += n
-    out.append(run[0] if len(run) == 1 else pa.concat_batches(run))
+    if run:
+        out.append(run[0] if len(run) == 1 else pa.concat_batches(run))
     return out

@@ -27,7 +27,7 @@ import struct
 import threading
 from collections.abc import Callable
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack  # type: ignore[import-untyped]
 import numpy as np
@@ -45,11 +45,24 @@ EXT_FLAT = 7
 EXT_PICKLE = 8
 EXT_ARROW_BATCH = 9
 EXT_ARROW_TABLE = 10
+EXT_ARROW_BLOB = 11
+"""A record batch or table of a message's data carried after its envelope (see
+:func:`encode_message_parts`): the ext holds its kind and length."""
 
 _SCALARS = frozenset({str, int, float, bytes, bool, type(None)})
 _FLAT_MIN = 4
 """Lists shorter than this are not worth a flatness check and a separate region."""
 _HEADER = struct.Struct("<I")
+_BLOB = struct.Struct("<BQ")
+"""A blob's ext: its kind (``EXT_ARROW_BATCH`` or ``EXT_ARROW_TABLE``) and length."""
+_WITH_BLOBS = 0xC1
+"""The byte msgpack never uses: a message payload that starts with it is
+``<u8 0xC1><u32 envelope length>``, the envelope, then its blobs, each at an offset
+that is a multiple of 8 (Arrow's alignment). Any other payload is the envelope alone."""
+_PREFIX = struct.Struct("<BI")
+_ZEROS = bytes(8)
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""Arrow IPC's end-of-stream marker (a continuation token and a zero length)."""
 _UNICODE = "surrogatepass"
 """Strings with lone surrogates are valid Python strings: carry them as they are."""
 
@@ -104,7 +117,7 @@ def _pack(obj: Any) -> bytes:
         p.depth = depth
 
 
-def _unpack(data: bytes) -> Any:
+def _unpack(data: bytes | bytearray | memoryview) -> Any:
     return msgpack.unpackb(
         data, ext_hook=_ext_hook, strict_map_key=False, use_list=True, unicode_errors=_UNICODE
     )
@@ -176,17 +189,23 @@ def _array_bytes(arr: np.ndarray[Any, Any]) -> bytes:
     return b"".join((_HEADER.pack(len(header)), header, raw.data))
 
 
-def _arrow_bytes(obj: Any) -> bytes:
-    """A record batch or table as one Arrow IPC stream (schema, then its batches)."""
+def _arrow_buffer(obj: Any) -> Any:
+    """A record batch or table as one Arrow IPC stream (schema, then its batches), in
+    the ``pyarrow.Buffer`` the writer filled: the one copy of the columns' bytes."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, obj.schema) as writer:
         writer.write(obj)
-    return bytes(sink.getvalue())
+    return sink.getvalue()
 
 
-def _arrow_from(data: bytes, code: int) -> Any:
+def _arrow_bytes(obj: Any) -> bytes:
+    """:func:`_arrow_buffer` as ``bytes`` (what msgpack's ext types carry)."""
+    return bytes(_arrow_buffer(obj))
+
+
+def _arrow_from(data: bytes | memoryview, code: int) -> Any:
     """The batch or table of an IPC stream, its buffers views over ``data`` (no copy)."""
     import pyarrow as pa
 
@@ -245,6 +264,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return int.from_bytes(data, "little", signed=True)
     if code in (EXT_ARROW_BATCH, EXT_ARROW_TABLE):
         return _arrow_from(data, code)
+    if code == EXT_ARROW_BLOB:
+        return _Blob(*_BLOB.unpack(data))
     if code == EXT_PICKLE:
         if _packers.plain:
             raise PlainDataError("plain data holds a pickled value: not written by this run")
@@ -263,7 +284,7 @@ def encode(obj: Any) -> bytes:
     return _pack(obj)
 
 
-def decode(data: bytes) -> Any:
+def decode(data: bytes | bytearray | memoryview) -> Any:
     """The value ``encode`` packed."""
     return _unpack(data)
 
@@ -317,15 +338,93 @@ def decode_plain(blobs: list[bytes]) -> list[Any]:
         p.plain = False
 
 
+class _Blob(NamedTuple):
+    """Where a blob stands in the envelope until :func:`decode_message` reads it."""
+
+    code: int
+    size: int
+
+
+def _pad(n: int) -> int:
+    return -n % 8
+
+
+def _is_arrow(record: Any) -> bool:
+    t = type(record)
+    return t.__module__ == "pyarrow.lib" and t.__name__ in ("RecordBatch", "Table")
+
+
+def _ipc_parts(record: Any) -> list[Any]:
+    """A record batch or table as the buffers of one Arrow IPC stream. A batch without
+    dictionary columns is its schema's message, its own message and the end-of-stream
+    marker, each serialized at its exact size (one copy of the columns, into a buffer
+    allocated once; the stream writer grows its buffer as it writes, copying again);
+    anything else goes through the stream writer."""
+    if type(record).__name__ == "RecordBatch" and not any(
+        _is_dictionary(f.type) for f in record.schema
+    ):
+        return [record.schema.serialize(), record.serialize(), _EOS]
+    return [_arrow_buffer(record)]
+
+
+def _is_dictionary(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_dictionary(t))
+
+
+def _records(records: list[Any], blobs: list[list[Any]]) -> Any:
+    """A batch's records as the envelope carries them: Arrow records (a table stream's
+    batches) moved out to ``blobs`` (each as the buffers of its IPC stream), the rest as
+    :func:`encode` packs them."""
+    if not any(map(_is_arrow, records)):
+        return _maybe_flat(records)
+    out = []
+    for r in records:
+        if _is_arrow(r):
+            parts = _ipc_parts(r)
+            blobs.append(parts)
+            size = sum(memoryview(p).nbytes for p in parts)
+            code = EXT_ARROW_BATCH if type(r).__name__ == "RecordBatch" else EXT_ARROW_TABLE
+            out.append(msgpack.ExtType(EXT_ARROW_BLOB, _BLOB.pack(code, size)))
+        else:
+            out.append(r)
+    return out
+
+
 def encode_message(msg: WorkerMessage) -> bytes:
-    """One worker-to-worker message: ``[sender, seq, data, progress]``, and ``state``
-    after them when a migration ships some.
+    """:func:`encode_message_parts` joined: one ``bytes``."""
+    parts = encode_message_parts(msg)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def encode_message_parts(msg: WorkerMessage) -> list[Any]:
+    """One worker-to-worker message as the buffers of one frame's payload, in order:
+    a msgpack envelope ``[sender, seq, data, progress]``, and ``state`` after them when
+    a migration ships some; then, if the data holds Arrow record batches or tables,
+    each one's IPC stream as the buffers Arrow serialized it to (``_ipc_parts``),
+    written to the socket as they are: no copy into msgpack, the frame or ``bytes``.
 
     Data batches are ``[vertex, port, time, records]`` with the time as an int list;
     progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]``; state is
     ``[[vertex, epoch, bins, tables], ...]``.
     """
-    data = [[v, port, list(time), _maybe_flat(records)] for v, port, time, records in msg.data]
+    blobs: list[list[Any]] = []
+    envelope = _envelope(msg, blobs)
+    if not blobs:
+        return [envelope]
+    head = _PREFIX.pack(_WITH_BLOBS, len(envelope))
+    parts: list[Any] = [b"".join((head, envelope, _ZEROS[: _pad(len(head) + len(envelope))]))]
+    for blob in blobs:
+        parts.extend(blob)
+        size = sum(memoryview(p).nbytes for p in blob)
+        if _pad(size):
+            parts.append(_ZEROS[: _pad(size)])
+    return parts
+
+
+def _envelope(msg: WorkerMessage, blobs: list[list[Any]]) -> bytes:
+    data = [[v, port, list(time), _records(records, blobs)] for v, port, time, records in msg.data]
     progress = None
     batch = msg.progress
     if batch is not None:
@@ -339,9 +438,24 @@ def encode_message(msg: WorkerMessage) -> bytes:
     return _pack([msg.sender, msg.seq, data, progress])
 
 
-def decode_message(data: bytes) -> WorkerMessage:
-    """The message ``encode_message`` packed, with real tuples, ``Location``s and ``Port``s."""
-    sender, seq, batches, progress, *state = _unpack(data)
+def decode_message(data: bytes | bytearray | memoryview) -> WorkerMessage:
+    """The message ``encode_message`` packed, with real tuples, ``Location``s and ``Port``s;
+    its Arrow records are views over ``data`` (no copy)."""
+    view = memoryview(data).cast("B")
+    if view[0] == _WITH_BLOBS:
+        _, size = _PREFIX.unpack_from(view)
+        start = _PREFIX.size
+        sender, seq, batches, progress, *state = _unpack(view[start : start + size])
+        at = start + size
+        at += _pad(at)
+        for batch in batches:
+            records = batch[3]
+            for i, r in enumerate(records):
+                if type(r) is _Blob:
+                    records[i] = _arrow_from(view[at : at + r.size], r.code)
+                    at += r.size + _pad(r.size)
+    else:
+        sender, seq, batches, progress, *state = _unpack(data)
     out = WorkerMessage(
         sender, seq, [(v, port, tuple(time), records) for v, port, time, records in batches]
     )

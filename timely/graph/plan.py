@@ -92,6 +92,9 @@ class Plan:
         self.coalesce_rows = DEFAULT_TARGET
         """Rows a step's small Arrow batches for one peer are merged toward before they
         are sent (:mod:`timely.comm.coalesce`; 0: never merged). A run option."""
+        self.profile_dir: str | None = None
+        """Where each worker writes its cProfile (:mod:`timely.worker.profiling`; None:
+        not profiled). A run option."""
         builder = GraphBuilder()
         for spec in vertices:
             builder.add_node(spec.name, spec.input_depths, spec.output_depths, spec.internal)

@@ -38,6 +38,7 @@ from timely.session.monitors import monitor_options
 from timely.session.registry import check_options
 from timely.session.verbosity import resolve_verbose
 from timely.state.disk import remove_store, state_options
+from timely.worker.profiling import profile_dir_option
 
 
 def _routing_options(
@@ -116,6 +117,7 @@ def start_session(
     spec, schedule = _routing_options(spec, workers, options)
     store = state_options(options)
     coalesce_rows = coalesce_option(options)
+    profile_dir = profile_dir_option(options.pop("profile_dir", None))
     trace = trace_option(options)
     loop_warning = loop_warning_option(options)
     verbose = resolve_verbose(options.pop("verbose", None))
@@ -139,6 +141,7 @@ def start_session(
                 )
             trace = temporary = temporary_trace()
         spec.plan.coalesce_rows = coalesce_rows
+        spec.plan.profile_dir = profile_dir
         if store is not None:
             spec.plan.store = store = store.made()
         if trace is None:
