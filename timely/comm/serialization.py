@@ -322,7 +322,8 @@ def encode_message(msg: WorkerMessage) -> bytes:
     after them when a migration ships some.
 
     Data batches are ``[vertex, port, time, records]`` with the time as an int list;
-    progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]``; state is
+    progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]`` (and ``after``,
+    ``[worker, seq]``, for a joining worker's first batch); state is
     ``[[vertex, epoch, bins, tables], ...]``.
     """
     data = [[v, port, list(time), _maybe_flat(records)] for v, port, time, records in msg.data]
@@ -334,6 +335,8 @@ def encode_message(msg: WorkerMessage) -> bytes:
             for (loc, time), delta in batch.updates
         ]
         progress = [batch.sender, batch.seq, updates]
+        if batch.after is not None:
+            progress.append(list(batch.after))
     if msg.state:
         return _pack([msg.sender, msg.seq, data, progress, [list(s) for s in msg.state]])
     return _pack([msg.sender, msg.seq, data, progress])
@@ -348,7 +351,7 @@ def decode_message(data: bytes) -> WorkerMessage:
     if state:
         out.state = [(v, epoch, list(bins), tables) for v, epoch, bins, tables in state[0]]
     if progress is not None:
-        p_sender, p_seq, updates = progress
+        p_sender, p_seq, updates, *after = progress
         src = int(Port.SOURCE)
         out.progress = ProgressBatch(
             p_sender,
@@ -360,5 +363,6 @@ def decode_message(data: bytes) -> WorkerMessage:
                 )
                 for node, kind, port, time, delta in updates
             ),
+            (int(after[0][0]), int(after[0][1])) if after else None,
         )
     return out
