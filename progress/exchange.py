@@ -40,11 +40,16 @@ Update = tuple[Pointstamp, int]
 
 @dataclass(frozen=True)
 class ProgressBatch:
-    """One flush of one worker's updates: ``seq`` counts that sender's batches from 0."""
+    """One flush of one worker's updates: ``seq`` counts that sender's batches from 0.
+
+    ``after``: ``(worker, seq)`` of a batch each receiver must have applied first: a
+    joining worker's first batch names the batch that counted the capabilities it was
+    handed (:meth:`WorkerProgress.joining`)."""
 
     sender: int
     seq: int
     updates: tuple[Update, ...]
+    after: tuple[int, int] | None = None
 
 
 class ProgressView:
@@ -146,8 +151,11 @@ class WorkerProgress:
         self._buffer: ChangeBatch[Pointstamp] = ChangeBatch()
         self._owned: ChangeBatch[Pointstamp] = ChangeBatch((ps, 1) for ps in capabilities)
         self._next_send = 0
-        self._next_recv = [0] * peers
+        self._next_recv: dict[int, int] = dict.fromkeys(range(peers), 0)
+        """Per sender (workers may join and leave), the seq of its next batch to apply."""
         self._early: dict[tuple[int, int], ProgressBatch] = {}
+        self._first_after: tuple[int, int] | None = None
+        """A joining worker's: the donor's batch its first batch is applied after."""
 
     # -- sending -------------------------------------------------------------------------
     def record(self, updates: Iterable[Update]) -> None:
@@ -200,7 +208,8 @@ class WorkerProgress:
         """
         if self._buffer.is_empty() or not (force or self.must_flush(idle)):
             return None
-        batch = ProgressBatch(self.worker, self._next_send, tuple(self._buffer.drain()))
+        after = self._first_after if self._next_send == 0 else None
+        batch = ProgressBatch(self.worker, self._next_send, tuple(self._buffer.drain()), after)
         self._next_send += 1
         return batch
 
@@ -211,21 +220,110 @@ class WorkerProgress:
         Returns the updates applied, in order, for the worker's tracker.
         """
         sender = batch.sender
-        expected = self._next_recv[sender]
+        expected = self._next_recv.get(sender)
+        if expected is None:
+            raise ValueError(
+                f"worker {self.worker}: a progress batch from worker {sender}, which is not a "
+                "peer (it has not joined, or it left)"
+            )
         if batch.seq < expected or (sender, batch.seq) in self._early:
             raise ValueError(
                 f"worker {self.worker}: duplicate progress batch {batch.seq} from worker {sender}"
             )
         self._early[(sender, batch.seq)] = batch
         applied: list[Update] = []
-        while (sender, expected) in self._early:
-            ready = self._early.pop((sender, expected))
+        self._apply_ready(sender, applied)
+        if self._early and applied:  # a joiner's first batch may have waited for these
+            for other in {s for s, _ in self._early}:
+                self._apply_ready(other, applied)
+        return applied
+
+    def _apply_ready(self, sender: int, applied: list[Update]) -> None:
+        """Apply ``sender``'s batches next in its order whose ``after`` is applied here."""
+        expected = self._next_recv[sender]
+        while (ready := self._early.get((sender, expected))) is not None:
+            if ready.after is not None:
+                w, seq = ready.after
+                if w in self._next_recv and self._next_recv[w] <= seq:
+                    break  # (a worker that left had every batch applied here first)
+            del self._early[(sender, expected)]
             self.view.apply(ready.updates)
             applied.extend(ready.updates)
             expected += 1
         self._next_recv[sender] = expected
-        return applied
 
     def early_batches(self) -> list[ProgressBatch]:
         """Batches received ahead of a missing predecessor, not yet applied."""
         return list(self._early.values())
+
+    # -- workers that join and leave ---------------------------------------------------
+    def next_seq(self) -> int:
+        """The seq this worker's next flushed batch will have."""
+        return self._next_send
+
+    def hand_over(self, ps: Pointstamp) -> None:
+        """Give one capability this worker owns at ``ps`` to a joining worker: the count
+        stays as it is (the joiner holds it now), so no update is sent.
+
+        Mint it first, in a step of this worker's: record ``(ps, +1)`` while holding a
+        capability at the same output and a time at or before ``ps``'s, and flush it.
+        Every view then counts the joiner's capability before it could see this
+        worker drop the one it came from (one sender's batches apply in order). The
+        joiner's batches must not overtake that batch at any view: its drop of ``ps``
+        would cancel, in the count of ``ps``, this worker's own capability there (the
+        model test found it), so the joiner's first batch names the minting batch as
+        its ``after``."""
+        if self._owned.get(ps) <= 0:
+            raise ValueError(f"worker {self.worker} owns no capability at {ps} to hand over")
+        if any(q == ps and d > 0 for q, d in self._buffer.items()):
+            raise ValueError(
+                f"worker {self.worker}: flush the batch that counts {ps} before handing it over"
+            )
+        self._owned.update(ps, -1)
+
+    @classmethod
+    def joining(
+        cls,
+        worker: int,
+        donor: WorkerProgress,
+        capabilities: Sequence[Pointstamp] = (),
+        after: int | None = None,
+    ) -> WorkerProgress:
+        """A worker added to a running dataflow, from ``donor``'s state at the join.
+
+        Its view is a copy of the donor's, and it expects each sender's batches from
+        where the donor is (the transport must deliver it whatever was still on its way
+        to the donor), so it is exactly as safe as the donor's. It owns
+        ``capabilities``, handed over by the donor (:meth:`hand_over`) and counted in
+        the donor's batch ``after``, which every view applies before the joiner's
+        first batch. Every other worker calls :meth:`add_peer`."""
+        if worker in donor._next_recv:
+            raise ValueError(f"worker {worker} is a peer already")
+        new = cls(worker, worker + 1, donor.graph, accumulate=donor.accumulate)
+        new.peers = donor.peers + 1
+        new.view = ProgressView(donor.graph, donor.view.counts().items())
+        new._next_recv = {**donor._next_recv, worker: 0}
+        new._early = dict(donor._early)
+        new._owned = ChangeBatch((ps, 1) for ps in capabilities)
+        if capabilities and after is None:
+            raise ValueError("a joiner handed capabilities needs the batch that minted them")
+        new._first_after = None if after is None else (donor.worker, after)
+        return new
+
+    def add_peer(self, worker: int) -> None:
+        """Worker ``worker`` joined: expect its batches, from seq 0."""
+        if worker in self._next_recv:
+            raise ValueError(f"worker {worker} is a peer already")
+        self._next_recv[worker] = 0
+        self.peers += 1
+
+    def remove_peer(self, worker: int, sent: int) -> None:
+        """Worker ``worker`` left after flushing ``sent`` batches and dropping every
+        capability; once they are all applied here it is forgotten."""
+        if self._next_recv.get(worker) != sent or any(s == worker for s, _ in self._early):
+            raise ValueError(
+                f"worker {self.worker}: worker {worker} left, but its batches up to "
+                f"{sent} are not all applied here"
+            )
+        del self._next_recv[worker]
+        self.peers -= 1

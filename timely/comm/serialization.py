@@ -406,7 +406,8 @@ def encode_message_parts(msg: WorkerMessage) -> list[Any]:
     written to the socket as they are: no copy into msgpack, the frame or ``bytes``.
 
     Data batches are ``[vertex, port, time, records]`` with the time as an int list;
-    progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]``; state is
+    progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]`` (and ``after``,
+    ``[worker, seq]``, for a joining worker's first batch); state is
     ``[[vertex, epoch, bins, tables], ...]``.
     """
     blobs: list[list[Any]] = []
@@ -433,6 +434,8 @@ def _envelope(msg: WorkerMessage, blobs: list[list[Any]]) -> bytes:
             for (loc, time), delta in batch.updates
         ]
         progress = [batch.sender, batch.seq, updates]
+        if batch.after is not None:
+            progress.append(list(batch.after))
     if msg.state:
         return _pack([msg.sender, msg.seq, data, progress, [list(s) for s in msg.state]])
     return _pack([msg.sender, msg.seq, data, progress])
@@ -462,7 +465,7 @@ def decode_message(data: bytes | bytearray | memoryview) -> WorkerMessage:
     if state:
         out.state = [(v, epoch, list(bins), tables) for v, epoch, bins, tables in state[0]]
     if progress is not None:
-        p_sender, p_seq, updates = progress
+        p_sender, p_seq, updates, *after = progress
         src = int(Port.SOURCE)
         out.progress = ProgressBatch(
             p_sender,
@@ -474,5 +477,6 @@ def decode_message(data: bytes | bytearray | memoryview) -> WorkerMessage:
                 )
                 for node, kind, port, time, delta in updates
             ),
+            (int(after[0][0]), int(after[0][1])) if after else None,
         )
     return out
