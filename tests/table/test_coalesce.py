@@ -120,8 +120,10 @@ def check_coalescing() -> None:
     assert sorted(rows) == list(range(6))
     assert rows == plain_rows
     assert sum(len(r) for r in rows.values()) == 2 * 12 * 40 * 3
-    for epoch in rows:  # 2 reads x 2 partitions x 40 batches, split in two: ~160 plain
-        assert batches[epoch] * 4 <= plain_batches[epoch], (epoch, batches, plain_batches)
+    for epoch in rows:  # 2 reads x 2 partitions x 40 batches, split in two: ~320 plain
+        # The halves sent to the other worker merge in its step's buffer (~160 slices
+        # into a few batches); the halves that stay local reach the inbox as they are.
+        assert 3 * batches[epoch] <= 2 * plain_batches[epoch], (epoch, batches, plain_batches)
 
 
 def test_tiny_batches_through_an_exchange_arrive_fewer_and_larger() -> None:
@@ -140,38 +142,23 @@ def drops_the_last(records: list[Any], target: int) -> list[Any]:
     return out[:-1] if len(out) > 1 else out
 
 
-def merges_across_times(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The batches queued for a port go with the first one's time, whatever theirs (each
-    still counted off at its own time, so progress balances and only the epochs are
-    wrong)."""
-
-    def merge(
-        self: Any, queue: Any, loc: Any, port: int, time: Any, records: list[Any]
-    ) -> list[Any]:
-        merged = list(records)
-        while queue and queue[0][0] == port and queue[0][2]:
-            _, t, more = queue.popleft()
-            self._updates.update((loc, t), -1)
-            merged.extend(more)
-        return coalesce(merged, self.plan.coalesce_rows)
-
-    monkeypatch.setattr(loop.Worker, "_coalesce_queued", merge)
+def duplicates_a_batch(records: list[Any], target: int) -> list[Any]:
+    out = coalesce(records, target)
+    return [*out, out[0]] if len(out) > 1 else out
 
 
-@pytest.mark.parametrize("mutant", ["drops the last batch", "merges across times"])
+@pytest.mark.parametrize("mutant", ["drops the last batch", "sends a batch twice"])
 def test_the_check_catches_a_wrong_coalescer(monkeypatch: pytest.MonkeyPatch, mutant: str) -> None:
-    if mutant == "drops the last batch":
-        monkeypatch.setattr(loop, "coalesce", drops_the_last)
-    else:
-        merges_across_times(monkeypatch)
+    wrong = drops_the_last if mutant == "drops the last batch" else duplicates_a_batch
+    monkeypatch.setattr(loop, "coalesce", wrong)
     with pytest.raises(AssertionError):
         check_coalescing()
 
 
 def test_batches_of_other_schemas_are_never_merged() -> None:
-    """Two batches with the same columns in another order stay apart, in a buffer and
-    at delivery: a vertex that took them one by one must not get them together (the
-    regression ``tests/operators/test_batch.py`` first caught)."""
+    """Two batches with the same columns in another order stay apart: a vertex that took
+    them one by one must not get them together (the regression
+    ``tests/operators/test_batch.py`` first caught)."""
     a = pa.record_batch({"k": ["x"], "v": [1]})
     b = pa.record_batch({"v": [2], "k": ["y"]})
     assert one_schema([a, a]) is not None

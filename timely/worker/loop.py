@@ -28,7 +28,7 @@ from progress import (
     target,
 )
 from timely.checkpoint.store import Share, merge_pieces
-from timely.comm.coalesce import coalesce, is_record_batch, one_schema
+from timely.comm.coalesce import coalesce
 from timely.comm.messages import InputCommand, Send, WorkerMessage
 from timely.comm.serialization import PlainDataError
 from timely.errors import (
@@ -359,38 +359,7 @@ class Worker:
             if v in self.plan.invariant:
                 self._recv_in_loop(v, port, time, records)
                 continue
-            if self.plan.coalesce_rows and records and is_record_batch(records[0]):
-                records = self._coalesce_queued(queue, loc, port, time, records)
             self._activate(v, port, time, self.vertices[v].on_recv, port, records, time)
-
-    def _coalesce_queued(
-        self,
-        queue: deque[tuple[int, Timestamp, list[Any]]],
-        loc: Any,
-        port: int,
-        time: Timestamp,
-        records: list[Any],
-    ) -> list[Any]:
-        """``records`` (Arrow batches, e.g. a local exchange's slices) with the batches
-        queued right after them for the same port and time (local sends of this step,
-        peers' messages), taken off the queue, each counted off as it would have been,
-        and coalesced (:mod:`timely.comm.coalesce`): the vertex sees fewer, larger
-        batches. Nothing waits: only what is already here is merged."""
-        schema = one_schema(records)
-        if schema is None:
-            return records
-        merged: list[Any] | None = None
-        while queue:
-            p, t, more = queue[0]
-            other = one_schema(more) if p == port and t == time else None
-            if other is None or not schema.equals(other):
-                break
-            queue.popleft()
-            self._updates.update((loc, time), -1)
-            if merged is None:
-                merged = list(records)
-            merged.extend(more)
-        return coalesce(records if merged is None else merged, self.plan.coalesce_rows)
 
     def _recv_in_loop(self, v: int, port: int, time: Timestamp, records: list[Any]) -> None:
         """Deliver a batch to a vertex with loop-invariant inputs (``Stream.enter``): the
