@@ -39,7 +39,7 @@ of Arrow state at epoch 0, changed only when an epoch completes; the windows' pa
 are Arrow state at their epochs), and a run that loses workers recovers with each
 epoch's output written once.
 
-    python examples/pipeline.py --workers 2 --size 300000 [--address auto] [--rows]
+    python examples/pipeline.py --workers 2 --size 3000000 [--address auto] [--rows]
 """
 
 from __future__ import annotations
@@ -392,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_run_flags(ap)
-    ap.add_argument("--size", type=int, default=300_000, help="events (users: /10, edges: /20)")
+    ap.add_argument("--size", type=int, default=3_000_000, help="events (users: /10, edges: /20)")
     ap.add_argument("--data", default="pipeline-data", help="input, staging and results")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     ap.add_argument(
