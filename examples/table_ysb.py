@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,17 +93,14 @@ def run(
     with flow.activate(workers=workers, backend=backend, **options) as session:
         ad_rows.send(table_rows)
         ad_rows.close()
-        for s in range(seconds):
-            events.advance_to(s)
-            events.send(batch_of(ysb.events_for(s, events_per_second, ads, seed)))
-            if (s + 1) % window_seconds == 0:
-                window_end[s // window_seconds] = time.perf_counter()
-                events.advance_to(s + 1)
-            session.poll()
-        if seconds % window_seconds:
-            window_end[seconds // window_seconds] = time.perf_counter()
-        events.close()
-        session.join()
+        ysb.feed(
+            session,
+            events,
+            seconds,
+            window_seconds,
+            window_end,
+            lambda s: batch_of(ysb.events_for(s, events_per_second, ads, seed)),
+        )
     return counts, latency
 
 
@@ -135,12 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         **run_options(args),
     )
     elapsed = time.perf_counter() - start
-    campaign_of = dict(rows)
-    want: Counter[tuple[str, int]] = Counter()
-    for s in range(args.seconds):
-        for e in ysb.events_for(s, args.events_per_second, list(campaign_of), args.seed):
-            if e[ysb.EVENT_TYPE] == "view":
-                want[(campaign_of[e[ysb.AD]], e[ysb.EVENT_TIME] // (args.window * 1000))] += 1
+    want = ysb.plain_counts(rows, args.seconds, args.events_per_second, args.window, args.seed)
     assert counts == dict(want), "counts differ from the plain-Python count"
     lat = sorted(latency.values())
     events = args.seconds * args.events_per_second

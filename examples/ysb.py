@@ -27,7 +27,7 @@ import random
 import statistics
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from _cli import add_run_flags, run_options
@@ -203,22 +203,59 @@ def run(
     with flow.activate(workers=workers, backend=backend, **options) as session:
         table.send(table_rows)
         table.close()
-        start = time.perf_counter()
-        for s in range(seconds):
-            events.advance_to(s)
-            events.send(events_for(s, events_per_second, ads, seed))
-            if pace:
-                while (left := start + (s + 1) * pace - time.perf_counter()) > 0:
-                    session.poll(timeout=min(left, 0.05))
-            if (s + 1) % window_seconds == 0:
-                window_end[s // window_seconds] = time.perf_counter()
-                events.advance_to(s + 1)  # the window's last epoch is complete at the input
-            session.poll()
-        if seconds % window_seconds:
-            window_end[seconds // window_seconds] = time.perf_counter()
-        events.close()
-        session.join()
+        feed(
+            session,
+            events,
+            seconds,
+            window_seconds,
+            window_end,
+            lambda s: events_for(s, events_per_second, ads, seed),
+            pace,
+        )
     return counts, latency
+
+
+def feed(
+    session: Any,
+    events: Any,
+    seconds: int,
+    window_seconds: int,
+    window_end: dict[int, float],
+    epoch_events: Callable[[int], Any],
+    pace: float = 0.0,
+) -> None:
+    """Send ``epoch_events(s)`` at each epoch ``s``; record in ``window_end`` when the
+    driver passed each window's last epoch (what latency is measured from); wait for
+    the run. Shared by the row and the table versions."""
+    start = time.perf_counter()
+    for s in range(seconds):
+        events.advance_to(s)
+        events.send(epoch_events(s))
+        if pace:
+            while (left := start + (s + 1) * pace - time.perf_counter()) > 0:
+                session.poll(timeout=min(left, 0.05))
+        if (s + 1) % window_seconds == 0:
+            window_end[s // window_seconds] = time.perf_counter()
+            events.advance_to(s + 1)  # the window's last epoch is complete at the input
+        session.poll()
+    if seconds % window_seconds:
+        window_end[seconds // window_seconds] = time.perf_counter()
+    events.close()
+    session.join()
+
+
+def plain_counts(
+    rows: list[tuple[str, str]], seconds: int, events_per_second: int, window: int, seed: int
+) -> Counter[tuple[str, int]]:
+    """The reference: views per ``(campaign, window)`` of the same events, in plain
+    Python."""
+    campaign_of = dict(rows)
+    want: Counter[tuple[str, int]] = Counter()
+    for s in range(seconds):
+        for e in events_for(s, events_per_second, list(campaign_of), seed):
+            if e[EVENT_TYPE] == "view":
+                want[(campaign_of[e[AD]], e[EVENT_TIME] // (window * 1000))] += 1
+    return want
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -252,13 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     elapsed = time.perf_counter() - start
 
-    # The reference: the same events counted in plain Python.
-    campaign_of = dict(rows)
-    want: Counter[tuple[str, int]] = Counter()
-    for s in range(args.seconds):
-        for e in events_for(s, args.events_per_second, list(campaign_of), args.seed):
-            if e[EVENT_TYPE] == "view":
-                want[(campaign_of[e[AD]], e[EVENT_TIME] // (args.window * 1000))] += 1
+    want = plain_counts(rows, args.seconds, args.events_per_second, args.window, args.seed)
     per_window: dict[int, int] = defaultdict(int)
     for (_, w), n in counts.items():
         per_window[w] += n
