@@ -67,9 +67,10 @@ COMBINE: dict[str, Combine] = {
 epoch's partial into the running one."""
 
 
-class RunningAggregate(StatefulVertex):
-    """Merges each epoch's partials per key, folds them into the running state, and
-    sends the keys of the epoch with their running aggregates (see the module)."""
+class KeyedPartials(StatefulVertex):
+    """The part running and windowed aggregates share: each time's partials (one row
+    per batch and key, from before the exchange) wait until the time completes, and are
+    merged per key with one ``group_by`` (sums of sums, minima of minima ...)."""
 
     def __init__(
         self,
@@ -86,7 +87,6 @@ class RunningAggregate(StatefulVertex):
         self.out_schema = out_schema
         self.post = post
         self.pending: dict[Timestamp, list[Batch]] = {}
-        self.state = self.column_state("state", keys, partial_schema, incremental=True)
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         held = self.pending.get(time)
@@ -95,23 +95,39 @@ class RunningAggregate(StatefulVertex):
             self.notify_at(time)
         held.extend(records)
 
+    def _merged(self, table: pa.Table) -> pa.Table:
+        """``table``'s partials merged, one row per key."""
+        got = group_aggregate(table, self.keys, [(c, how, c) for c, how in self.merges])
+        return got.cast(self.partial_schema)
+
+
+class RunningAggregate(KeyedPartials):
+    """Merges each epoch's partials per key, folds them into the running state, and
+    sends the keys of the epoch with their running aggregates (see the module)."""
+
+    def __init__(
+        self,
+        keys: list[str],
+        merges: list[tuple[str, str]],
+        partial_schema: pa.Schema,
+        out_schema: pa.Schema,
+        post: Callable[[pa.Table], pa.Table],
+    ) -> None:
+        super().__init__(keys, merges, partial_schema, out_schema, post)
+        self.state = self.column_state("state", keys, partial_schema, incremental=True)
+
     def on_notify(self, time: Timestamp) -> None:
         batches = self.pending.pop(time, [])
         if not batches:
             return
         try:
-            rows = self._fold(self._merged(batches))
+            epoch = pa.Table.from_batches(batches, schema=self.partial_schema)
+            rows = self._fold(self._merged(epoch))
             out = as_batches(self.post(rows), self.out_schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             self.fail(e, time, None, None)
         if out:
             self.send_by(0, out, time)
-
-    def _merged(self, batches: list[Batch]) -> pa.Table:
-        """The epoch's partials, one row per key."""
-        table = pa.Table.from_batches(batches, schema=self.partial_schema)
-        got = group_aggregate(table, self.keys, [(c, how, c) for c, how in self.merges])
-        return got.cast(self.partial_schema)
 
     def _fold(self, epoch: pa.Table) -> pa.Table:
         """Fold the epoch's rows into the state; the keys' new rows."""

@@ -19,17 +19,16 @@ never per key. State changes only in ``on_notify``, as a checkpoint needs (see
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pyarrow as pa
 
-from operators.table.vertices import Batch, as_batches, group_aggregate
+from operators.table.running import KeyedPartials
+from operators.table.vertices import Batch, as_batches
 from operators.windows import _request_windows, window_ends
 from progress import Timestamp
-from timely import StatefulVertex
 
 
-class WindowAggregate(StatefulVertex):
+class WindowAggregate(KeyedPartials):
     """Keeps each epoch's merged partials per key at the epoch's time and, at each
     window end, sends the keys of the window with their aggregates over it (see the
     module)."""
@@ -44,23 +43,10 @@ class WindowAggregate(StatefulVertex):
         size: int,
         slide: int,
     ) -> None:
-        super().__init__()
-        self.keys = keys
-        self.merges = merges  # (partial column, how it merges: sum, min, ...)
-        self.partial_schema = partial_schema
-        self.out_schema = out_schema
-        self.post = post
+        super().__init__(keys, merges, partial_schema, out_schema, post)
         self.size = size
         self.slide = slide
-        self.pending: dict[Timestamp, list[Batch]] = {}
         self.epochs = self.column_state("epochs", keys, partial_schema, incremental=True)
-
-    def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
-        held = self.pending.get(time)
-        if held is None:
-            held = self.pending[time] = []
-            self.notify_at(time)
-        held.extend(records)
 
     def on_notify(self, time: Timestamp) -> None:
         w = time[0]
@@ -79,7 +65,8 @@ class WindowAggregate(StatefulVertex):
                     self.epochs.pop(t)
             if not kept:
                 return
-            out = as_batches(self.post(self._merged(kept)), self.out_schema)
+            merged = self._merged(pa.concat_tables(kept) if len(kept) > 1 else kept[0])
+            out = as_batches(self.post(merged), self.out_schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             self.fail(e, time, None, None)
         self.send_by(0, out, time)
@@ -95,13 +82,7 @@ class WindowAggregate(StatefulVertex):
         table = pa.Table.from_batches(batches, schema=self.partial_schema)
         if table.num_rows == 0:
             return
-        self.epochs.upsert(time, self._merged([table]))
+        self.epochs.upsert(time, self._merged(table))
         for end in window_ends(time[0], self.size, self.slide):
             if end > now:
                 self.notify_at((end,))
-
-    def _merged(self, tables: list[pa.Table]) -> pa.Table:
-        """The partials of ``tables`` merged per key."""
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        got = group_aggregate(table, self.keys, [(c, how, c) for c, how in self.merges])
-        return got.cast(self.partial_schema)
