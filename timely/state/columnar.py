@@ -589,17 +589,24 @@ class ColumnState:
         if self._changes is None:
             self._changes = {}
 
-    def snapshot(self, upto: int | None = None) -> Snapshot:
+    def _snapshot(self, times: list[Any], **more: Any) -> Snapshot:
+        """A snapshot of this state's kind (what ``install`` checks) holding ``times``."""
         return {
             "columnar": COLUMNAR,
             "keys": list(self.keys),
             "replicated": self.replicated,
-            "times": [
+            "times": times,
+            **more,
+        }
+
+    def snapshot(self, upto: int | None = None) -> Snapshot:
+        return self._snapshot(
+            [
                 (time, sp.table)
                 for time, sp in sorted(self._times.items())
                 if upto is None or time[0] <= upto
-            ],
-        }
+            ]
+        )
 
     def taken(self, epoch: int) -> None:
         if self._changes is None:
@@ -646,15 +653,8 @@ class ColumnState:
             kept = np.ones(keys.num_rows, dtype=bool)
             kept[found] = False
             patches.append((time, rows, _take(keys, np.flatnonzero(kept))))
-        return {
-            "columnar": COLUMNAR,
-            "keys": list(self.keys),
-            "replicated": self.replicated,
-            "delta": True,
-            "times": whole,
-            "patches": patches,
-            "dropped": sorted(t for t in present if t not in self._times),
-        }
+        dropped = sorted(t for t in present if t not in self._times)
+        return self._snapshot(whole, delta=True, patches=patches, dropped=dropped)
 
     def restore(self, snapshot: Snapshot) -> None:
         self.drop()
@@ -682,12 +682,7 @@ class ColumnState:
             if not sp.runs:
                 del self._times[time]
                 sp.drop()
-        return {
-            "columnar": COLUMNAR,
-            "keys": list(self.keys),
-            "replicated": self.replicated,
-            "times": times,
-        }
+        return self._snapshot(times)
 
     def install(self, snapshot: Snapshot) -> list[Timestamp]:
         """Add ``snapshot``'s rows (keys not held yet) to the tables; returns its times."""
