@@ -61,7 +61,7 @@ from tqdm import tqdm
 
 from connectors.spark import SparkSink, SparkSource, active_spark, spark_session, spark_source
 from operators.table import col, count
-from timely import Dataflow, Probe, StatefulVertex, Stream, exchange
+from timely import Dataflow, Probe, Stream, exchange
 from timely.backends.ray import start_ray
 
 EPOCHS = 20
@@ -121,7 +121,7 @@ def prepare_input(spark: Any, data: str, size: int) -> tuple[str, str]:
     return events, follows
 
 
-class ComponentSizes(StatefulVertex):
+class ComponentSizes(table_cc.EveryEpoch):
     """After every epoch up to ``last``: ``(component, users)`` for each component of the
     graph so far, from ``component_changes``' ``(user, component)`` changes.
 
@@ -135,23 +135,14 @@ class ComponentSizes(StatefulVertex):
     """
 
     def __init__(self, last: int) -> None:
-        super().__init__()
-        self.last = last
+        super().__init__(last)
         self.graph = self.keyed_state("graph")
         self.pending = self.keyed_state("pending")
-        self.first: int | None = None  # notifications are asked at epochs first..last
 
     def on_recv(self, input: int, records: list[Any], time: Time) -> None:
         self._ask_from(time[0])
         self.notify_at(time)  # also past ``last``, should such an epoch ever come
         self.pending.table(time).setdefault(0, []).extend(records)
-
-    def _ask_from(self, epoch: int) -> None:
-        upto = self.last if self.first is None else self.first - 1
-        for e in range(epoch, upto + 1):
-            self.notify_at((e,))
-        if self.first is None or epoch < self.first:
-            self.first = epoch
 
     def restored(self, epoch: int) -> None:
         if self.graph.get((0,)):

@@ -112,24 +112,15 @@ def _column(table: pa.Table, name: str) -> Ints:
     return values
 
 
-class ComponentTable(StatefulVertex):
-    """After every epoch from its first edge up to ``last``: ``(component, users)`` for
-    each component of the ``(src, dst)`` edges so far, as one Arrow batch (see the
-    module). Each epoch's batches wait until the epoch completes; epochs are notified in
-    order, and one with no new edge still reports every component."""
+class EveryEpoch(StatefulVertex):
+    """A vertex that reports after every epoch from its first input up to ``last``,
+    those with no input too: it asks for each of those notifications once its first
+    input (or a restore) says where they start."""
 
-    def __init__(self, last: int, src: str = "src", dst: str = "dst") -> None:
+    def __init__(self, last: int) -> None:
         super().__init__()
         self.last = last
-        self.ends = (src, dst)
-        self.graph = self.column_state("graph", ["part"], STATE)
-        self.pending: dict[Time, list[pa.RecordBatch]] = {}
         self.first: int | None = None  # notifications are asked at epochs first..last
-
-    def on_recv(self, input: int, records: list[Any], time: Time) -> None:
-        self._ask_from(time[0])
-        self.notify_at(time)  # also past ``last``, should such an epoch ever come
-        self.pending.setdefault(time, []).extend(records)
 
     def _ask_from(self, epoch: int) -> None:
         upto = self.last if self.first is None else self.first - 1
@@ -137,6 +128,24 @@ class ComponentTable(StatefulVertex):
             self.notify_at((e,))
         if self.first is None or epoch < self.first:
             self.first = epoch
+
+
+class ComponentTable(EveryEpoch):
+    """After every epoch from its first edge up to ``last``: ``(component, users)`` for
+    each component of the ``(src, dst)`` edges so far, as one Arrow batch (see the
+    module). Each epoch's batches wait until the epoch completes; epochs are notified in
+    order, and one with no new edge still reports every component."""
+
+    def __init__(self, last: int, src: str = "src", dst: str = "dst") -> None:
+        super().__init__(last)
+        self.ends = (src, dst)
+        self.graph = self.column_state("graph", ["part"], STATE)
+        self.pending: dict[Time, list[pa.RecordBatch]] = {}
+
+    def on_recv(self, input: int, records: list[Any], time: Time) -> None:
+        self._ask_from(time[0])
+        self.notify_at(time)  # also past ``last``, should such an epoch ever come
+        self.pending.setdefault(time, []).extend(records)
 
     def restored(self, epoch: int) -> None:
         if self.graph.get((0,)) is not None:
