@@ -355,13 +355,18 @@ class HoldsJustifyingIncrement(WorkerProgress):
 @pytest.mark.parametrize("mutant", [SplitBatch, UnorderedReceiver, HoldsJustifyingIncrement])
 def test_mutants_are_caught(mutant: type[WorkerProgress]) -> None:
     machine = type(f"{mutant.__name__}Machine", (ExchangeMachine,), {"protocol": mutant})
-    quiet = settings(
-        _settings(1000, steps=100),
+    with pytest.raises(SafetyViolation):
+        run_state_machine_as_test(machine, settings=mutant_search(steps=100))
+
+
+def mutant_search(steps: int) -> settings:
+    """The search a mutant check runs: fixed and reproducible (it must find the bug),
+    stopping at the first one."""
+    return settings(
+        _settings(1000, steps=steps),
         phases=[Phase.generate],
-        derandomize=True,  # a fixed, reproducible search: it must find the bug
+        derandomize=True,
         report_multiple_bugs=False,
         print_blob=False,
         database=None,
     )
-    with pytest.raises(SafetyViolation):
-        run_state_machine_as_test(machine, settings=quiet)

@@ -24,7 +24,6 @@ from collections import deque
 from typing import Any
 
 import pytest
-from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 
@@ -39,7 +38,13 @@ from progress import (
     target,
 )
 from tests.conftest import state_machine_examples
-from tests.progress.test_exchange import ExchangeMachine, SafetyViolation, _bump, _settings
+from tests.progress.test_exchange import (
+    ExchangeMachine,
+    SafetyViolation,
+    _bump,
+    _settings,
+    mutant_search,
+)
 
 MAX_WORKERS = 4
 
@@ -151,16 +156,8 @@ class IgnoresAfterMachine(MembershipMachine):
 
 @pytest.mark.parametrize("machine", [LateJoiner, LeavesHolding, IgnoresAfterMachine])
 def test_mutants_of_joins_and_leaves_are_caught(machine: Any) -> None:
-    quiet = settings(
-        _settings(1000, steps=60),
-        phases=[Phase.generate],
-        derandomize=True,  # a fixed, reproducible search: it must find the bug
-        report_multiple_bugs=False,
-        print_blob=False,
-        database=None,
-    )
     with pytest.raises(SafetyViolation):
-        run_state_machine_as_test(machine, settings=quiet)
+        run_state_machine_as_test(machine, settings=mutant_search(steps=60))
 
 
 def _one_output() -> Graph:
