@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import operators  # noqa: F401 - registers the stream methods
 from operators.table import col, count, table_input
 from tests.table.test_operators import COMMON, EPOCHS, SCHEMA, rows_of, run, same
-from tests.table.test_running import AGGS
+from tests.table.test_running import AGGS, FIRST_LAST, aggregates
 from timely import Dataflow, GraphBuildError
 
 
@@ -31,20 +31,7 @@ def _windowed(epochs: Any, size: int, slide: int) -> dict[int, list[dict[str, An
                 groups[r["k"]].append(r)
         out = []
         for k, g in groups.items():
-            xs = [r["x"] for r in g if r["x"] is not None]
-            ys = [r["y"] for r in g if r["y"] is not None]
-            out.append(
-                {
-                    "k": k,
-                    "n": len(g),
-                    "sx": sum(xs) if xs else None,
-                    "lo": min(xs) if xs else None,
-                    "hi": max(ys) if ys else None,
-                    "nx": len(xs),
-                    "my": sum(ys) / len(ys) if ys else None,
-                    "sy": sum(ys) if ys else None,
-                }
-            )
+            out.append(aggregates(k, g))
         if out:
             want[w] = out
     return want
@@ -77,14 +64,6 @@ def test_a_window_off_by_one_epoch_is_told_apart() -> None:
     shifted = {w + 1: rows for w, rows in _windowed(epochs, 2, 1).items()}
     with pytest.raises(AssertionError):
         same(got, shifted)
-
-
-FIRST_LAST = st.lists(
-    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.none() | st.integers(0, 9), max_size=3),
-    min_size=1,
-    max_size=5,
-)
-"""Epochs of at most one row per key (first and last within an epoch are then defined)."""
 
 
 @COMMON
