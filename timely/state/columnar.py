@@ -114,12 +114,10 @@ class Arranged:
             j += 1
         return -1
 
-    def upsert(self, rows: pa.Table, h: Hashes, pos: Hashes | None = None) -> Arranged:
+    def upsert(self, rows: pa.Table, h: Hashes) -> Arranged:
         """This table with ``rows`` (keys unique among them) put in: a row whose key is
-        here replaces it, the others are added (``pos``: what :meth:`find` gave, if
-        known)."""
-        if pos is None:
-            pos = self.find(rows, h)
+        here replaces it, the others are added."""
+        pos = self.find(rows, h)
         keep = np.ones(len(self.hashes), dtype=bool)
         keep[pos[pos >= 0]] = False
         return self._merged(keep, rows, h)
