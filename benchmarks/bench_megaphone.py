@@ -20,7 +20,13 @@ the bins change owner (bins ``b < BINS/2`` swap workers), by
 - ``all-at-once``: one configuration;
 - ``checkpoint-and-rescale``: ``session.rescale(4)`` (stop at a checkpoint, restore on 4
   workers with state re-partitioned: half the keys move), what a pause-and-restart
-  engine does.
+  engine does;
+- ``live-scale-out`` / ``live-scale-in`` (issue 29): ``session.rescale`` from
+  ``workers // 2`` to ``workers`` workers, or back, while the run goes on (joiners start
+  at the control input's epoch and bins move to them fluidly; leavers' bins move off,
+  then they go). The inline backend only so far (``--backend inline``; every worker on
+  the driver's thread, so a joiner adds no CPU: the figures are the change's cost, not
+  its gain).
 
 Per epoch: latency = when its output reached the driver minus when the epoch was due to
 close on the input's steady schedule (a driver held up by a pause closes epochs late,
@@ -179,7 +185,10 @@ def swap_half(table: tuple[int, ...]) -> dict[int, int]:
     return {b: table[b] ^ 1 for b in range(len(table) // 2)}
 
 
-def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
+LIVE = {"live-scale-out", "live-scale-in"}
+
+
+def migration(kind: str, workers: int, seed: int = 7, backend: str = "ray") -> dict[str, Any]:
     rng = random.Random(seed)
     flow = Dataflow(f"megaphone-{kind}")
     handle = flow.new_input("events")
@@ -200,8 +209,17 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
         options |= {"checkpoint": ckpt.name, "checkpoint_interval": 3600.0}
     else:
         options["reconfigurable"] = True
+    if backend == "inline":
+        del options["idle_timeout"]
+    start_workers, target = workers, workers * 2
+    if kind == "live-scale-out":
+        start_workers, target = max(1, workers // 2), workers
+    elif kind == "live-scale-in":
+        target = max(1, workers // 2)
+    elif kind == "checkpoint-and-rescale" and backend == "inline":
+        start_workers, target = max(1, workers // 2), workers  # beside live-scale-out
     window: tuple[float, float] = (0.0, 0.0)
-    with flow.activate(workers=workers, backend="ray", **options) as session:
+    with flow.activate(workers=start_workers, backend=backend, **options) as session:
         keys = list(range(KEYS))
         for i in range(0, KEYS, 100_000):  # the load: every key once, at epoch 0
             handle.send(keys[i : i + 100_000])
@@ -223,7 +241,7 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
                 return False
             if kind == "checkpoint-and-rescale":
                 return bool(session.rescales)
-            return asked_epoch in arrived
+            return asked_epoch in arrived and session.workers == target
 
         while time.time() < end or not finished():
             epoch += 1
@@ -233,8 +251,13 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
             if asked_epoch is None and time.time() >= migrate_at:
                 began = time.time()
                 if kind == "checkpoint-and-rescale":
-                    session.rescale(workers * 2)
+                    session.rescale(target)
                     asked_epoch = epoch
+                elif kind in LIVE:
+                    session.rescale(target)
+                    change = session.rescales[-1]
+                    assert change["path"] == "live", change
+                    asked_epoch = change["epochs"][-1]
                 else:
                     strategy = "fluid" if kind == "fluid" else "all-at-once"
                     steps = session.reconfigure(
@@ -253,8 +276,11 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
         handle.close()
         session.join()
         rescaled = session.rescales[-1]["at"] if session.rescales else None
+        restarts = session.restarts
     ckpt.cleanup()
     assert asked_epoch is not None
+    if kind in LIVE:
+        rescaled = None  # done when the last configuration's epoch is out
     done = rescaled if rescaled is not None else arrived[asked_epoch]
     window = (window[0], done + 1.0)
     latency = {e: arrived[e] - closed[e] for e in closed if e in arrived and e > 0}
@@ -264,7 +290,11 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
     assert totals == {k: c for k, c in sent.items()}, f"{kind}: counts differ"
     return {
         "kind": kind,
-        "workers": workers,
+        "backend": backend,
+        "workers": f"{start_workers} -> {target}"
+        if kind != "fluid" and kind != "all-at-once"
+        else workers,
+        "restarts": restarts,
         "epochs": epoch,
         "steady_p50_ms": round(statistics.median(steady) * 1000, 1),
         "steady_p99_ms": round(p99 * 1000, 1),
@@ -279,7 +309,7 @@ def migration(kind: str, workers: int, seed: int = 7) -> dict[str, Any]:
     }
 
 
-KINDS = ["fluid", "all-at-once", "checkpoint-and-rescale"]
+KINDS = ["fluid", "all-at-once", "checkpoint-and-rescale", "live-scale-out", "live-scale-in"]
 
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
@@ -301,15 +331,21 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    global KEYS, BEFORE_S, AFTER_S, BINS_PER_STEP
+    global KEYS, BEFORE_S, AFTER_S, BINS_PER_STEP, RATE
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="smaller, 1 repetition")
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--skip-migration", action="store_true")
     parser.add_argument("--workers", type=int, nargs="*", default=[2])
     parser.add_argument("--bins-per-step", type=int, default=BINS_PER_STEP)
-    parser.add_argument("--kinds", nargs="*", default=KINDS, choices=KINDS)
+    parser.add_argument("--kinds", nargs="*", default=KINDS[:3], choices=KINDS)
+    parser.add_argument("--backend", default="ray", choices=["ray", "inline"])
+    parser.add_argument("--keys", type=int, default=KEYS)
+    parser.add_argument("--rate", type=int, default=RATE, help="records/s after the load")
     args = parser.parse_args(argv)
+    KEYS, RATE = args.keys, args.rate
+    if args.backend == "ray" and LIVE & set(args.kinds):
+        parser.error("live-scale-out/in run on --backend inline (Ray does not add actors live yet)")
     BINS_PER_STEP = args.bins_per_step
     payload: dict[str, Any] = {}
     if not args.skip_overhead:
@@ -329,24 +365,30 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_migration:
         if args.quick:
             KEYS, BEFORE_S, AFTER_S = 200_000, 2.0, 2.0
-        runs = [migration(kind, w) for w in args.workers for kind in args.kinds]
+        runs = [
+            migration(kind, w, backend=args.backend) for w in args.workers for kind in args.kinds
+        ]
         payload["migration"] = runs
         print(
             markdown(
-                ["kind", "workers", "steady p50 ms", "steady p99 ms", "worst during ms"]
-                + ["worst / p99", "migration s"],
+                ["kind", "backend", "workers", "steady p50 ms", "steady p99 ms"]
+                + ["worst during ms", "worst / p99", "migration s", "restarts"],
                 [
-                    [r["kind"], r["workers"], r["steady_p50_ms"], r["steady_p99_ms"]]
-                    + [r["worst_during_ms"], r["worst_over_p99"], r["migration_s"]]
+                    [r["kind"], r["backend"], r["workers"], r["steady_p50_ms"]]
+                    + [r["steady_p99_ms"], r["worst_during_ms"], r["worst_over_p99"]]
+                    + [r["migration_s"], r["restarts"]]
                     for r in runs
                 ],
             )
         )
-        svg = RESULTS / ("megaphone.quick.svg" if args.quick else "megaphone.svg")
+        name = "megaphone" if args.backend == "ray" else "megaphone-inline"
+        svg = RESULTS / (f"{name}.quick.svg" if args.quick else f"{name}.svg")
         plot(runs, svg)
         print(f"plot: {svg}")
     path = write_results(
-        "megaphone", args.quick or args.skip_overhead or args.skip_migration, payload
+        "megaphone" if args.backend == "ray" else "megaphone-inline",
+        args.quick or args.skip_overhead or args.skip_migration,
+        payload,
     )
     print(f"figures: {path}")
 

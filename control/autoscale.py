@@ -218,6 +218,11 @@ class AutoscaleMonitor:
             decision = policy.observe(measurement)
             self.decisions.append((decision, measurement))
             record = _record(decision, measurement)
+            if decision.rescale:  # which path the change will take, and why
+                why = session.live_blocker(decision.workers)
+                record["path"] = "live" if why is None else "restart"
+                if why is not None:
+                    record["why"] = why
             session.view.decided(record)
             session.log_event("decision", record)
             if decision.rescale:

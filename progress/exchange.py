@@ -310,6 +310,15 @@ class WorkerProgress:
         new._first_after = None if after is None else (donor.worker, after)
         return new
 
+    def senders(self) -> list[int]:
+        """The workers whose batches this one applies (itself included), in index order:
+        those it broadcasts its own batches to."""
+        return sorted(self._next_recv)
+
+    def applied_from(self, worker: int) -> int:
+        """How many of ``worker``'s batches are applied here."""
+        return self._next_recv[worker]
+
     def add_peer(self, worker: int) -> None:
         """Worker ``worker`` joined: expect its batches, from seq 0."""
         if worker in self._next_recv:

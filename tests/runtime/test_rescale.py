@@ -86,7 +86,10 @@ def test_ray_rescale_from_another_thread_with_a_source(tmp_path: Path) -> None:
 def test_rescale_needs_checkpoints_and_a_worker_count() -> None:
     flow, _ = counting()
     with flow.activate(workers=1, backend="inline") as session:
-        with pytest.raises(ConfigError, match="rescale needs checkpoints"):
+        # Not reconfigurable, so not live either: the message says both ways out.
+        with pytest.raises(ConfigError, match=r"cannot go live \(bins move only in a reconf"):
+            session.rescale(2)
+        with pytest.raises(ConfigError, match="restores from a checkpoint: run with checkpoint="):
             session.rescale(2)
         with pytest.raises(ConfigError, match="workers must be a positive integer"):
             session.rescale(0)

@@ -8,9 +8,11 @@ to check that results and progress invariants hold under every order.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from timely.checkpoint.config import CheckpointConfig
@@ -20,7 +22,8 @@ from timely.comm.messages import InputCommand, WorkerMessage
 from timely.errors import ConfigError, WorkerDied
 from timely.eventlog import clock, message_event
 from timely.graph.spec import RunSpec
-from timely.session.base import Session, merge_frontiers, route_input
+from timely.session.base import Session, merge_frontiers
+from timely.session.membership import Membership
 from timely.worker.loop import Worker
 from timely.worker.migration import BinLoad
 from timely.worker.profiling import WorkerProfile
@@ -33,6 +36,7 @@ class InlineSession(Session):
     """All workers in one process."""
 
     concurrent = False
+    live_backend = True
 
     def __init__(
         self,
@@ -55,6 +59,7 @@ class InlineSession(Session):
         self.accumulate = accumulate
         self.crash_at = set(crash_at)
         self.events = 0
+        self._ahead = 0
         self._profiles: dict[int, WorkerProfile] = {}
         """Each worker's profiler, with ``profile_dir`` (:mod:`timely.worker.profiling`)."""
         self._relaunch(self._initial_restore())
@@ -80,13 +85,95 @@ class InlineSession(Session):
             deque() for _ in range(self.workers)
         ]
         self._rr = 0
+        self.membership = Membership(self.workers, 0 if restore is None else restore[0] + 1)
+
+    def _alive(self) -> list[Worker]:
+        return [self.worker_list[w] for w in self.membership.alive]
+
+    # -- workers that join and leave ----------------------------------------------------------
+    def _migratable(self) -> set[int]:
+        return set(self.worker_list[0].migration.migratable)
+
+    def _join_worker(self, worker: int, epoch: int) -> None:
+        self._pump()  # what workers that left still sent is applied everywhere first
+        del self.worker_list[worker:], self.commands[worker:]  # workers that left
+        for pair in [p for p in self.channels if worker in p]:
+            assert not self.channels[pair]
+            del self.channels[pair]
+        donor = self.worker_list[0]
+        roots = self.membership.open_inputs(self.plan.roots)
+        messages, join = donor.mint_join(worker, epoch, roots)
+        self._queue(0, messages)
+        new = Worker(
+            self.plan, worker, worker + 1, self.accumulate, log=self._event_log(worker), join=join
+        )
+        for w in self._alive():
+            if w is not donor:
+                w.add_peer(worker, epoch)
+        # The joiner's view is the donor's: what is still on its way to the donor comes to
+        # it too (the progress of it; the data is the donor's).
+        for (s, r), queue in list(self.channels.items()):
+            if r == 0 and s != worker:
+                for msg in queue:
+                    if msg.progress is not None:
+                        copy = WorkerMessage(s, msg.seq, progress=msg.progress)
+                        self.channels.setdefault((s, worker), deque()).append(copy)
+        self.worker_list.append(new)
+        self.commands.append(deque())
+        self.membership.join(worker, epoch)
+        self.workers += 1
+
+    def _leave_worker(self, worker: int, epoch: int) -> None:
+        for other in self._alive():
+            other.leave_at(worker, epoch)
+        for w, vertex, cmd in self.membership.leave(worker, epoch, self.plan.roots):
+            self.commands[w].append((vertex, cmd))
+        self._pump()
+
+    def _leave_ready(self) -> None:
+        """Let go the leavers that hold nothing any more."""
+        for worker, epoch in list(self.membership.leaving.items()):
+            leaver = self.worker_list[worker]
+            if self.commands[worker] or not leaver.can_leave(epoch):
+                continue
+            messages, sent = leaver.leave()
+            self._queue(worker, messages)
+            self.membership.gone(worker)
+            for w in self._alive():
+                w.peer_left(worker, sent)
+            leaver.close()
+            if leaver.log is not None:
+                leaver.log.close()
+            self.workers -= 1
+            self.view.rescaled(self.workers)
+
+    def _queue(self, sender: int, messages: list[tuple[int, WorkerMessage]]) -> None:
+        log = self.worker_list[sender].log
+        for peer, msg in messages:
+            self.channels.setdefault((sender, peer), deque()).append(msg)
+            if log is not None:
+                now = clock()
+                log.add(message_event("s", now, now, peer, msg, 0))
 
     # -- driver side ------------------------------------------------------------------------
     def _send_command(self, vertex: int, cmd: InputCommand) -> None:
-        for w, part in route_input(cmd, self.workers, self._rr):
+        for w, part in self.membership.route(vertex, cmd, self._rr):
             self.commands[w].append((vertex, part))
-        self._rr = (self._rr + 1) % self.workers
-        self._pump()
+        self._rr = (self._rr + 1) % max(1, self.workers)
+        if not self._ahead:
+            self._pump()
+
+    @contextlib.contextmanager
+    def running_ahead(self) -> Iterator[None]:
+        """Within the block the driver's commands queue without being run (a driver that
+        runs ahead of its workers, as on Ray); they run when it ends."""
+        self._ahead += 1
+        try:
+            yield
+        finally:
+            self._ahead -= 1
+        if not self._ahead:
+            self._pump()
 
     def _poll(self, timeout: float) -> None:
         self._pump()  # the driver's thread is every worker: run what can run
@@ -94,38 +181,45 @@ class InlineSession(Session):
     def _request_checkpoint(
         self, epoch: int, every: int | None = None, fraction: float | None = None
     ) -> tuple[bool, int]:
-        agreed = [w.request_checkpoint(epoch, every, fraction) for w in self.worker_list]
-        return all(agreed), max(w.checkpoint_floor() for w in self.worker_list)
+        alive = self._alive()
+        agreed = [w.request_checkpoint(epoch, every, fraction) for w in alive]
+        return all(agreed), max(w.checkpoint_floor() for w in alive)
 
     def _bin_loads(self) -> list[BinLoad]:
-        return [w.migration.take_load() for w in self.worker_list]
+        return [w.migration.take_load() for w in self._alive()]
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
-        return merge_frontiers([w.frontier(vertex) for w in self.worker_list])
+        return merge_frontiers([w.frontier(vertex) for w in self._alive()])
 
     # -- scheduling -------------------------------------------------------------------------
     def _pump(self) -> None:
         """Run until nothing can happen without the driver."""
         rng = self.rng
         workers = self.worker_list
+        alive = self.membership.alive
         while True:
+            if self.membership.leaving:
+                self._leave_ready()
             options: list[tuple[int, int, int]] = []
             for (s, r), q in self.channels.items():
                 if q:
+                    if r not in alive:  # progress for a worker that left: nobody reads it
+                        q.clear()
+                        continue
                     options.append((0, s, r))
-            for w in range(self.workers):
+            for w in alive:
                 if self.commands[w]:
                     options.append((1, w, 0))
                 if workers[w].has_work():
                     options.append((2, w, 0))
             if not options:
-                for worker in workers:  # as a Ray worker does before it waits
+                for worker in self._alive():  # as a Ray worker does before it waits
                     if worker.log is not None:
                         worker.log.flush()
-                awake = [t for w in workers if (t := w.next_awake()) is not None]
+                awake = [t for w in self._alive() if (t := w.next_awake()) is not None]
                 if not awake:
                     self._maybe_request_checkpoint()  # a rescale waiting for a commit
-                    self.loop_watch.observe(r for w in workers for r in w.loop_rounds())
+                    self.loop_watch.observe(r for w in self._alive() for r in w.loop_rounds())
                     return
                 # a paced source's next batch: this thread is every worker, so it waits
                 time.sleep(max(0.0, min(awake) - time.time()))
@@ -133,7 +227,7 @@ class InlineSession(Session):
             self.events += 1
             if self.events % 64 == 0:
                 self._maybe_request_checkpoint()
-                self.loop_watch.observe(r for w in workers for r in w.loop_rounds())
+                self.loop_watch.observe(r for w in self._alive() for r in w.loop_rounds())
             if self.events in self.crash_at:
                 raise WorkerDied(f"injected crash at scheduling event {self.events}")
             if self.events > self.max_events:
@@ -181,6 +275,8 @@ class InlineSession(Session):
     def _close_workers(self) -> None:
         """Close the workers of the last attempt: their logs and disk tables."""
         for worker in getattr(self, "worker_list", []):
+            if worker.index not in self.membership.alive:
+                continue  # left, and closed then
             worker.close()
             if worker.log is not None:
                 worker.log.close()
@@ -188,11 +284,7 @@ class InlineSession(Session):
     def _step(self, w: int) -> None:
         worker = self.worker_list[w]
         log = worker.log
-        for peer, msg in worker.step():
-            self.channels.setdefault((w, peer), deque()).append(msg)
-            if log is not None:
-                now = clock()
-                log.add(message_event("s", now, now, peer, msg, 0))
+        self._queue(w, worker.step())
         for key, epoch, records in worker.take_emitted():
             self._deliver(key, epoch, records)
         for epoch, part in worker.take_parts():
@@ -214,6 +306,6 @@ class InlineSession(Session):
         # Quiet: nothing can happen without the driver. With every input closed, every
         # worker must now see every frontier empty; anything else is a liveness bug (for
         # example accumulation holding back an update that someone waits for).
-        stuck = [w.index for w in self.worker_list if not w.idle()]
+        stuck = [w.index for w in self._alive() if not w.idle()]
         if stuck:
             raise RuntimeError(f"the dataflow stalled: workers {stuck} still see live work")

@@ -77,7 +77,8 @@ from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.eventlog import EventLog, clock, message_event
 from timely.graph.plan import Plan
 from timely.graph.spec import RunSpec
-from timely.session.base import Session, merge_frontiers, route_input
+from timely.session.base import Session, merge_frontiers
+from timely.session.membership import route_input
 from timely.session.verbosity import resolve_verbose
 from timely.worker.loop import Worker
 from timely.worker.migration import BinLoad
@@ -911,7 +912,7 @@ class RaySession(Session):
 
     # -- driver side ------------------------------------------------------------------------
     def _send_command(self, vertex: int, cmd: InputCommand) -> None:
-        for w, part in route_input(cmd, self.workers, self._rr):
+        for w, part in route_input(cmd, range(self.workers), self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
         if time.monotonic() - self._last_check >= _CHECK_EVERY:

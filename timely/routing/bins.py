@@ -148,6 +148,27 @@ def drain(worker: int) -> Callable[[Table], dict[int, int]]:
     return plan
 
 
+def resize(current: Table, workers: int) -> dict[int, int]:
+    """The fewest bin moves that spread the bins evenly over workers ``0..workers-1``
+    (a live rescale's table): bins of workers at ``workers`` or above, then each
+    worker's bins above its even share, go to the workers below theirs, fewest first."""
+    bins = len(current)
+    share = [bins // workers + (1 if w < bins % workers else 0) for w in range(workers)]
+    held: dict[int, list[int]] = {w: [] for w in range(workers)}
+    free: list[int] = []
+    for b, w in enumerate(current):
+        (held[w] if w < workers else free).append(b)
+    for w in range(workers):
+        while len(held[w]) > share[w]:
+            free.append(held[w].pop())
+    moves: dict[int, int] = {}
+    for b in free:
+        w = min(range(workers), key=lambda x: len(held[x]) - share[x])
+        held[w].append(b)
+        moves[b] = w
+    return moves
+
+
 def balance(
     loads: Sequence[float], current: Table, workers: int, tolerance: float = 1.2
 ) -> dict[int, int]:

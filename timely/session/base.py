@@ -40,11 +40,13 @@ from timely.routing.bins import (
     check_bins_per_step,
     default_table,
     per_worker,
+    resize,
     resolve,
     steps,
     useful_per_bin,
 )
 from timely.session.loopwatch import LoopWatch
+from timely.session.membership import LEAVING, Membership, live_blocker
 from timely.session.view import RunView
 from timely.sinks import SinkLineage
 from timely.state.disk import remove_store
@@ -57,6 +59,10 @@ class Results(dict[str, list[tuple[int, Any]]]):
     def records(self, name: str) -> list[Any]:
         """Just the records collected under ``name``, in epoch order."""
         return [r for _, r in self[name]]
+
+
+LIVE_STEPS = 8
+"""A live rescale moves its bins in at most this many configurations, one an epoch."""
 
 
 class _RescaleNow(Exception):
@@ -144,13 +150,19 @@ class Session(ABC):
         """Launches of the workers so far after the first (restarts and rescales): the
         event log's attempt number."""
         self.rescales: list[dict[str, Any]] = []
-        """Every rescale done: ``from``, ``to`` (workers), ``epoch`` (the checkpoint it
-        restored from), ``waited_s`` (from the request to that commit), ``seconds``
-        (stopping and restoring), ``at`` (``time.time()`` when done)."""
+        """Every rescale done: ``from``, ``to`` (workers), ``path`` (``"live"`` or
+        ``"restart"``, with ``why`` it could not go live), ``epoch`` (live: the epoch
+        joiners take part from; restart: the checkpoint it restored from), ``epochs``
+        (live: the configurations moving bins), ``waited_s`` (from the request to that
+        commit), ``seconds`` (stopping and restoring, or deciding and starting), ``at``
+        (``time.time()`` when done)."""
         self._rescale_lock = threading.Lock()
         self._rescale_to: int | None = None
         self._rescale_after = 0
         self._rescale_asked = 0.0
+        self._restart_why = ""
+        self._live_deferred: int | None = None
+        """A live rescale asked for while workers were leaving: made once they are gone."""
         self._delivered: dict[str, int] = {}
         self.view = RunView(spec.name, spec.plan.describe(), workers, trace)
         """What monitors read of this session (:mod:`timely.session.monitors`)."""
@@ -173,6 +185,9 @@ class Session(ABC):
         self._control_epoch = 0
         self._control_closed = spec.plan.control is None
         self._batching = 0
+        self.membership = Membership(workers, 0)
+        """Who takes part from which epoch (workers joining and leaving live); backends
+        route input commands by it and start it afresh at each launch."""
 
     # -- what the coordinator knows, for the driver -------------------------------------------
     @property
@@ -235,6 +250,11 @@ class Session(ABC):
     # -- the driver's API -------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: InputCommand) -> None:
         """Hand a driver input command (send, advance, close) to the workers."""
+        deferred = self._live_deferred
+        if deferred is not None and not self.membership.leaving:
+            self._live_deferred = None
+            if self.live_blocker(deferred) is None:
+                self._guarded(self._rescale_live, deferred, retry=False)
         if isinstance(cmd, Advance) and vertex != self.plan.control:
             # Configurations stay one epoch ahead of the data: a batch is never held for one.
             self._control_to(cmd.epoch + 1)
@@ -436,19 +456,43 @@ class Session(ABC):
             raise _RescaleNow(target)
 
     # -- rescaling ----------------------------------------------------------------------------
+    live_backend = False
+    """Whether this backend adds and removes workers while the dataflow runs."""
+
     def rescale(self, workers: int) -> None:
-        """Run on ``workers`` workers from the next checkpoint on: once a checkpoint taken
-        after this call is committed, the workers stop and ``workers`` new ones restore
-        from it (state re-partitioned by key), the driver's inputs after it are replayed,
-        and the run goes on; outputs stay exactly once. Returns at once; safe to call
-        from another thread (a controller's). Needs ``checkpoint=``."""
+        """Run on ``workers`` workers.
+
+        Live where it can be (:meth:`live_blocker` says when not): new workers join at the
+        control input's next epoch, or the last ones leave, and bins move to or from them
+        fluidly (Megaphone), while the run goes on; done before this returns.
+
+        Otherwise from the next checkpoint on: once a checkpoint taken after this call
+        is committed, the workers stop and ``workers`` new ones restore from it (state
+        re-partitioned by key), the driver's inputs after it are replayed, and the run
+        goes on; returns at once, and safe to call from another thread (a
+        controller's). That path needs ``checkpoint=``.
+
+        Either way outputs stay exactly as without the change; each change is recorded
+        in :attr:`rescales` with the path it took and, for a restart, why."""
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"rescale: workers must be a positive integer, got {workers!r}")
+        self._live_deferred = None
+        if workers == self.workers - len(self.membership.leaving) and self._rescale_to is None:
+            return
+        blocker = self.live_blocker(workers)
+        if blocker is None:
+            self._guarded(self._rescale_live, workers, retry=False)
+            return
+        if blocker == LEAVING:
+            self._live_deferred = workers  # made live once they have gone (input_command)
+            return
         coordinator = self.coordinator
         if coordinator is None:
             raise ConfigError(
-                "rescale needs checkpoints (it restores from one): run with checkpoint=DIR"
+                f"rescale cannot go live ({blocker}), and otherwise it restores from a "
+                "checkpoint: run with checkpoint=DIR"
             )
+        self._restart_why = blocker
         with self._rescale_lock:
             if workers == self.workers and self._rescale_to is None:
                 return
@@ -456,6 +500,64 @@ class Session(ABC):
             self._rescale_asked = time.monotonic()
             self._rescale_to = workers
         coordinator.request_soon()
+
+    def live_blocker(self, workers: int) -> str | None:
+        """Why a change to ``workers`` workers cannot be made live now (None: it can)."""
+        return live_blocker(
+            self.plan,
+            self.workers - len(self.membership.leaving),
+            workers,
+            self._migratable() if workers < self.workers else (),
+            backend=None if self.live_backend else type(self).__name__,
+            checkpointing=self.coordinator is not None,
+            inputs_closed=self._control_closed,
+            leaving=bool(self.membership.leaving),
+        )
+
+    def _migratable(self) -> set[int]:
+        """The keyed steps whose state moves with their bins (backends that run live)."""
+        return set()
+
+    def _join_worker(self, worker: int, epoch: int) -> None:
+        """Start worker ``worker`` (the next index) in the running dataflow, taking part
+        from ``epoch`` (backends that run live)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot add workers live")
+
+    def _leave_worker(self, worker: int, epoch: int) -> None:
+        """Worker ``worker`` takes no part from ``epoch`` on, and goes once it holds
+        nothing (backends that run live)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot remove workers live")
+
+    def _rescale_live(self, workers: int) -> None:
+        started, old, began = time.monotonic(), self.workers - len(self.membership.leaving), clock()
+        epoch = self._control_epoch
+        if workers > old:
+            for j in range(old, workers):
+                self._join_worker(j, epoch)
+            self.view.rescaled(workers)
+        table = list(self.routing_table)
+        moves = resize(self.routing_table, workers)
+        for b, w in moves.items():
+            table[b] = w
+        # Fluid, in at most LIVE_STEPS epochs: a leaver goes only after the last one.
+        epochs = self.reconfigure(tuple(table), bins_per_step=max(8, -(-len(moves) // LIVE_STEPS)))
+        if workers < old:
+            leave = self._control_epoch
+            for w in range(workers, old):
+                self._leave_worker(w, leave)
+        record = {
+            "from": old,
+            "to": workers,
+            "path": "live",
+            "epoch": epoch,
+            "epochs": epochs,
+            "waited_s": 0.0,
+            "seconds": time.monotonic() - started,
+            "at": time.time(),
+        }
+        self.rescales.append(record)
+        self.view.rescale_done(record)
+        self.log_event("rescale", record, began)
 
     def rescale_pending(self) -> int | None:
         """The worker count a requested rescale waits to go to (None: none waits)."""
@@ -505,6 +607,8 @@ class Session(ABC):
         record = {
             "from": old,
             "to": workers,
+            "path": "restart",
+            "why": self._restart_why,
             "epoch": coordinator.restored_epoch,
             "waited_s": waited,
             "seconds": time.monotonic() - started,
@@ -694,22 +798,3 @@ def merge_frontiers(frontiers: list[tuple[tuple[int, ...], ...]]) -> list[tuple[
         for t in f:
             chain.insert(t)
     return sorted(chain)
-
-
-def route_input(cmd: InputCommand, workers: int, turn: int) -> list[tuple[int, InputCommand]]:
-    """Where a driver input command goes: ``(worker, command)`` pairs, in order.
-
-    ``send`` spreads its records over the workers in contiguous chunks, starting at
-    worker ``turn`` (callers rotate it so small sends do not all land on worker 0);
-    ``advance`` and ``close`` go to every worker.
-    """
-    if not isinstance(cmd, Send):
-        return [(w, cmd) for w in range(workers)]
-    records = cmd.records
-    size = -(-len(records) // workers) if records else 0
-    out: list[tuple[int, InputCommand]] = []
-    for i in range(workers):
-        chunk = records[i * size : (i + 1) * size]
-        if chunk:
-            out.append(((turn + i) % workers, Send(chunk)))
-    return out

@@ -14,7 +14,8 @@ receiver consumes it; a capability (held by ``retain``, ``notify_at`` or a root)
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from progress import (
@@ -40,9 +41,10 @@ from timely.errors import (
 from timely.eventlog import COMMAND, NOTIFY, PULL, RECV, START, EventLog, clock
 from timely.graph.plan import EdgeSpec, Plan
 from timely.graph.system import InputVertex, SourceVertex
-from timely.routing.bins import Routing, default_table
-from timely.routing.channels import Exchange
+from timely.routing.bins import Routing, Table, default_table
+from timely.routing.channels import Broadcast, Exchange
 from timely.routing.hashing import stable_hash
+from timely.routing.members import Members
 from timely.state.disk import StateStore
 from timely.state.keyed import StatefulVertex
 from timely.vertex import Capability, Vertex
@@ -56,6 +58,20 @@ this worker's view), per outer time: see :meth:`Worker._next_rounds`."""
 
 _KINDS = {"on_notify": NOTIFY, "command": COMMAND, "pull": PULL}
 """An activation's kind in the event log, by the method run (``on_recv`` has a port)."""
+
+
+@dataclass
+class Join:
+    """What a worker added to a running dataflow starts from, made by its donor
+    (:meth:`Worker.mint_join`): its end of the progress protocol (a copy of the donor's,
+    owning the capabilities the donor minted for it), the routing tables known, who
+    takes part from which epoch, and the inputs it holds a capability of at ``epoch``."""
+
+    epoch: int
+    progress: WorkerProgress
+    tables: list[tuple[int, Table]]
+    members: Members
+    roots: tuple[int, ...]
 
 
 class Worker:
@@ -72,8 +88,11 @@ class Worker:
         checkpoint_on_request: bool = False,
         log: EventLog | None = None,
         checkpoint_incremental: int = 0,
+        join: Join | None = None,
     ) -> None:
-        """``checkpoint_every=k`` snapshots the vertices after every epoch ``e`` with
+        """``join``: a worker added to a running dataflow starts from what its donor
+        made (:meth:`mint_join`), with empty state; its bins come by migration.
+        ``checkpoint_every=k`` snapshots the vertices after every epoch ``e`` with
         ``e % k == k - 1`` (see :meth:`take_parts`); ``checkpoint_on_request`` after the
         epochs the driver asks for (:meth:`request_checkpoint`) instead.
         ``restore=(e, snapshots)`` starts from a checkpoint at epoch ``e``: each vertex gets
@@ -91,11 +110,21 @@ class Worker:
         capability at."""
         start = 0 if restore is None else restore[0] + 1
         graph = plan.graph
-        caps = plan.initial_capabilities(start)
-        self.progress = WorkerProgress(index, peers, graph, caps, accumulate=accumulate)
         self.tracker = Tracker(graph, check_times=False)
-        self.tracker.update_all((ps, peers) for ps in caps)
+        if join is None:
+            caps = plan.initial_capabilities(start)
+            self.progress = WorkerProgress(index, peers, graph, caps, accumulate=accumulate)
+            self.tracker.update_all((ps, peers) for ps in caps)
+            self.members = Members(peers)
+        else:
+            start = join.epoch
+            self.progress = join.progress
+            self.tracker.update_all(join.progress.view.counts().items())
+            self.members = join.members
         self.tracker.propagate_all()
+        self._leaving: dict[int, int] = {}
+        """Workers that left, and how many progress batches each sent: forgotten once
+        every one of them is applied here."""
         self._updates: ChangeBatch[Pointstamp] = ChangeBatch()
         self.contexts = [VertexContext(self, spec) for spec in plan.vertices]
         self.vertices: list[Vertex] = []
@@ -137,6 +166,8 @@ class Worker:
         self.received_since_step = False
         self.routing = Routing(plan.bins, default_table(plan.bins, peers))
         """The routing table in force at each epoch (:mod:`timely.routing.bins`)."""
+        if join is not None:
+            self.routing.restore(join.tables)
         self.migration = Migration(self, start)
         """Configurations received, bins to ship and to install (:mod:`timely.worker.migration`)."""
         checkpointing = checkpoint_every is not None or checkpoint_on_request
@@ -148,12 +179,17 @@ class Worker:
         if restore is not None:
             self._restore(*restore)
         first = (start,)
-        for v in plan.roots:  # roots hold their initial capability at the first epoch
+        roots = plan.roots if join is None else join.roots
+        for v in roots:  # roots hold their initial capability at the first epoch
             ctx = self.contexts[v]
             ctx.caps[first] += 1
             vertex = self.vertices[v]
             assert isinstance(vertex, InputVertex | SourceVertex)
             self._activate(v, -1, first, vertex.start, Capability(ctx, first))
+        for v in set(plan.roots).difference(roots):  # a joiner's: closed before it joined
+            vertex = self.vertices[v]
+            assert isinstance(vertex, InputVertex)
+            vertex.cap = None
         self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
         # Starting may have dropped capabilities (a source with no partitions here).
         self.progress.record(self._updates.drain())
@@ -172,6 +208,8 @@ class Worker:
         if message.progress is not None:
             self.tracker.update_all(self.progress.receive(message.progress))
             self._frontier_moved = True
+            if self._leaving:
+                self._forget_left()
         if message.state:
             self.migration.arrived(message.state)
         self.received_since_step = True
@@ -534,6 +572,8 @@ class Worker:
         channel = edge.channel
         if self.peers == 1:
             routed = {self.index: records}
+        elif isinstance(channel, Broadcast):  # to the workers taking part at its epoch
+            routed = dict.fromkeys(self.members.at(time[0]), records)
         else:
             try:
                 if isinstance(channel, Exchange):
@@ -603,8 +643,8 @@ class Worker:
         if batch is not None:
             self.tracker.update_all(self.progress.receive(batch))
             self._frontier_moved = True
-            for peer in range(self.peers):
-                if peer != self.index:
+            for peer in self.progress.senders():
+                if peer != self.index and peer not in self._leaving:
                     msg = messages.get(peer)
                     if msg is None:
                         messages[peer] = msg = WorkerMessage(self.index, 0)
@@ -618,6 +658,109 @@ class Worker:
         if self.snapshots is not None:
             self.snapshots.scan()
         return out
+
+    # -- workers that join and leave (issue 29) ------------------------------------------------
+    def mint_join(
+        self, worker: int, epoch: int, roots: Sequence[int]
+    ) -> tuple[list[tuple[int, WorkerMessage]], Join]:
+        """As the donor of ``worker``, joining at ``epoch``: a step of this worker's own
+        that counts the joiner's capabilities at ``epoch``, at every output of ``roots``
+        (the driver's inputs still open), and hands them over; then what the joiner starts
+        from. Returns the step's messages (the minting batch, for every peer) and the
+        :class:`Join`. This worker must hold a capability at or before ``epoch`` at each
+        of them, as every worker holds its inputs' (the driver has not advanced past it).
+
+        Every other worker then calls :meth:`add_peer`; the host delivers to the joiner,
+        besides, every progress batch still on its way to this worker."""
+        first = (epoch,)
+        caps: list[Pointstamp] = []
+        for r in roots:
+            if not any(less_equal(t, first) for t in self.contexts[r].caps):
+                name = self.plan.vertices[r].name
+                raise ValueError(
+                    f"worker {self.index} holds no capability of {name!r} at or before "
+                    f"{first}: it cannot mint one there for worker {worker}"
+                )
+            caps.extend((source(r, o), first) for o in range(self.plan.vertices[r].outputs))
+        self.progress.record(self._updates.drain())
+        self.progress.record((ps, 1) for ps in caps)
+        batch = self.progress.flush(force=True)
+        assert batch is not None
+        self.tracker.update_all(self.progress.receive(batch))
+        self._frontier_moved = True
+        out = []
+        for peer in self.progress.senders():
+            if peer != self.index and peer not in self._leaving:
+                out.append((peer, WorkerMessage(self.index, self._seq[peer], progress=batch)))
+                self._seq[peer] += 1
+        for ps in caps:
+            self.progress.hand_over(ps)
+        progress = WorkerProgress.joining(worker, self.progress, caps, after=batch.seq)
+        members = Members(0)
+        members.epochs, members.sets = list(self.members.epochs), list(self.members.sets)
+        members.join(worker, epoch)
+        join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots))
+        self.add_peer(worker, epoch)
+        return out, join
+
+    def add_peer(self, worker: int, epoch: int) -> None:
+        """``worker`` joined the run at ``epoch``: its progress batches count here from
+        now on, and it receives broadcasts at times from ``epoch`` on."""
+        self.progress.add_peer(worker)
+        self.members.join(worker, epoch)
+        self.peers += 1
+        while len(self._seq) <= worker:
+            self._seq.append(0)
+
+    def leave_at(self, worker: int, epoch: int) -> None:
+        """``worker`` leaves the run at ``epoch``: no broadcast at ``epoch`` or later
+        goes to it (told to every worker before any such time exists)."""
+        self.members.leave(worker, epoch)
+
+    def can_leave(self, epoch: int) -> bool:
+        """As a worker leaving at ``epoch``: whether it may go now. It holds no
+        capability, has nothing left to do or ship, and no data can reach it any more:
+        its view has no pointstamp before ``epoch`` (safe: the true frontier is no
+        earlier), and nothing at ``epoch`` or later is routed here."""
+        self._propagate()
+        return (
+            not any(ctx.caps or ctx.requests for ctx in self.contexts)
+            and not self._ready
+            and not any(self.inbox)
+            and not self._held_rounds
+            and not self._commands
+            and not self._out
+            and not self.migration.pending()
+            and not any(t[0] < epoch for _, t in self.progress.view.live())
+        )
+
+    def leave(self) -> tuple[list[tuple[int, WorkerMessage]], int]:
+        """As a leaving worker (:meth:`can_leave`): its last progress batch, for every
+        peer, and how many batches it sent in all (each peer forgets it once it applied
+        that many: :meth:`peer_left`)."""
+        self.progress.record(self._updates.drain())
+        out = []
+        batch = self.progress.flush(force=True)
+        if batch is not None:
+            self.tracker.update_all(self.progress.receive(batch))
+            for peer in self.progress.senders():
+                if peer != self.index and peer not in self._leaving:
+                    out.append((peer, WorkerMessage(self.index, self._seq[peer], progress=batch)))
+                    self._seq[peer] += 1
+        return out, self.progress.next_seq()
+
+    def peer_left(self, worker: int, sent: int) -> None:
+        """``worker`` left after sending ``sent`` progress batches: send it nothing more,
+        and forget it once all of them are applied here."""
+        self._leaving[worker] = sent
+        self._forget_left()
+
+    def _forget_left(self) -> None:
+        for worker, sent in list(self._leaving.items()):
+            if self.progress.applied_from(worker) == sent:
+                self.progress.remove_peer(worker, sent)
+                del self._leaving[worker]
+                self.peers -= 1
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoint_floor(self) -> int:

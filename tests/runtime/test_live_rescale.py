@@ -1,0 +1,269 @@
+"""Workers that join and leave a running dataflow (issue 29), on the inline backend.
+
+``session.rescale(W)`` on a reconfigurable run adds workers at the control input's next
+epoch (a donor mints their capabilities there, in a step of its own) or takes the last
+ones away (their bins drain, then their inputs close, then they go), while the driver
+goes on feeding it. Random scale plans over every stateful operator, random delivery
+orders: the outputs equal a fixed-size run's, epoch by epoch. The mutation checks put
+back the mistakes the protocol exists to avoid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import operators  # noqa: F401 - registers the stream methods
+import timely.worker.loop
+import timely.worker.migration
+from progress import WorkerProgress, source
+from tests.checkpoint.sweep import SCRATCH
+from tests.runtime.test_migration import ON_DISK, PIPELINES
+from timely import ConfigError, Dataflow, TimelyError
+from timely.comm.messages import WorkerMessage
+from timely.routing.bins import Routing, resize
+from timely.routing.members import Members
+from timely.worker.loop import Join, Worker
+
+Plan = dict[int, int]
+"""Before sending epoch ``e``, rescale to ``plan[e]`` workers."""
+
+
+def run(
+    pipeline: str,
+    epochs: list[list[int]],
+    workers: int,
+    seed: int,
+    plan: Plan | None = None,
+    burst: int = 1,
+    **options: Any,
+) -> tuple[dict[int, list[Any]], list[dict[str, Any]], list[int]]:
+    """The output by epoch, the rescales, and the worker count after each epoch's send.
+    The driver runs ``burst`` epochs ahead of the workers (1: they catch up after every
+    epoch)."""
+    flow = Dataflow(f"live-{pipeline}")
+    out: dict[int, list[Any]] = {}
+
+    def record(epoch: int, records: list[Any]) -> None:
+        assert epoch not in out, f"epoch {epoch} delivered twice"
+        out[epoch] = sorted(records, key=repr)
+
+    handle = flow.new_input()
+    PIPELINES[pipeline](handle.stream).subscribe(record)
+    sizes = []
+    with flow.activate(
+        workers=workers, backend="inline", seed=seed, reconfigurable=True, **options
+    ) as session:
+        ahead = contextlib.ExitStack()
+        for e, records in enumerate(epochs):
+            if e % burst == 0:  # the workers catch up with the driver
+                ahead.close()
+                ahead.enter_context(session.running_ahead())
+            if plan and e in plan:
+                session.rescale(plan[e])
+            handle.advance_to(e)
+            handle.send(records)
+            sizes.append(session.workers)
+        ahead.close()
+        handle.close()
+        session.join()
+    return out, session.rescales, sizes
+
+
+epoch_data = st.lists(st.lists(st.integers(0, 22), max_size=8), min_size=4, max_size=10)
+scale_plans = st.dictionaries(st.integers(0, 9), st.integers(1, 4), min_size=1, max_size=4)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(sorted(PIPELINES)),
+    epoch_data,
+    st.integers(1, 3),
+    st.integers(0, 10_000),
+    scale_plans,
+    st.sampled_from([1, 2, 4]),
+)
+def test_live_rescales_leave_every_epoch_as_without_them(
+    pipeline: str, epochs: list[list[int]], workers: int, seed: int, plan: Plan, burst: int
+) -> None:
+    want, _, _ = run(pipeline, epochs, 1, seed)
+    got, rescales, _ = run(pipeline, epochs, workers, seed, plan, burst)
+    assert got == want
+    assert all(r["path"] == "live" for r in rescales)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(ON_DISK), epoch_data, st.integers(0, 10_000), scale_plans)
+def test_live_rescales_on_disk_leave_every_epoch_as_without_them(
+    pipeline: str, epochs: list[list[int]], seed: int, plan: Plan
+) -> None:
+    """The same with the state on disk: joiners open their own store; bins leave a
+    store as ranges of it and arrive in the joiner's."""
+    want, _, _ = run(pipeline, epochs, 1, seed)
+    disk = {"state_backend": "disk", "state_dir": SCRATCH, "state_cache": 1}
+    assert run(pipeline, epochs, 2, seed, plan, **disk)[0] == want
+
+
+EPOCHS = [[(e * 7 + i * 5) % 23 for i in range(6)] for e in range(30)]
+PLAN: Plan = {2: 2, 4: 3, 7: 1}
+CARRIED = ["running_reduce", "map_with_state", "sliding_inverse", "join_streaming"]
+CARRIED += ["table_running", "table_windowed", "table_joined"]
+"""Pipelines whose state is carried across epochs: what a joiner must be sent."""
+
+
+def test_joiners_take_bins_and_records_and_leavers_go_while_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not vacuous: state moves to the joiners, they handle records, and the leavers are
+    gone before the input closes, each change live."""
+    to_joiners: dict[str, int] = {}
+    handled: dict[int, int] = {}
+    current = [""]
+    take = timely.worker.migration.Migration.take_shipped
+    send_from = timely.worker.loop.Worker.send_from
+
+    def spy(self: timely.worker.migration.Migration) -> Any:
+        out = take(self)
+        for dest, shipments in out.items():
+            if dest >= 1:
+                to_joiners[current[0]] = to_joiners.get(current[0], 0) + len(shipments)
+        return out
+
+    def counted(self: Any, v: int, output: int, records: list[Any], time: Any) -> None:
+        handled[self.index] = handled.get(self.index, 0) + len(records)
+        send_from(self, v, output, records, time)
+
+    monkeypatch.setattr(timely.worker.migration.Migration, "take_shipped", spy)
+    monkeypatch.setattr(timely.worker.loop.Worker, "send_from", counted)
+    for pipeline in CARRIED:
+        current[0] = pipeline
+        got, rescales, sizes = run(pipeline, EPOCHS, 1, 5, PLAN)
+        assert got == run(pipeline, EPOCHS, 1, 5)[0], pipeline
+        assert [(r["from"], r["to"], r["path"]) for r in rescales] == [
+            (1, 2, "live"),
+            (2, 3, "live"),
+            (3, 1, "live"),
+        ]
+        # joined at once; the leavers go once their bins have left (8 epochs at most)
+        assert sizes[2:4] == [2, 2] and sizes[4:7] == [3, 3, 3] and sizes[-1] == 1, sizes
+    assert set(to_joiners) == set(CARRIED)
+    assert handled.get(1, 0) > 0 and handled.get(2, 0) > 0
+
+
+def test_a_joiner_starts_at_the_control_inputs_epoch_and_bins_follow_it() -> None:
+    _, rescales, _ = run("count_by", EPOCHS, 1, 0, {3: 2})
+    (r,) = rescales
+    # The control input runs one epoch ahead of the data (epoch 2 sent, so 3), and the
+    # fluid configurations (8 bins an epoch) start there.
+    assert r["epoch"] == 3 and r["epochs"] == list(range(3, 3 + 8))
+
+
+def test_resize_moves_fewest_bins_to_an_even_spread() -> None:
+    table = tuple(b % 3 for b in range(256))
+    grown = resize(table, 4)
+    assert set(grown.values()) == {3} and len(grown) == 64
+    shrunk = resize(table, 2)
+    assert set(shrunk) == {b for b in range(256) if table[b] == 2}
+    after = [shrunk.get(b, w) for b, w in enumerate(table)]
+    assert sorted(after.count(w) for w in range(2)) == [128, 128]
+
+
+def test_what_cannot_go_live_says_why_and_falls_back() -> None:
+    flow = Dataflow("not-live")
+    handle = flow.new_input()
+    handle.stream.count_by(lambda x: x % 3).collect("out")
+    with flow.activate(workers=1, backend="inline") as session:
+        assert "reconfigurable=True" in (session.live_blocker(2) or "")
+        with pytest.raises(ConfigError, match="cannot go live"):
+            session.rescale(2)
+        handle.close()
+
+
+# -- mutation checks -------------------------------------------------------------------------
+
+
+def caught(pipeline: str, seed: int, plan: Plan) -> bool:
+    """Outputs differ from a fixed run's, or the run fails, with the driver 3 epochs
+    ahead of the workers."""
+    try:
+        got = run(pipeline, EPOCHS, 1, seed, plan, burst=3)[0]
+        return got != run(pipeline, EPOCHS, 1, seed)[0]
+    except (TimelyError, RuntimeError, ValueError, AssertionError):
+        return True
+
+
+MUTANT_RUNS = [(p, seed) for p in ("running_reduce", "table_running") for seed in range(4)]
+LATE_RUNS = [(p, seed) for p in ("running_reduce", "count_by") for seed in range(20)]
+
+
+def test_the_mutation_runs_pass_as_built() -> None:
+    assert not any(caught(p, seed, PLAN) for p, seed in MUTANT_RUNS + LATE_RUNS)
+
+
+def _mint_late(self: Worker, worker: int, epoch: int, roots: Any) -> Any:
+    """``Worker.mint_join`` with the joiner's capabilities counted in the donor's next
+    batch instead of the one the joiner's first batch waits for."""
+    first = (epoch,)
+    caps = [(source(r, o), first) for r in roots for o in range(self.plan.vertices[r].outputs)]
+    self.progress.record(self._updates.drain())
+    batch = self.progress.flush(force=True)
+    out = []
+    if batch is not None:
+        self.tracker.update_all(self.progress.receive(batch))
+        for peer in self.progress.senders():
+            if peer != self.index:
+                out.append((peer, WorkerMessage(self.index, self._seq[peer], progress=batch)))
+                self._seq[peer] += 1
+    progress = WorkerProgress.joining(worker, self.progress, caps, self.progress.next_seq() - 1)
+    self.progress.record((ps, 1) for ps in caps)  # one step late
+    for ps in caps:
+        self.progress._owned.update(ps, -1)  # they are the joiner's
+    members = Members(0)
+    members.epochs, members.sets = list(self.members.epochs), list(self.members.sets)
+    members.join(worker, epoch)
+    join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots))
+    self.add_peer(worker, epoch)
+    return out, join
+
+
+def test_mutation_a_joiner_counted_a_step_late_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view may apply the joiner's drop of its input capability before the count of
+    it, and pass the join's epoch while the joiner still sends there."""
+    monkeypatch.setattr(Worker, "mint_join", _mint_late)
+    assert any(caught(p, seed, PLAN) for p, seed in LATE_RUNS)
+
+
+def test_mutation_a_leaver_that_goes_before_its_bins_moved_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leaver drops its capabilities and goes once its inputs are closed, without
+    waiting for its bins to leave: their state is lost."""
+
+    def early(self: Any, epoch: int) -> bool:
+        return not self._commands
+
+    def drop_all(self: Any) -> Any:
+        for v, ctx in enumerate(self.contexts):
+            for t, n in list(ctx.caps.items()):
+                self.capability_changed(v, self.plan.vertices[v].outputs, t, -n)
+                del ctx.caps[t]
+        return leave(self)
+
+    leave = timely.worker.loop.Worker.leave
+    monkeypatch.setattr(timely.worker.loop.Worker, "can_leave", early)
+    monkeypatch.setattr(timely.worker.loop.Worker, "leave", drop_all)
+    assert any(caught(p, seed, {2: 2, 4: 1}) for p, seed in MUTANT_RUNS)
+
+
+def test_mutation_a_table_switched_before_the_agreed_epoch_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Records of the epoch before a configuration that moves bins to a joiner are
+    routed by it: the joiner handles them before the old owner's state has come."""
+    array_at = Routing.array_at
+    monkeypatch.setattr(Routing, "array_at", lambda self, epoch: array_at(self, epoch + 1))
+    assert any(caught(p, seed, {2: 2}) for p, seed in MUTANT_RUNS)
