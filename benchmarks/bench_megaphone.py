@@ -24,9 +24,9 @@ the bins change owner (bins ``b < BINS/2`` swap workers), by
 - ``live-scale-out`` / ``live-scale-in`` (issue 29): ``session.rescale`` from
   ``workers // 2`` to ``workers`` workers, or back, while the run goes on (joiners start
   at the control input's epoch and bins move to them fluidly; leavers' bins move off,
-  then they go). The inline backend only so far (``--backend inline``; every worker on
-  the driver's thread, so a joiner adds no CPU: the figures are the change's cost, not
-  its gain).
+  then they go). Beside them ``checkpoint-and-rescale`` goes the same way
+  (``workers // 2`` to ``workers``). ``--backend inline`` runs every worker on the
+  driver's thread (a joiner adds no CPU: the figures are the change's cost alone).
 
 Per epoch: latency = when its output reached the driver minus when the epoch was due to
 close on the input's steady schedule (a driver held up by a pause closes epochs late,
@@ -188,7 +188,9 @@ def swap_half(table: tuple[int, ...]) -> dict[int, int]:
 LIVE = {"live-scale-out", "live-scale-in"}
 
 
-def migration(kind: str, workers: int, seed: int = 7, backend: str = "ray") -> dict[str, Any]:
+def migration(
+    kind: str, workers: int, seed: int = 7, backend: str = "ray", beside_live: bool = False
+) -> dict[str, Any]:
     rng = random.Random(seed)
     flow = Dataflow(f"megaphone-{kind}")
     handle = flow.new_input("events")
@@ -216,7 +218,7 @@ def migration(kind: str, workers: int, seed: int = 7, backend: str = "ray") -> d
         start_workers, target = max(1, workers // 2), workers
     elif kind == "live-scale-in":
         target = max(1, workers // 2)
-    elif kind == "checkpoint-and-rescale" and backend == "inline":
+    elif kind == "checkpoint-and-rescale" and (backend == "inline" or beside_live):
         start_workers, target = max(1, workers // 2), workers  # beside live-scale-out
     window: tuple[float, float] = (0.0, 0.0)
     with flow.activate(workers=start_workers, backend=backend, **options) as session:
@@ -241,7 +243,7 @@ def migration(kind: str, workers: int, seed: int = 7, backend: str = "ray") -> d
                 return False
             if kind == "checkpoint-and-rescale":
                 return bool(session.rescales)
-            return asked_epoch in arrived and session.workers == target
+            return asked_epoch in arrived and (kind not in LIVE or session.workers == target)
 
         while time.time() < end or not finished():
             epoch += 1
@@ -344,8 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=int, default=RATE, help="records/s after the load")
     args = parser.parse_args(argv)
     KEYS, RATE = args.keys, args.rate
-    if args.backend == "ray" and LIVE & set(args.kinds):
-        parser.error("live-scale-out/in run on --backend inline (Ray does not add actors live yet)")
+    beside_live = bool(LIVE & set(args.kinds))
     BINS_PER_STEP = args.bins_per_step
     payload: dict[str, Any] = {}
     if not args.skip_overhead:
@@ -366,7 +367,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.quick:
             KEYS, BEFORE_S, AFTER_S = 200_000, 2.0, 2.0
         runs = [
-            migration(kind, w, backend=args.backend) for w in args.workers for kind in args.kinds
+            migration(kind, w, backend=args.backend, beside_live=beside_live)
+            for w in args.workers
+            for kind in args.kinds
         ]
         payload["migration"] = runs
         print(

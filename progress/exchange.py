@@ -156,6 +156,9 @@ class WorkerProgress:
         self._early: dict[tuple[int, int], ProgressBatch] = {}
         self._first_after: tuple[int, int] | None = None
         """A joining worker's: the donor's batch its first batch is applied after."""
+        self._has_copy = False
+        """A joining worker's: its view is a copy of a donor's, which may already hold
+        batches that reach it too (they are ignored here)."""
 
     # -- sending -------------------------------------------------------------------------
     def record(self, updates: Iterable[Update]) -> None:
@@ -227,6 +230,8 @@ class WorkerProgress:
                 "peer (it has not joined, or it left)"
             )
         if batch.seq < expected or (sender, batch.seq) in self._early:
+            if self._has_copy:
+                return []  # in the donor's view when it was copied: applied already
             raise ValueError(
                 f"worker {self.worker}: duplicate progress batch {batch.seq} from worker {sender}"
             )
@@ -296,14 +301,20 @@ class WorkerProgress:
         to the donor), so it is exactly as safe as the donor's. It owns
         ``capabilities``, handed over by the donor (:meth:`hand_over`) and counted in
         the donor's batch ``after``, which every view applies before the joiner's
-        first batch. Every other worker calls :meth:`add_peer`."""
-        if worker in donor._next_recv:
+        first batch. Every other worker calls :meth:`add_peer`.
+
+        The donor may count the joiner as a peer already (a host that cannot copy what
+        is on its way to the donor has every worker send to the joiner first, and the
+        donor wait for what they sent before): the joiner then ignores the batches it
+        receives that the copy holds."""
+        if donor._next_recv.get(worker, 0) or any(s == worker for s, _ in donor._early):
             raise ValueError(f"worker {worker} is a peer already")
         new = cls(worker, worker + 1, donor.graph, accumulate=donor.accumulate)
         new.peers = donor.peers + 1
         new.view = ProgressView(donor.graph, donor.view.counts().items())
         new._next_recv = {**donor._next_recv, worker: 0}
         new._early = dict(donor._early)
+        new._has_copy = True
         new._owned = ChangeBatch((ps, 1) for ps in capabilities)
         if capabilities and after is None:
             raise ValueError("a joiner handed capabilities needs the batch that minted them")

@@ -267,3 +267,62 @@ def test_mutation_a_table_switched_before_the_agreed_epoch_is_caught(
     array_at = Routing.array_at
     monkeypatch.setattr(Routing, "array_at", lambda self, epoch: array_at(self, epoch + 1))
     assert any(caught(p, seed, {2: 2}) for p, seed in MUTANT_RUNS)
+
+
+# -- on Ray ----------------------------------------------------------------------------------
+
+
+def paced_on_ray(pipeline: str) -> tuple[Any, ...]:
+    """Fed epoch by epoch, each once the last one's output is in (the workers keep up):
+    two workers from epoch 3, one from epoch 8 on, fed until the leaver has gone (the run
+    goes on meanwhile), then two again for five more epochs. The epochs fed, the output
+    by epoch, the rescales, and the worker count after each epoch."""
+    flow = Dataflow(f"live-ray-{pipeline}")
+    out: dict[int, list[Any]] = {}
+
+    def record(epoch: int, records: list[Any]) -> None:
+        assert epoch not in out, f"epoch {epoch} delivered twice"
+        out[epoch] = sorted(records, key=repr)
+
+    handle = flow.new_input()
+    PIPELINES[pipeline](handle.stream).subscribe(record)
+    sizes: list[int] = []
+    epochs: list[list[int]] = []
+    with flow.activate(workers=1, backend="ray", reconfigurable=True, idle_timeout=0) as session:
+        rejoined = None
+        e = 0
+        while rejoined is None or e < rejoined + 5:
+            if e == 3:
+                session.rescale(2)
+            elif e == 8:
+                session.rescale(1)
+            elif e > 8 and rejoined is None and session.workers == 1:
+                session.rescale(2)
+                rejoined = e
+            records = [(e * 7 + i * 5) % 23 for i in range(6)]
+            epochs.append(records)
+            handle.advance_to(e)
+            handle.send(records)
+            while e > 0 and e - 1 not in out:
+                session.poll(0.05)
+            sizes.append(session.workers)
+            e += 1
+        handle.close()
+        session.join()
+    return epochs, out, session.rescales, sizes
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("pipeline", ["running_reduce", "table_running", "join_streaming"])
+def test_on_ray_workers_join_and_leave_live(pipeline: str) -> None:
+    """New actors join a running dataflow and the last one leaves, with nothing
+    stopped: each change is live, the leaver goes while the run goes on, and the
+    outputs equal a fixed-size run's, epoch by epoch."""
+    epochs, got, rescales, sizes = paced_on_ray(pipeline)
+    assert got == run(pipeline, epochs, 1, 0)[0]
+    assert [(r["from"], r["to"], r["path"]) for r in rescales] == [
+        (1, 2, "live"),
+        (2, 1, "live"),
+        (1, 2, "live"),
+    ]
+    assert sizes[3] == 2 and sizes[-1] == 2, sizes

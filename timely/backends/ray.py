@@ -70,7 +70,7 @@ from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import Restore
 from timely.checkpoint.store import CheckpointStore, Share
 from timely.comm import serialization
-from timely.comm.allocator import Address, Allocator, Channel, PeerLost
+from timely.comm.allocator import DRIVER, Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
 from timely.comm.messages import InputCommand, command_from_wire, command_to_wire
 from timely.errors import ConfigError, TimelyError, WorkerDied
@@ -78,9 +78,9 @@ from timely.eventlog import EventLog, clock, message_event
 from timely.graph.plan import Plan
 from timely.graph.spec import RunSpec
 from timely.session.base import Session, merge_frontiers
-from timely.session.membership import route_input
+from timely.session.membership import Membership
 from timely.session.verbosity import resolve_verbose
-from timely.worker.loop import Worker
+from timely.worker.loop import Join, Worker
 from timely.worker.migration import BinLoad
 from timely.worker.profiling import WorkerProfile
 
@@ -145,6 +145,10 @@ class WorkerActor:
         self.max_inbox = 0
         """The most batches ever waiting in the worker's inboxes right after taking in."""
         self.credit_waits = 0
+        self.leave_epoch: int | None = None
+        """This worker leaves the run at this epoch (None: it stays)."""
+        self.left_after: int | None = None
+        """Once it left: how many progress batches it sent in all."""
 
     async def start(
         self,
@@ -240,7 +244,7 @@ class WorkerActor:
         return self.comm.kinds()
 
     def _lost(self, error: PeerLost) -> WorkerDied:
-        if error.peer == self.npeers:
+        if error.peer == DRIVER:
             return WorkerDied(f"worker {self.index} lost the driver: the connection {error.reason}")
         return WorkerDied(
             f"worker {self.index} lost worker {error.peer}: {error} (a process died, or a "
@@ -281,7 +285,7 @@ class WorkerActor:
                     self.worker.command(v, command_from_wire(w))
                 self.applied += 1
             finally:  # credit it even if applying failed: the driver may wait on it
-                comm.applied(self.npeers)
+                comm.applied(DRIVER)
 
     def _report(self, outputs: Outputs, parts: list[tuple[int, dict[str, Any]]], end: bool) -> None:
         """Send outputs emitted and checkpoint parts written (``(epoch, what the manifest
@@ -292,7 +296,10 @@ class WorkerActor:
         self.comm.send_driver(serialization.encode([outputs, parts, end, loops]))
 
     async def _wait(self, timeout: float | None = None) -> None:
-        """Wait for something to arrive: a frame, a credit, a command, a lost peer."""
+        """Wait for something to arrive: a frame, a credit, a command, a lost peer. The
+        credit of every frame applied goes back first: a peer may wait on it (one that
+        leaves the run waits for every frame it sent to be applied)."""
+        self.comm.flush_credits()
         self.wake.clear()
         self.free_since = time.monotonic()
         log = self.log
@@ -351,6 +358,12 @@ class WorkerActor:
                         await asyncio.sleep(0)
                         continue
                     if worker.idle():
+                        break
+                    if self.leave_epoch is not None and worker.can_leave(self.leave_epoch):
+                        last, self.left_after = worker.leave()
+                        await self._send(
+                            [(p, serialization.encode_message_parts(m)) for p, m in last]
+                        )
                         break
                     if comm.waiting():
                         continue
@@ -438,7 +451,7 @@ class WorkerActor:
             channel = comm.channel(peer)
             if not channel.ready():
                 if budget is None:
-                    budget = [self.window] * self.npeers
+                    budget = [self.window] * comm.peers
                     self.credit_waits += 1
                 await self._credit_wait(channel, budget)
             channel.send_nowait(payload)
@@ -466,6 +479,112 @@ class WorkerActor:
         """Stop taking messages in and release everyone waiting on this worker."""
         self.finished = True
         self.comm.discard()
+
+    # -- joining and leaving a running dataflow ------------------------------------------------
+    async def start_joining(
+        self,
+        index: int,
+        accumulate: bool,
+        window: int,
+        plan: Plan,
+        secret: bytes,
+        tcp: bool,
+        trace: tuple[str, int] | None = None,
+    ) -> tuple[str, int, Address]:
+        """Listen as worker ``index``, joining a running dataflow (the next index): its
+        worker is built by :meth:`join` from what a donor made. Returns as :meth:`start`."""
+        await self.reset()
+        self._begin(index, index + 1, accumulate, window)
+        self.plan, self.trace = plan, trace
+        self.store, self.writer = None, None
+        self.loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        self.comm = Allocator(index, index + 1, secret, window, self.wake.set, driver=True)
+        self.pending_writes = []
+        node: str = ray.get_runtime_context().get_node_id()
+        host = ray.util.get_node_ip_address() if tcp else None  # type: ignore[no-untyped-call]
+        return node, os.getpid(), await self.comm.listen(node, host)
+
+    async def expect_peer(self, peer: int) -> None:
+        """Admit worker ``peer``'s connection: it joins the run."""
+        self.comm.expect_peer(peer)
+        self.npeers = self.comm.peers
+
+    async def add_peer(self, peer: int, epoch: int) -> int:
+        """Worker ``peer`` (connected) joins at ``epoch``: from now on this worker's
+        progress goes to it too. Returns the seq of the first batch it gets from here."""
+        task = self._track()
+        try:
+            await self.comm.wait_peer(peer)
+        except PeerLost as e:
+            raise self._lost(e) from None
+        finally:
+            self._tasks.discard(task)
+        self.worker.add_peer(peer, epoch)
+        seq: int = self.worker.progress.next_seq()
+        return seq
+
+    async def mint_join(
+        self, peer: int, epoch: int, roots: tuple[int, ...], seqs: dict[int, int]
+    ) -> Join:
+        """As the donor of ``peer``: once every batch each worker sent before it counted
+        the joiner (``seqs``: the first one it sends the joiner) is applied here, so that
+        the joiner's copy of this view misses none, mint the joiner's capabilities in a
+        step of this worker's own (:meth:`Worker.mint_join`) and return its start."""
+        worker = self.worker
+        task = self._track()
+        try:
+            while any(worker.progress.applied_from(w) < seq for w, seq in seqs.items()):
+                self._apply()  # between steps: the loop may be waiting
+                if any(worker.progress.applied_from(w) < seq for w, seq in seqs.items()):
+                    await self._wait(0.05)
+            out, join = worker.mint_join(peer, epoch, roots)
+            await self._send([(p, serialization.encode_message_parts(m)) for p, m in out])
+        except PeerLost as e:
+            raise self._lost(e) from None
+        finally:
+            self._tasks.discard(task)
+        self.wake.set()  # the loop: the mint changed the frontier
+        return join
+
+    async def join(self, join: Join) -> None:
+        """Build this joiner's worker from its donor's ``join``; :meth:`run` follows."""
+        plan, trace = self.plan, self.trace
+        self.worker = Worker(
+            plan,
+            self.index,
+            self.npeers,
+            self.accumulate,
+            log=None
+            if trace is None
+            else EventLog.for_plan(trace[0], plan, self.index, self.npeers, trace[1]),
+            join=join,
+        )
+        self.log = self.worker.log
+
+    async def leave_at(self, peer: int, epoch: int) -> None:
+        """Worker ``peer`` leaves the run at ``epoch`` (this one, if it is ``self.index``:
+        its loop ends once it holds nothing, :meth:`Worker.can_leave`)."""
+        self.worker.leave_at(peer, epoch)
+        if peer == self.index:
+            self.leave_epoch = epoch
+            self.wake.set()
+
+    async def peer_left(self, peer: int, sent: int) -> None:
+        """Worker ``peer`` left after sending ``sent`` progress batches; every frame it
+        sent is in (its loop ended only once each was credited)."""
+        self.worker.peer_left(peer, sent)
+        self.comm.depart(peer)
+        self.wake.set()
+
+    async def left(self) -> int | None:
+        """As a worker that left: how many progress batches it sent in all (None: its
+        loop ended with the run's end instead)."""
+        return self.left_after
+
+    async def migratable(self) -> list[int]:
+        """The keyed steps whose state moves with their bins here."""
+        return sorted(self.worker.migration.migratable)
 
     # -- queries -------------------------------------------------------------------------------
     async def request_checkpoint(
@@ -692,8 +811,9 @@ class RaySession(Session):
         self.actors = actors
         self._cpus_of = {id(a): c for a, c in zip(actors, cpus)}
         every = self._every
-        secret = secrets.token_bytes(32)
+        secret = self._secret = secrets.token_bytes(32)
         tcp = _nodes() > 1
+        self.membership = Membership(workers, 0 if restore is None else restore[0] + 1)
         starts = [
             a.start.remote(
                 i,
@@ -912,7 +1032,7 @@ class RaySession(Session):
 
     # -- driver side ------------------------------------------------------------------------
     def _send_command(self, vertex: int, cmd: InputCommand) -> None:
-        for w, part in route_input(cmd, range(self.workers), self._rr):
+        for w, part in self.membership.route(vertex, cmd, self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
         if time.monotonic() - self._last_check >= _CHECK_EVERY:
@@ -942,21 +1062,110 @@ class RaySession(Session):
             self._check()  # a worker's own failure says more than a closed connection
             raise WorkerDied(f"worker {w} died: {e.reason}") from None
 
+    # -- workers that join and leave -------------------------------------------------------------
+    live_backend = True
+
+    def _migratable(self) -> set[int]:
+        steps: list[int] = self._get(self.actors[0].migratable.remote(), 0)
+        return set(steps)
+
+    def _join_worker(self, worker: int, epoch: int) -> None:
+        links = self._links
+        assert links is not None
+        for name in ("actors", "nodes", "pids", "addresses", "links"):  # workers that left
+            del getattr(self, name)[worker:]
+        cpus = self.cpus
+        if not self._cluster:  # what the running workers leave of this machine's CPUs
+            used = sum(self._cpus_of.get(id(a), self.cpus) for a in self.actors)
+            total = float(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
+            cpus = max(0.0, min(self.cpus, total - used))
+        shape = (cpus, self._shape()[1])
+        actor = (POOL.take(1, shape) or [self._new_actor(cpus)])[0]
+        trace = None if self.trace is None else (self.trace, self.attempt)
+        start = actor.start_joining.remote(
+            worker,
+            self.accumulate,
+            self.max_inflight,
+            self.plan_ref,
+            self._secret,
+            _nodes() > 1,
+            trace,
+        )
+        node, pid, address = self._started([start], cpus)[0]
+        alive = list(self.membership.alive)
+        self._wait_for([self.actors[w].expect_peer.remote(worker) for w in alive], alive)
+        connect = actor.connect.remote(self.addresses + [address])
+        try:
+            links.add(worker, address, ray.get_runtime_context().get_node_id())
+        except PeerLost as e:
+            self._abandoned.append(connect)
+            raise WorkerDied(f"worker {e.peer} {e.reason}") from None
+        kinds = self._get(connect, worker)
+        seqs = self._wait_for([self.actors[w].add_peer.remote(worker, epoch) for w in alive], alive)
+        roots = self.membership.open_inputs(self.plan.roots)
+        mint = self.actors[0].mint_join.remote(worker, epoch, roots, dict(zip(alive, seqs)))
+        join = self._wait_for([mint], [0])[0]
+        self._get(actor.join.remote(join), worker)
+        self.actors.append(actor)
+        self.nodes.append(node)
+        self.pids.append(pid)
+        self.addresses.append(address)
+        self.links.append(kinds)
+        self._cpus_of[id(actor)] = cpus
+        ref = actor.run.remote()
+        self._runs[worker] = ref
+        self._run_worker[ref] = worker
+        self.membership.join(worker, epoch)
+        self.workers += 1
+
+    def _leave_worker(self, worker: int, epoch: int) -> None:
+        alive = list(self.membership.alive)
+        self._wait_for([self.actors[w].leave_at.remote(worker, epoch) for w in alive], alive)
+        for w, vertex, cmd in self.membership.leave(worker, epoch, self.plan.roots):
+            self._command(w, vertex, cmd)
+
+    def _gone(self, worker: int) -> None:
+        """Worker ``worker``'s loop ended as it left: every other worker forgets it, and
+        its actor goes back to the pool."""
+        actor = self.actors[worker]
+        sent = self._get(actor.left.remote(), worker)
+        if sent is None:
+            return  # the run ended everywhere before it could leave: a normal end
+        others = [w for w in self.membership.alive if w != worker]
+        self._wait_for([self.actors[w].peer_left.remote(worker, sent) for w in others], others)
+        assert self._links is not None
+        self._links.depart(worker)
+        self.membership.gone(worker)
+        self._ended.discard(worker)
+        self._last_ping.pop(worker, None)
+        self._behind = {k: v for k, v in self._behind.items() if worker not in k}
+        self.workers -= 1
+        self.view.rescaled(self.workers)
+        try:
+            self._get(actor.reset.remote(), worker)
+            shape = (self._cpus_of.get(id(actor), self.cpus), self._shape()[1])
+            POOL.give_back([actor], shape, self.idle_timeout)
+        except WorkerDied:
+            kill(actor)
+
     def _request_checkpoint(
         self, epoch: int, every: int | None = None, fraction: float | None = None
     ) -> tuple[bool, int]:
-        refs = [a.request_checkpoint.remote(epoch, every, fraction) for a in self.actors]
-        answers = self._wait_for(refs, list(range(self.workers)))
+        alive = self.membership.alive
+        refs = [self.actors[w].request_checkpoint.remote(epoch, every, fraction) for w in alive]
+        answers = self._wait_for(refs, list(alive))
         return all(ok for ok, _ in answers), max(seen for _, seen in answers)
 
     def _bin_loads(self) -> list[BinLoad]:
-        refs = [a.take_load.remote() for a in self.actors]
-        loads: list[BinLoad] = self._wait_for(refs, list(range(self.workers)))
+        alive = self.membership.alive
+        refs = [self.actors[w].take_load.remote() for w in alive]
+        loads: list[BinLoad] = self._wait_for(refs, list(alive))
         return loads
 
     def _probe(self, vertex: int) -> list[tuple[int, ...]]:
-        refs = [a.frontier.remote(vertex) for a in self.actors]
-        frontier = merge_frontiers(self._wait_for(refs, list(range(self.workers))))
+        alive = self.membership.alive
+        refs = [self.actors[w].frontier.remote(vertex) for w in alive]
+        frontier = merge_frontiers(self._wait_for(refs, list(alive)))
         self._collect(0)
         return frontier
 
@@ -1031,7 +1240,7 @@ class RaySession(Session):
                     delivered = True
                 for epoch, info in parts:
                     self._part_written(epoch, info)
-                if end:
+                if end and w in self.membership.alive:
                     self._ended.add(w)
                     self.loop_watch.observe((v, tuple(t)) for v, t in loops)
         finally:
@@ -1083,6 +1292,8 @@ class RaySession(Session):
             del self._runs[w]
             self._pings.pop(w, None)
             self._progress.pop(w, None)
+            if w in self.membership.leaving:
+                self._gone(w)
         now = time.monotonic()
         interval = min(0.5, self.heartbeat_timeout / 4)
         for w in self._runs:
@@ -1111,7 +1322,8 @@ class RaySession(Session):
             waiting = [w for w in self._runs if w in self._progress and self._progress[w][1]]
             if len(waiting) == len(self._runs):
                 for (s, p), (frames, seen) in self._behind.items():
-                    if p in self._progress and self._progress[p][3][s] < frames:
+                    theirs = self._progress.get(p)
+                    if theirs is not None and s < len(theirs[3]) and theirs[3][s] < frames:
                         raise WorkerDied(  # not the dataflow: a connection nobody reads
                             f"worker {p} stopped reading its connection from worker {s}: "
                             f"frames sent {now - seen:.1f}s ago are unread and every worker "
@@ -1134,6 +1346,8 @@ class RaySession(Session):
         for p, theirs in self._progress.items():
             if p == w:
                 continue
+            if w >= len(theirs[3]) or p >= len(sent) or p >= len(read):
+                continue  # joined since one of the two heartbeats
             if sent[p] > theirs[3][w]:  # as the sender: note what p has yet to read
                 behind.setdefault((w, p), (sent[p], at))
             entry = behind.get((p, w))  # as the receiver

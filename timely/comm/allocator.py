@@ -19,7 +19,7 @@ Failures: a reader task per connection reads all the time, so a peer's EOF, rese
 garbage is noticed within a scheduling delay; the host learns of it from
 :meth:`Allocator.check` (and its wake-up callback) as :class:`PeerLost`.
 
-The driver (``driver=True``) is one more endpoint, index ``peers``: it dials every
+The driver (``driver=True``) is one more endpoint, index :data:`DRIVER`: it dials every
 worker with the same handshake (:mod:`timely.comm.driver`), sends commands as DATA
 frames under the same credits (:meth:`Allocator.driver_commands`, credited by
 :meth:`Allocator.applied` with ``peers``) and gets reports back as DATA frames
@@ -46,6 +46,9 @@ from timely.comm.receiving import FrameReader, Payload
 from timely.comm.sending import FrameSender
 from timely.errors import TimelyError
 
+DRIVER = 0xFFFFFFFF
+"""The driver's index in handshakes and :meth:`Allocator.applied` (no worker's: workers
+join a running dataflow at the next index)."""
 CONNECT_TIMEOUT = 30.0
 """How long :meth:`Allocator.connect` waits for every peer."""
 _ALL_INTERFACES = ("", "0.0.0.0", "::")
@@ -196,7 +199,9 @@ class Allocator:
         self._missing = peers - 1 + int(driver)
         self._expects_driver = driver
         self._driver: _Link | None = None
-        """The driver's connection (index ``peers``), once it has dialled in."""
+        """The driver's connection (index :data:`DRIVER`), once it has dialled in."""
+        self._departed: set[int] = set()
+        """Workers that left the run: their connections end without a failure."""
         self.max_commands = 0
         """The most driver commands ever waiting to be taken."""
         self._servers: list[asyncio.AbstractServer] = []
@@ -306,7 +311,7 @@ class Allocator:
         peer = await hello_listener(reader, writer, self._secret, self.index)
         if peer is None:
             admitted = False
-        elif peer == self.peers:  # the driver: one connection, when one is expected
+        elif peer == DRIVER:  # the driver: one connection, when one is expected
             admitted = self._expects_driver and self._driver is None
         else:
             admitted = self.index < peer < self.peers and self._links[peer] is None
@@ -334,7 +339,7 @@ class Allocator:
 
         protocol = FrameReader(on_frame, on_lost)
         link = _Link(peer, writer, FrameSender(writer, protocol.drained), kind)
-        if peer == self.peers:
+        if peer == DRIVER:
             self._driver = link
         else:
             self._links[peer] = link
@@ -343,6 +348,42 @@ class Allocator:
         self._missing -= 1
         if self._missing == 0:
             self._connected.set()
+
+    # -- workers that join and leave a running dataflow ----------------------------------------
+    def expect_peer(self, peer: int) -> None:
+        """Worker ``peer`` (the next index) joins the run: admit its connection (it dials
+        every worker already in; :meth:`wait_peer` waits for it)."""
+        if peer in self._departed:  # the index of a worker that left, taken again
+            self._departed.discard(peer)
+            return
+        if peer != self.peers:
+            raise ValueError(f"worker {peer} cannot join worker {self.index}'s {self.peers}")
+        self.peers += 1
+        self._links.append(None)
+        self._channels.append(None)
+
+    async def wait_peer(self, peer: int, timeout: float = CONNECT_TIMEOUT) -> None:
+        """Wait until worker ``peer`` (expected) has dialled in. Raises PeerLost."""
+        deadline = time.monotonic() + timeout
+        while self._links[peer] is None:
+            self.check()
+            if time.monotonic() >= deadline:
+                raise PeerLost(peer, f"did not dial in within {timeout:g}s to join the run")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.changed(), 0.05)
+
+    def depart(self, peer: int) -> None:
+        """Worker ``peer`` left the run (every frame it sent is applied here): its
+        connection may end now; nothing more goes to it."""
+        self._departed.add(peer)
+        link = self._links[peer]
+        if link is not None:
+            link.applied += len(link.queue)
+            self.queued -= len(link.queue)
+            link.queue.clear()
+            self._links[peer] = None
+            self._channels[peer] = None
+            link.writer.close()
 
     # -- receiving ----------------------------------------------------------------------------
     def _frame(self, link: _Link, kind: int, payload: Payload) -> bool:
@@ -375,6 +416,9 @@ class Allocator:
         return True
 
     def _lose(self, link: _Link, reason: str) -> None:
+        if link.peer in self._departed:
+            link.writer.close()  # a worker that left: its end is no failure
+            return
         if link.lost is None:
             link.lost = reason
             self._broken = True
@@ -448,7 +492,7 @@ class Allocator:
 
     def driver_commands(self) -> list[Payload]:
         """The driver's frames received so far, in order; credit them with
-        :meth:`applied` (``peers``) once applied."""
+        :meth:`applied` (:data:`DRIVER`) once applied."""
         link = self._driver
         if link is None or not link.queue:
             return []
@@ -457,9 +501,9 @@ class Allocator:
         return out
 
     def applied(self, peer: int, n: int = 1) -> None:
-        """The host applied ``n`` frames from ``peer`` (``peers``: the driver): credit goes
+        """The host applied ``n`` frames from ``peer`` (:data:`DRIVER`: the driver): credit goes
         back every ``window // 2`` of them."""
-        link = self._driver if peer == self.peers else self._links[peer]
+        link = self._driver if peer == DRIVER else self._links[peer]
         assert link is not None
         link.applied += n
         if link.applied - link.acked >= self._credit_every:

@@ -1,4 +1,4 @@
-"""The driver's own connections to the workers: one more endpoint, index ``workers``.
+"""The driver's own connections to the workers: one more endpoint, index ``DRIVER``.
 
 The driver is not an asyncio program, so this side uses blocking sockets: the driver's
 thread dials every worker (Unix on its own node, TCP otherwise), proves the run's secret
@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from timely.comm.allocator import Address, PeerLost
+from timely.comm.allocator import DRIVER, Address, PeerLost
 from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, data_frame
 from timely.comm.handshake import HELLO_TIMEOUT, MAC, NONCE, dialer_proof, listener_proof
 
@@ -40,6 +40,8 @@ class _Conn:
         """Frames sent; of those, how many the worker has applied (its last credit)."""
         self.lost: str | None = None
         self.thread: threading.Thread | None = None
+        self.departed = False
+        """The worker left the run: its connection's end is no failure."""
 
 
 class DriverLinks:
@@ -66,13 +68,33 @@ class DriverLinks:
     def connect(self, table: Sequence[Address], node: str, timeout: float = HELLO_TIMEOUT) -> None:
         """Dial every worker and prove the secret. Raises PeerLost naming the worker."""
         for w, addr in enumerate(table):
-            sock = self._dial(w, addr, node, timeout)
-            conn = _Conn(w, sock)
+            self.add(w, addr, node, timeout)
+
+    def add(self, w: int, addr: Address, node: str, timeout: float = HELLO_TIMEOUT) -> None:
+        """Dial worker ``w`` (the next index: one joining the run too) and start its reader."""
+        again = w < len(self._conns) and self._conns[w].departed  # a left worker's index
+        if w != len(self._conns) and not again:
+            raise ValueError(f"worker {w} is not the next of {len(self._conns)}")
+        sock = self._dial(w, addr, node, timeout)
+        conn = _Conn(w, sock)
+        if again:
+            self._conns[w] = conn
+        else:
             self._conns.append(conn)
-            conn.thread = threading.Thread(
-                target=self._read, args=(conn,), name=f"timely-driver-{w}", daemon=True
-            )
-            conn.thread.start()
+        self.workers = len(self._conns)
+        conn.thread = threading.Thread(
+            target=self._read, args=(conn,), name=f"timely-driver-{w}", daemon=True
+        )
+        conn.thread.start()
+
+    def depart(self, w: int) -> None:
+        """Worker ``w`` left the run: close its connection (its end is no failure)."""
+        conn = self._conns[w]
+        with self._cond:
+            conn.departed = True
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.sock.close()
 
     def _dial(self, w: int, addr: Address, node: str, timeout: float) -> socket.socket:
         if addr.node == node:
@@ -89,7 +111,7 @@ class DriverLinks:
             sock.settimeout(timeout)
             sock.connect(where)
             challenge = recv_exactly(sock, NONCE)
-            nonce, proof = dialer_proof(self._secret, challenge, self.workers)
+            nonce, proof = dialer_proof(self._secret, challenge, DRIVER)
             sock.sendall(proof)
             answer = recv_exactly(sock, MAC)
             if not hmac.compare_digest(answer, listener_proof(self._secret, nonce, w)):
@@ -127,7 +149,7 @@ class DriverLinks:
             eof = isinstance(e, EOFError)
             reason = "was closed by the worker (EOF)" if eof else f"failed ({e})"
             with self._cond:
-                if self._closing:
+                if self._closing or conn.departed:
                     return
                 conn.lost = reason
                 self._cond.notify_all()

@@ -700,7 +700,8 @@ class Worker:
         members.epochs, members.sets = list(self.members.epochs), list(self.members.sets)
         members.join(worker, epoch)
         join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots))
-        self.add_peer(worker, epoch)
+        if worker not in self.progress.senders():  # (a Ray donor counts it already)
+            self.add_peer(worker, epoch)
         return out, join
 
     def add_peer(self, worker: int, epoch: int) -> None:
