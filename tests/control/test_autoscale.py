@@ -93,9 +93,9 @@ def test_ds2_converges_on_ray(tmp_path: Path, rate: int, start: int) -> None:
     # so and why.
     assert session.rescales[0]["path"] == "restart"
     asking = [d for d in session.view.snapshot()["decisions"] if "path" in d]
-    assert [(d["path"], "reconfigurable" in d["why"]) for d in asking] == [
-        ("restart", True)
-    ] * len(acted)
+    assert [(d["path"], "reconfigurable" in d["why"]) for d in asking] == [("restart", True)] * len(
+        acted
+    )
     # every decision and the rescale are in the driver's event log too
     logged = read_driver_log(session.trace or "")
     assert [e[3]["workers"] for e in logged if e[0] == "decision"] == [
