@@ -59,12 +59,21 @@ class Call(Vertex):
 
 
 def flow_of(
-    seconds: float, arrivals: list[tuple[float, int, int]], workload: str = "one-step"
-) -> Dataflow:
+    seconds: float,
+    arrivals: list[tuple[float, int, int]],
+    workload: str = "one-step",
+    feed: str = "source",
+) -> tuple[Dataflow, Any]:
+    """The dataflow, and (``feed="driver"``) the input handle the driver feeds."""
     flow = Dataflow("autoscaled")
     rate = RATE if workload == "one-step" else TWO_STEP["rate"]
-    source = rate_source(rate, seconds=seconds, epoch_seconds=0.5, partitions=12)
-    stream = flow.source(source, name="events")
+    handle = None
+    if feed == "driver":
+        handle = flow.new_input("events")
+        stream = handle.stream
+    else:
+        source = rate_source(rate, seconds=seconds, epoch_seconds=0.5, partitions=12)
+        stream = flow.source(source, name="events")
     if workload == "one-step":
         stream = stream.unary(Call, name="call")
     else:
@@ -75,12 +84,31 @@ def flow_of(
     counts.subscribe(
         lambda epoch, recs: arrivals.append((time.time(), epoch, sum(c for _, c in recs)))
     )
-    return flow
+    return flow, handle
 
 
-def run(kind: str, seconds: float, workload: str = "one-step") -> dict[str, Any]:
+def feed_paced(session: Any, handle: Any, rate: int, seconds: float, started: float) -> None:
+    """The driver as a source: epoch ``e``'s ``rate / 2`` records sent in ten chunks over
+    ``[e, e + 1) x 0.5 s`` from ``started``, then the epoch closed."""
+    per_chunk = rate // 20
+    n = 0
+    for e in range(int(seconds / 0.5)):
+        for c in range(10):
+            due = started + e * 0.5 + (c + 1) * 0.05
+            while (pause := due - time.time()) > 0:
+                session.poll(pause)
+            handle.send(list(range(n, n + per_chunk)))
+            n += per_chunk
+        handle.advance_to(e + 1)
+    handle.close()
+
+
+def run(
+    kind: str, seconds: float, workload: str = "one-step", feed: str = "source"
+) -> dict[str, Any]:
     arrivals: list[tuple[float, int, int]] = []
-    flow = flow_of(seconds, arrivals, workload)
+    flow, handle = flow_of(seconds, arrivals, workload, feed)
+    rate = RATE if workload == "one-step" else TWO_STEP["rate"]
     if workload == "one-step":
         analytic = math.ceil(RATE * COST)
     else:  # two steps on every worker's one thread: their useful times add up
@@ -88,7 +116,19 @@ def run(kind: str, seconds: float, workload: str = "one-step") -> dict[str, Any]
     options: dict[str, Any] = {"idle_timeout": 0}
     start_workers = analytic if kind == "fixed" else 1
     with tempfile.TemporaryDirectory() as ckpt:
-        if kind != "fixed":
+        if kind != "fixed" and feed == "driver":  # live: no checkpoints needed
+            options |= {
+                "reconfigurable": True,
+                "standbys": 1,
+                "autoscale": Autoscale(
+                    policy=kind,
+                    interval=2.0,
+                    warm_up=1,
+                    max_workers=MAX_WORKERS,
+                    targets={"events": rate},
+                ),
+            }
+        elif kind != "fixed":
             options |= {
                 "checkpoint": ckpt,
                 "checkpoint_interval": 0.5,
@@ -96,8 +136,12 @@ def run(kind: str, seconds: float, workload: str = "one-step") -> dict[str, Any]
                     policy=kind, interval=2.0, warm_up=1, max_workers=MAX_WORKERS
                 ),
             }
+        elif feed == "driver":
+            options["reconfigurable"] = True
         started = time.time()
         session = flow.activate(workers=start_workers, backend="ray", **options)
+        if handle is not None:
+            feed_paced(session, handle, rate, seconds, started)
         session.join()
         ended = time.time()
     rescales = [
@@ -118,6 +162,8 @@ def run(kind: str, seconds: float, workload: str = "one-step") -> dict[str, Any]
     settled = [per_second.get(s, 0) for s in range(int(done_at) + 3, int(ended - started) - 1)]
     return {
         "kind": kind,
+        "feed": feed,
+        "paths": [r.get("path") for r in session.rescales],
         "analytic": analytic,
         "final_workers": session.workers,
         "decisions": len(decisions),
@@ -170,10 +216,17 @@ def main(argv: list[str] | None = None) -> None:
         help="one costly step (1 ms a record at 4,000/s), or issue 29's two steps of "
         "0.35 ms at 2,000/s (DS2 only, beside the fixed size)",
     )
+    parser.add_argument(
+        "--feed",
+        choices=["source", "driver"],
+        default="source",
+        help="a rate source (a rescale restores from a checkpoint), or the driver feeding a "
+        "reconfigurable run at the same rate (a rescale is live)",
+    )
     args = parser.parse_args(argv)
     seconds = 12.0 if args.quick else 30.0
     kinds = ("ds2", "threshold", "fixed") if args.workload == "one-step" else ("ds2", "fixed")
-    runs = [run(kind, seconds, args.workload) for kind in kinds]
+    runs = [run(kind, seconds, args.workload, args.feed) for kind in kinds]
     reference = runs[-1]["outputs"]
     for r in runs:
         assert r["outputs"] == reference, f"{r['kind']}: outputs differ from the fixed run"
@@ -212,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     print(markdown(headers, rows))
     RESULTS.mkdir(exist_ok=True)
     stem = "autoscale" if args.workload == "one-step" else "autoscale-two-step"
+    if args.feed == "driver":
+        stem += "-live"
     svg = RESULTS / (f"{stem}.quick.svg" if args.quick else f"{stem}.svg")
     plot(runs, svg, RATE if args.workload == "one-step" else TWO_STEP["rate"])
     for r in runs:

@@ -213,6 +213,8 @@ def migration(
         options["reconfigurable"] = True
     if backend == "inline":
         del options["idle_timeout"]
+    elif kind == "live-scale-out":
+        options["standbys"] = 1  # a warm actor to join, as a recovery keeps one
     start_workers, target = workers, workers * 2
     if kind == "live-scale-out":
         start_workers, target = max(1, workers // 2), workers

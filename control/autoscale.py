@@ -6,9 +6,10 @@ interval, reads what the workers' event logs flushed since (:class:`~control.rat
 RateMeter`), measures the interval that every worker's log has reached, and hands the
 measurement to :class:`~control.ds2.Policy`. Each decision goes to the session's view
 (metrics and the live page show it) and to :attr:`AutoscaleMonitor.decisions`; one that
-changes the worker count asks :meth:`~timely.session.base.Session.rescale`, which takes a
-checkpoint, stops the workers and restores at W* on the driver's own thread (so the
-option needs ``checkpoint=``). The policy warms up again after every rescale.
+changes the worker count asks :meth:`~timely.session.base.Session.rescale`, made on the
+driver's own thread: live in a reconfigurable run fed by the driver (workers join or
+leave while it runs), else by a checkpoint, a stop and a restore at W* (the option then
+needs ``checkpoint=``). The policy warms up again after every rescale.
 
 Target rates: per source or input (by name), given in :class:`Autoscale`'s ``targets``,
 else what each source says it offers (``Source.offered_rate``, e.g. the rate source's
@@ -32,6 +33,7 @@ from timely.errors import ConfigError
 
 if TYPE_CHECKING:
     from timely.checkpoint.config import CheckpointConfig
+    from timely.graph.plan import Plan
     from timely.session.base import Session
 
 NS = 1_000_000_000
@@ -130,12 +132,24 @@ class AutoscaleMonitor:
         self._thread = threading.Thread(target=self._loop, name="timely-ds2", daemon=True)
         self._next: int | None = None
 
-    def check(self, workers: int, backend: str, checkpoint: CheckpointConfig | None) -> None:
-        """Before anything starts: rescaling restores from checkpoints."""
-        if checkpoint is None:
+    def check(
+        self,
+        workers: int,
+        backend: str,
+        checkpoint: CheckpointConfig | None,
+        plan: Plan | None = None,
+    ) -> None:
+        """Before anything starts: rescaling is live (a reconfigurable run fed by the
+        driver) or restores from checkpoints."""
+        live = plan is not None and plan.control is not None
+        if plan is not None and any(spec.kind == "source" for spec in plan.vertices):
+            live = False  # source partitions do not move live yet
+        if checkpoint is None and not live:
             raise ConfigError(
-                "autoscale rescales by checkpoint and restore: give checkpoint=DIR (and "
-                "checkpoint_every or checkpoint_interval for how often)"
+                "autoscale rescales live in a reconfigurable run fed by the driver "
+                "(flow.activate(..., reconfigurable=True), no sources), or else by "
+                "checkpoint and restore: give checkpoint=DIR (and checkpoint_every or "
+                "checkpoint_interval for how often)"
             )
         high = self._max_workers()
         if not self.settings.min_workers <= workers <= high:

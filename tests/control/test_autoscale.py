@@ -106,7 +106,9 @@ def test_ds2_converges_on_ray(tmp_path: Path, rate: int, start: int) -> None:
 
 def test_autoscale_needs_checkpoints_and_fitting_bounds(tmp_path: Path) -> None:
     flow = build(100, 0.1)
-    with pytest.raises(ConfigError, match="give checkpoint=DIR"):
+    with pytest.raises(
+        ConfigError, match="rescales live in a reconfigurable run .* give checkpoint=DIR"
+    ):
         flow.run(workers=1, backend="inline", autoscale=True)
     with pytest.raises(ConfigError, match="outside \\[min_workers, max_workers\\]"):
         flow.run(
@@ -145,3 +147,55 @@ def test_decisions_reach_the_view(tmp_path: Path) -> None:
     assert last["workers"] == 1 and "work" in last["per_operator"]
     assert last["rates"]["work"]["observed_processing"] > 0
     assert last["instances"]["work"]["0"]["observed_processing"] > 0  # per worker too
+
+
+def driver_fed(cost: float) -> tuple[Dataflow, Any]:
+    flow = Dataflow("scaled-live")
+    events = flow.new_input("events")
+    events.stream.select(busy(cost), name="work").count_by(lambda x: x % 11).collect("counts")
+    return flow, events
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize(("rate", "start"), [(3000, 1), (150, 2)])
+def test_ds2_rescales_a_driver_fed_run_live_on_ray(tmp_path: Path, rate: int, start: int) -> None:
+    """A reconfigurable run fed by the driver needs no checkpoints: DS2's change is live
+    (workers join, or the last one leaves, while the driver goes on feeding), and the
+    counts equal a fixed run's. The driver feeds until the change has happened (the
+    leaver gone), then ten epochs more."""
+    analytic = min(2, math.ceil(rate * COSTS[rate]))
+    flow, events = driver_fed(COSTS[rate])
+    settings = Autoscale(
+        min_workers=1, max_workers=2, interval=0.5, warm_up=1, targets={"events": rate}
+    )
+    session = flow.activate(
+        workers=start,
+        backend="ray",
+        trace=str(tmp_path / "trace"),
+        reconfigurable=True,
+        autoscale=settings,
+        idle_timeout=0,
+    )
+    want: Counter[tuple[int, int]] = Counter()
+    epoch, done_at = 0, None
+    while done_at is None or epoch < done_at + 10:
+        records = list(range(epoch * 40, epoch * 40 + 40))
+        events.send(records)
+        want.update((epoch, x % 11) for x in records)
+        epoch += 1
+        events.advance_to(epoch)
+        session.poll(0.01)
+        if done_at is None and session.workers == analytic and session.rescale_pending() is None:
+            done_at = epoch
+        assert epoch < 5000, "no live rescale after 5,000 epochs"
+    events.close()
+    results = session.join()
+    monitor = next(m for m in session.monitors if hasattr(m, "decisions"))
+    assert not monitor.errors
+    got = Counter((e, k) for e, (k, n) in results["counts"] for _ in range(n))
+    assert got == want
+    assert [(r["from"], r["to"], r["path"]) for r in session.rescales] == [
+        (start, analytic, "live")
+    ]
+    asking = [d for d in session.view.snapshot()["decisions"] if "path" in d]
+    assert [d["path"] for d in asking] == ["live"]

@@ -1079,8 +1079,13 @@ class RaySession(Session):
             used = sum(self._cpus_of.get(id(a), self.cpus) for a in self.actors)
             total = float(ray.cluster_resources().get("CPU", 0))  # type: ignore[no-untyped-call]
             cpus = max(0.0, min(self.cpus, total - used))
-        shape = (cpus, self._shape()[1])
-        actor = (POOL.take(1, shape) or [self._new_actor(cpus)])[0]
+        # A standby is warm already: no process to start while the run waits. None is
+        # started again here: a process starting beside the running workers takes their
+        # CPU (on 2 cores it stalled epochs for ~1 s); the next launch makes it up.
+        if self._standbys:
+            actor, cpus = self._standbys.pop(0), 0.0
+        else:
+            actor = (POOL.take(1, (cpus, self._shape()[1])) or [self._new_actor(cpus)])[0]
         trace = None if self.trace is None else (self.trace, self.attempt)
         start = actor.start_joining.remote(
             worker,

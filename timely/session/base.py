@@ -74,9 +74,9 @@ class _RescaleNow(Exception):
 
 class Monitor(Protocol):
     """Watches one session from the driver's process. It may also have
-    ``check(workers, backend, checkpoint)``, called before anything starts, to refuse a
-    run it cannot serve with a :class:`~timely.errors.ConfigError` (a controller that
-    rescales needs checkpoints)."""
+    ``check(workers, backend, checkpoint, plan)``, called before anything starts, to
+    refuse a run it cannot serve with a :class:`~timely.errors.ConfigError` (a controller
+    that rescales needs checkpoints, or a run that can change live)."""
 
     needs_trace: bool
     """Whether it reads the event log (the session then keeps one)."""
@@ -162,7 +162,10 @@ class Session(ABC):
         self._rescale_asked = 0.0
         self._restart_why = ""
         self._live_deferred: int | None = None
-        """A live rescale asked for while workers were leaving: made once they are gone."""
+        """A live rescale asked for while workers were leaving, or from another thread (a
+        controller's): made on the driver's thread, once no worker is leaving."""
+        self._changing = False
+        self._driver_thread = threading.get_ident()
         self._delivered: dict[str, int] = {}
         self.view = RunView(spec.name, spec.plan.describe(), workers, trace)
         """What monitors read of this session (:mod:`timely.session.monitors`)."""
@@ -250,11 +253,8 @@ class Session(ABC):
     # -- the driver's API -------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: InputCommand) -> None:
         """Hand a driver input command (send, advance, close) to the workers."""
-        deferred = self._live_deferred
-        if deferred is not None and not self.membership.leaving:
-            self._live_deferred = None
-            if self.live_blocker(deferred) is None:
-                self._guarded(self._rescale_live, deferred, retry=False)
+        if self._live_deferred is not None:
+            self._guarded(self._apply_live, retry=False)
         if isinstance(cmd, Advance) and vertex != self.plan.control:
             # Configurations stay one epoch ahead of the data: a batch is never held for one.
             self._control_to(cmd.epoch + 1)
@@ -447,6 +447,8 @@ class Session(ABC):
         """Let the coordinator ask for a checkpoint if ``checkpoint_interval`` says so;
         once the checkpoint a rescale waits for is committed, stop for it (the backends
         call this from the driver's loop)."""
+        if self._live_deferred is not None:
+            self._apply_live()
         coordinator = self.coordinator
         if coordinator is None:
             return
@@ -480,11 +482,11 @@ class Session(ABC):
         if workers == self.workers - len(self.membership.leaving) and self._rescale_to is None:
             return
         blocker = self.live_blocker(workers)
-        if blocker is None:
+        if blocker is None and threading.get_ident() == self._driver_thread:
             self._guarded(self._rescale_live, workers, retry=False)
             return
-        if blocker == LEAVING:
-            self._live_deferred = workers  # made live once they have gone (input_command)
+        if blocker is None or blocker == LEAVING:
+            self._live_deferred = workers  # made on the driver's thread (_apply_live)
             return
         coordinator = self.coordinator
         if coordinator is None:
@@ -528,7 +530,24 @@ class Session(ABC):
         nothing (backends that run live)."""
         raise NotImplementedError(f"{type(self).__name__} cannot remove workers live")
 
+    def _apply_live(self) -> None:
+        """Make the live rescale deferred to the driver's thread, if it can be made now
+        (the backends call this from the driver's loop, and every input command does)."""
+        deferred = self._live_deferred
+        if deferred is None or self.membership.leaving or self._changing:
+            return
+        self._live_deferred = None
+        if deferred != self.workers and self.live_blocker(deferred) is None:
+            self._rescale_live(deferred)
+
     def _rescale_live(self, workers: int) -> None:
+        self._changing = True
+        try:
+            self._change_live(workers)
+        finally:
+            self._changing = False
+
+    def _change_live(self, workers: int) -> None:
         started, old, began = time.monotonic(), self.workers - len(self.membership.leaving), clock()
         epoch = self._control_epoch
         if workers > old:
@@ -561,7 +580,13 @@ class Session(ABC):
 
     def rescale_pending(self) -> int | None:
         """The worker count a requested rescale waits to go to (None: none waits)."""
-        return self._rescale_to
+        if self._rescale_to is not None:
+            return self._rescale_to
+        if self._live_deferred is not None:
+            return self._live_deferred
+        if self.membership.leaving:  # a live scale-in: its leavers have not gone yet
+            return self.workers - len(self.membership.leaving)
+        return None
 
     def log_event(self, kind: str, record: dict[str, Any], started: int | None = None) -> None:
         """Put a driver-side event (a controller's ``"decision"``, say) in the event log's

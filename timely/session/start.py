@@ -129,7 +129,7 @@ def start_session(
         for m in monitors:
             check = getattr(m, "check", None)
             if check is not None:  # what a monitor needs of the run, before it starts
-                check(workers, name, checkpoint)
+                check(workers, name, checkpoint, spec.plan)
         cls = check_options(name, options)
         if "verbose" in inspect.signature(cls).parameters:
             options["verbose"] = verbose
