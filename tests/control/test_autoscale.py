@@ -107,7 +107,7 @@ def test_ds2_converges_on_ray(tmp_path: Path, rate: int, start: int) -> None:
 def test_autoscale_needs_checkpoints_and_fitting_bounds(tmp_path: Path) -> None:
     flow = build(100, 0.1)
     with pytest.raises(
-        ConfigError, match="rescales live in a reconfigurable run .* give checkpoint=DIR"
+        ConfigError, match=r"rescales live in a reconfigurable run .* give checkpoint=DIR"
     ):
         flow.run(workers=1, backend="inline", autoscale=True)
     with pytest.raises(ConfigError, match="outside \\[min_workers, max_workers\\]"):
