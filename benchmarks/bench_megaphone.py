@@ -387,6 +387,8 @@ def main(argv: list[str] | None = None) -> None:
             )
         )
         name = "megaphone" if args.backend == "ray" else "megaphone-inline"
+        if beside_live:
+            name += "-live"
         svg = RESULTS / (f"{name}.quick.svg" if args.quick else f"{name}.svg")
         plot(runs, svg)
         print(f"plot: {svg}")
