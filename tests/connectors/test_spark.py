@@ -58,7 +58,7 @@ def test_round_trip_on_ray_equals_spark_own_query(
     schema = T.StructType(
         [T.StructField("ad", T.LongType()), T.StructField("clicks", T.LongType())]
     )
-    sink = SparkSink(str(tmp_path / "out"), schema=schema, table="clicks_per_ad")
+    sink = SparkSink(str(tmp_path / "out"), schema=schema, table="clicks_per_ad_ids")
     counts.sink(sink)
     flow.run(workers=2, backend="ray")
 
@@ -68,11 +68,11 @@ def test_round_trip_on_ray_equals_spark_own_query(
     )
     got = sink.dataframe(spark, epoch_column="epoch").collect()
     assert Counter((r["epoch"], r["ad"], r["clicks"]) for r in got) == want
-    table = spark.table("clicks_per_ad")
+    table = spark.table("clicks_per_ad_ids")
     assert table.schema == schema.add("epoch", T.LongType())
     assert Counter((r["epoch"], r["ad"], r["clicks"]) for r in table.collect()) == want
     sink.commit(None)  # a second commit appends nothing new to the table
-    assert spark.table("clicks_per_ad").count() == len(want)
+    assert spark.table("clicks_per_ad_ids").count() == len(want)
 
 
 def test_a_dataframe_through_table_operators_into_spark_equals_spark_own_query(

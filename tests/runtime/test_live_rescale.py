@@ -272,7 +272,7 @@ def test_mutation_a_table_switched_before_the_agreed_epoch_is_caught(
 # -- on Ray ----------------------------------------------------------------------------------
 
 
-def paced_on_ray(pipeline: str) -> tuple[Any, ...]:
+def paced_on_ray(pipeline: str, **options: Any) -> tuple[Any, ...]:
     """Fed epoch by epoch, each once the last one's output is in (the workers keep up):
     two workers from epoch 3, one from epoch 8 on, fed until the leaver has gone (the run
     goes on meanwhile), then two again for five more epochs. The epochs fed, the output
@@ -288,7 +288,9 @@ def paced_on_ray(pipeline: str) -> tuple[Any, ...]:
     PIPELINES[pipeline](handle.stream).subscribe(record)
     sizes: list[int] = []
     epochs: list[list[int]] = []
-    with flow.activate(workers=1, backend="ray", reconfigurable=True, idle_timeout=0) as session:
+    with flow.activate(
+        workers=1, backend="ray", reconfigurable=True, idle_timeout=0, **options
+    ) as session:
         rejoined = None
         e = 0
         while rejoined is None or e < rejoined + 5:
@@ -318,7 +320,11 @@ def test_on_ray_workers_join_and_leave_live(pipeline: str) -> None:
     """New actors join a running dataflow and the last one leaves, with nothing
     stopped: each change is live, the leaver goes while the run goes on, and the
     outputs equal a fixed-size run's, epoch by epoch."""
-    epochs, got, rescales, sizes = paced_on_ray(pipeline)
+    check_on_ray(pipeline)
+
+
+def check_on_ray(pipeline: str, **options: Any) -> None:
+    epochs, got, rescales, sizes = paced_on_ray(pipeline, **options)
     assert got == run(pipeline, epochs, 1, 0)[0]
     assert [(r["from"], r["to"], r["path"]) for r in rescales] == [
         (1, 2, "live"),
@@ -326,3 +332,25 @@ def test_on_ray_workers_join_and_leave_live(pipeline: str) -> None:
         (1, 2, "live"),
     ]
     assert sizes[3] == 2 and sizes[-1] == 2, sizes
+
+
+@pytest.mark.ci
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize(
+    ("pipeline", "backend"),
+    [
+        ("tumbling", "memory"),
+        ("sliding_inverse", "memory"),
+        ("map_with_state", "memory"),
+        ("table_windowed", "memory"),
+        ("table_joined", "memory"),
+        ("running_reduce", "disk"),
+        ("map_with_state", "disk"),
+        ("join_streaming", "disk"),
+    ],
+)
+def test_on_ray_every_kind_of_state_joins_and_leaves_live(pipeline: str, backend: str) -> None:
+    """The same for windowed, joined and ``map_with_state`` state, and on the disk
+    backend (CI's profile: eight more Ray runs)."""
+    options = {} if backend == "memory" else {"state_backend": "disk", "state_dir": SCRATCH}
+    check_on_ray(pipeline, **options)
