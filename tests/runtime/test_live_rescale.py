@@ -273,7 +273,7 @@ def test_mutation_a_table_switched_before_the_agreed_epoch_is_caught(
 
 
 def paced_on_ray(pipeline: str, **options: Any) -> tuple[Any, ...]:
-    """Fed epoch by epoch, each once the last one's output is in (the workers keep up):
+    """Fed epoch by epoch, each once the last one is done (the workers keep up):
     two workers from epoch 3, one from epoch 8 on, fed until the leaver has gone (the run
     goes on meanwhile), then two again for five more epochs. The epochs fed, the output
     by epoch, the rescales, and the worker count after each epoch."""
@@ -286,6 +286,8 @@ def paced_on_ray(pipeline: str, **options: Any) -> tuple[Any, ...]:
 
     handle = flow.new_input()
     PIPELINES[pipeline](handle.stream).subscribe(record)
+    done: set[int] = set()  # every epoch has records, so each one is counted: the pace
+    handle.stream.count_by(lambda x: 0).subscribe(lambda epoch, _: done.add(epoch))
     sizes: list[int] = []
     epochs: list[list[int]] = []
     with flow.activate(
@@ -305,7 +307,7 @@ def paced_on_ray(pipeline: str, **options: Any) -> tuple[Any, ...]:
             epochs.append(records)
             handle.advance_to(e)
             handle.send(records)
-            while e > 0 and e - 1 not in out:
+            while e > 0 and e - 1 not in done:
                 session.poll(0.05)
             sizes.append(session.workers)
             e += 1
