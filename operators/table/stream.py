@@ -107,9 +107,12 @@ def _named(exprs: tuple[Any, ...], named: Mapping[str, Any]) -> list[tuple[str, 
 class Table:
     """A stream of Arrow record batches of one schema (see the module docstring)."""
 
-    def __init__(self, stream: Stream, schema: pa.Schema) -> None:
+    def __init__(self, stream: Stream, schema: pa.Schema, demand: Demand | None = None) -> None:
         self.stream = stream
         self.schema = schema
+        self.demand = demand
+        """For a step that can send fewer columns (a join: projection push-down), what
+        its readers use; ``select`` says which columns it reads."""
 
     @property
     def flow(self) -> Dataflow:
@@ -139,7 +142,10 @@ class Table:
             compiled.append((out_name, fn))
             fields.append(pa.field(out_name, t))
         schema = pa.schema(fields)
-        return self._then(lambda: Project(compiled, schema), schema, name)
+        out = self._then(lambda: Project(compiled, schema), schema, name)
+        if self.demand is not None:
+            self.demand.uses[out.stream.vertex] = set().union(*(e.columns() for _, e in cols))
+        return out
 
     def with_columns(self, *exprs: Any, name: str = "with_columns", **named: Any) -> Table:
         """Every column, with the given ones added (or replaced, by name)."""
@@ -267,13 +273,17 @@ class Table:
                     "left"
                 )
             d = depths[outer] + 1
+            demand = Demand(self.flow)
             s = self.flow.vertex(
                 inputs,
-                lambda: ArrangedJoin(outer, (lk, rk), how, schemas, out, right_names, d),
+                lambda: ArrangedJoin(
+                    outer, (lk, rk), how, schemas, out, right_names, d, demand.needed()
+                ),
                 name=name,
                 loop_invariant=False,
             )[0]
-            return Table(s, out)
+            demand.stream = s
+            return Table(s, out, demand)
         s = self.flow.vertex(
             inputs, lambda: Join(lk, rk, how, schemas, out, right_names), name=name
         )[0]
@@ -506,6 +516,32 @@ class Table:
     def subscribe(self, callback: Callable[[int, pa.Table], None]) -> None:
         """``callback(epoch, table)`` on the driver, once per epoch, in epoch order."""
         self.tables().subscribe(lambda epoch, tables: callback(epoch, _one(tables, self.schema)))
+
+
+class Demand:
+    """The columns the readers of a step's output use, for the step to send no others
+    (projection push-down: a join gathers only the columns the next ``select`` reads).
+    Known when the run starts, once the graph is whole: the readers' columns if every
+    reader said which it reads (``select`` does), else ``None`` (all of them)."""
+
+    def __init__(self, flow: Dataflow) -> None:
+        self.flow: Dataflow | None = flow
+        self.stream: Stream | None = None
+        self.uses: dict[int, set[str]] = {}
+        """Per reading vertex, the columns it reads."""
+        self._resolved: set[str] | None = None
+
+    def needed(self) -> set[str] | None:
+        if self.flow is None or self.stream is None:
+            return self._resolved
+        readers = self.flow.readers(self.stream)
+        if not readers or any(r not in self.uses for r in readers):
+            return None
+        return set().union(*(self.uses[r] for r in readers))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A factory goes to the workers once the graph is whole: the answer, no graph.
+        return {"flow": None, "stream": None, "uses": {}, "_resolved": self.needed()}
 
 
 def _zero(record: Any) -> int:
