@@ -602,11 +602,22 @@ class GroupedTable:
                 name,
                 channel,
             )
-        partial, final_aggs, out_schema, post = self._partials(pre, specs, source_of, name)
+        partial, final_aggs, out_schema, post = self._partials(
+            pre, specs, source_of, name, pass_alone=True
+        )
         partial_schema = partial.schema
+        # On one worker the partials pass: each merged column is its partial of all rows.
+        parts = [(src, part) for src, a in zip(source_of, specs) for part, _ in _PARTIAL[a.kind]]
+        alone = (in_schema, [(c, p, f) for (c, p), (_, _, f) in zip(parts, final_aggs)])
         return partial._then(
             lambda: Aggregate(
-                keys, _arrow(final_aggs), partial_schema, out_schema, post=post, per_time=True
+                keys,
+                _arrow(final_aggs),
+                partial_schema,
+                out_schema,
+                post=post,
+                per_time=True,
+                alone=alone,
             ),
             out_schema,
             name,
@@ -721,7 +732,12 @@ class GroupedTable:
         return specs, t.select(**inputs, name=f"{name}.inputs"), source_of
 
     def _partials(
-        self, pre: Table, specs: list[Agg], source_of: list[str], name: str
+        self,
+        pre: Table,
+        specs: list[Agg],
+        source_of: list[str],
+        name: str,
+        pass_alone: bool = False,
     ) -> tuple[Table, list[tuple[str, str, str]], pa.Schema, Callable[[pa.Table], pa.Table]]:
         """Partial aggregates per batch, before the exchange; how they merge after
         (``(partial, hash_<merge>, merged name)``), the output schema, and the step from
@@ -738,7 +754,12 @@ class GroupedTable:
         partial_schema = _partial_schema(in_schema, keys, partial_aggs)
         partial = pre._then(
             lambda: Aggregate(
-                keys, _arrow(partial_aggs), in_schema, partial_schema, per_time=False
+                keys,
+                _arrow(partial_aggs),
+                in_schema,
+                partial_schema,
+                per_time=False,
+                pass_alone=pass_alone,
             ),
             partial_schema,
             f"{name}.combine",

@@ -182,6 +182,8 @@ class Aggregate(PerTime):
         out_schema: pa.Schema,
         post: Callable[[pa.Table], pa.Table] | None = None,
         per_time: bool = True,
+        alone: tuple[pa.Schema, list[tuple[str, str, str]]] | None = None,
+        pass_alone: bool = False,
     ) -> None:
         super().__init__()
         self.keys = keys
@@ -190,29 +192,40 @@ class Aggregate(PerTime):
         self.out_schema = out_schema
         self.post = post
         self.per_time = per_time
+        self.alone = alone
+        """The merge after an exchange, on a run of one worker: the rows came unreduced
+        (their schema), and these aggregations of them give the merged columns."""
+        self.pass_alone = pass_alone
+        """The partials before an exchange, on a run of one worker: the batches go on
+        as they are, aggregated once after it (``alone``), not twice."""
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         if self.per_time:
             super().on_recv(input, records, time)
             return
+        if self.pass_alone and self.workers == 1:
+            self.send_by(0, records, time)
+            return
         try:
-            out = self._aggregate(records)
+            out = self._aggregate(records, self.in_schema, self.aggs)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             self.fail(e, time, None, None)
         if out:
             self.send_by(0, out, time)
 
     def complete(self, sides: list[list[Batch]]) -> list[Batch]:
-        return self._aggregate(sides[0])
+        if self.alone is not None and self.workers == 1:
+            return self._aggregate(sides[0], *self.alone)
+        return self._aggregate(sides[0], self.in_schema, self.aggs)
 
-    def _aggregate(self, batches: list[Batch]) -> list[Batch]:
+    def _aggregate(
+        self, batches: list[Batch], schema: pa.Schema, aggs: list[tuple[str, str, str]]
+    ) -> list[Batch]:
         if not batches:
             return []
-        table = _table(batches, self.in_schema)
-        if self.keys:
-            got = group_aggregate(table, self.keys, self.aggs)
-        else:
-            got = _aggregate_all(table, self.aggs)
+        table = _table(batches, schema)
+        keys = self.keys
+        got = group_aggregate(table, keys, aggs) if keys else _aggregate_all(table, aggs)
         got = got.select(self.out_schema.names if self.post is None else self._before_post())
         if self.post is not None:
             got = self.post(got)
