@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.loops import loop_finished
+from operators.table.arrange import Arrangement, arrange, probe
 from operators.table.dense import DENSE_MIN, dense_top
 from operators.table.vertices import Batch, PerTime, as_batches
 from progress import Timestamp
@@ -314,8 +315,8 @@ class ArrangedJoin(PerTime):
         """The right side's columns sent, and their names in the output."""
         self.held: dict[Timestamp, list[Batch]] = {}
         """The outer side's batches, per outer time (at its round 0)."""
-        self.arranged: dict[Timestamp, tuple[Any, pa.Table, bool]] = {}
-        """Per outer time: its rows sorted by key, and the sorted keys (numpy)."""
+        self.arranged: dict[Timestamp, Arrangement] = {}
+        """Per outer time: its rows sorted by key, and the index into them."""
 
     def _base(self, time: Timestamp) -> Timestamp:
         d = self.depth
@@ -342,82 +343,38 @@ class ArrangedJoin(PerTime):
                 self.send_by(0, out, time)
         self._forget(base)
 
-    def _arrangement(self, base: Timestamp) -> tuple[Any, pa.Table, bool]:
-        """The outer side of ``base``, arranged: rows sorted by key (only the columns
-        sent), and either the sorted keys (for ``searchsorted``) or, for dense integer
-        keys, where each key's rows start (an index: ``starts[k]:starts[k + 1]``);
-        ``None`` for other keys."""
+    def _arrangement(self, base: Timestamp) -> Arrangement:
+        """The outer side of ``base``, arranged (only the columns sent); not arranged
+        (``index`` None) for other keys than one column of numbers."""
         got = self.arranged.get(base)
         if got is not None:
             return got
         schema = self.schemas[self.outer]
         table = pa.Table.from_batches(self.held.pop(base, []), schema=schema)
         key = self.keys[self.outer][0]
-        index: Any = None
-        dense = False
         if len(self.keys[self.outer]) == 1 and _numeric(schema.field(key).type):
-            table = table.filter(pc.is_valid(table.column(key)))
-            keys = table.column(key).to_numpy()
             sent = self.left_out if self.outer == 0 else list(self.right_out)
-            table = table.select(sent)
-            top = 0
-            if pa.types.is_integer(schema.field(key).type) and len(keys):
-                top = dense_top(int(keys.min()), int(keys.max()), len(keys))
-            order = _stable_order(keys, top)
-            table, index = table.take(order), keys[order]
-            if top:
-                starts = np.zeros(top + 1, dtype=np.int64)
-                np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
-                index, dense = starts, True
-        got = self.arranged[base] = (index, table, dense)
+            got = arrange(table, key, sent)
+        else:
+            got = Arrangement(None, table, False)
+        self.arranged[base] = got
         return got
 
     def _probe(self, rows: pa.Table, base: Timestamp) -> list[Batch]:
-        sorted_keys, arranged, dense = self._arrangement(base)
+        arranged = self._arrangement(base)
         outer, inner = self.outer, 1 - self.outer
-        if sorted_keys is None:  # other keys: Arrow's hash join, this round
-            sides = [arranged, rows] if outer == 0 else [rows, arranged]
+        if arranged.index is None:  # other keys: Arrow's hash join, this round
+            sides = [arranged.table, rows] if outer == 0 else [rows, arranged.table]
             return _hash_join(sides, self.keys, self.how, self.out_schema, self.right_names)
-        probe_column = rows.column(self.keys[inner][0])
-        valid = None
-        if probe_column.null_count:  # a null key matches nothing
-            valid = pc.is_valid(probe_column).to_numpy(zero_copy_only=False)
-            probe_column = probe_column.fill_null(0)
-        probe = probe_column.to_numpy()
-        if dense:  # sorted_keys holds where each key's rows start
-            inside = (probe >= 0) & (probe < len(sorted_keys) - 1)
-            at = np.where(inside, probe, 0)
-            lo = np.where(inside, sorted_keys[at], 0)
-            hi = np.where(inside, sorted_keys[at + 1], 0)
-        else:
-            lo = np.searchsorted(sorted_keys, probe, side="left")
-            hi = np.searchsorted(sorted_keys, probe, side="right")
-        if valid is not None:
-            hi = np.where(valid, hi, lo)
-        counts = hi - lo
-        if self.how in ("semi", "anti"):  # the loop's side is the left one here
-            keep = counts > 0 if self.how == "semi" else counts == 0
-            return as_batches(rows.select(self.left_out).filter(pa.array(keep)), self.out_schema)
-        match = _matches(lo, hi, counts)
-        repeat = _Repeat(counts)
-        if outer == 0:
-            columns = [_gather(arranged, n, match) for n in self.left_out]
-            columns += [repeat.column(rows.column(n)) for n in self.right_out]
-        else:
-            columns = [repeat.column(rows.column(n)) for n in self.left_out]
-            columns += [_gather(arranged, n, match) for n in self.right_out]
-        out = pa.Table.from_arrays(columns, schema=self.out_schema)
-        if self.how == "left":  # the loop's rows without a match, with nulls
-            alone = rows.filter(pa.array(counts == 0))
-            if alone.num_rows:
-                nulls = [
-                    pa.nulls(alone.num_rows, self.out_schema.field(o).type)
-                    for o in self.right_out.values()
-                ]
-                lone = [alone.column(n) for n in self.left_out]
-                out = pa.concat_tables(
-                    [out, pa.Table.from_arrays([*lone, *nulls], schema=self.out_schema)]
-                )
+        out = probe(
+            arranged,
+            rows,
+            self.keys[inner][0],
+            self.how,
+            outer,
+            (self.left_out, self.right_out),
+            self.out_schema,
+        )
         return as_batches(out, self.out_schema)
 
     def _forget(self, current: Timestamp) -> None:
@@ -430,63 +387,6 @@ class ArrangedJoin(PerTime):
             if t != current and o not in waiting and all(loop_finished(self, o, p) for p in (0, 1)):
                 self.arranged.pop(t, None)
                 self.held.pop(t, None)
-
-
-def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
-    """The order that sorts ``keys`` stably. For integer keys in ``[0, top)`` (``top`` >
-    0) an unstable sort of ``key * len + position``, distinct numbers: the same order, by
-    numpy's vectorised quicksort, ~3x faster than its stable merge sort."""
-    n = len(keys)
-    if top and top * n < 1 << 62:
-        return np.argsort(keys.astype(np.int64) * n + np.arange(n))
-    return np.argsort(keys, kind="stable")
-
-
-def _matches(
-    lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any], counts: np.ndarray[Any, Any]
-) -> np.ndarray[Any, Any] | slice:
-    """The arranged rows each probe row matches (``lo[i]:hi[i]``), one after another:
-    a slice when each range starts where the one before ended (the probe walks the
-    arrangement in key order, as the ranks of a dense ``group_by`` do), so the arranged
-    side's columns are sliced, not gathered."""
-    if len(lo) and np.array_equal(lo[1:], hi[:-1]):
-        return slice(int(lo[0]), int(hi[-1]))
-    ends = np.cumsum(counts)
-    shift = lo - (ends - counts)  # each range's start, less its output offset
-    total = int(ends[-1]) if len(ends) else 0
-    match: np.ndarray[Any, Any] = np.repeat(shift, counts) + np.arange(total)
-    return match
-
-
-class _Repeat:
-    """The probe rows' columns, each row repeated as many times as it matched: the
-    column itself when every row matched once, else ``np.repeat`` of its values (numbers
-    without nulls) or a ``take`` of the repeated row numbers, made once."""
-
-    def __init__(self, counts: np.ndarray[Any, Any]) -> None:
-        self.counts = counts
-        self.once = bool(len(counts) == 0 or (counts.min() == 1 and counts.max() == 1))
-        self._rows: np.ndarray[Any, Any] | None = None
-
-    def column(self, column: Any) -> Any:
-        if self.once:
-            return column
-        t = column.type
-        if column.null_count == 0 and (
-            pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-        ):
-            return pa.array(np.repeat(column.to_numpy(), self.counts), t)
-        if self._rows is None:
-            self._rows = np.repeat(np.arange(len(self.counts)), self.counts)
-        return column.take(self._rows)
-
-
-def _gather(table: pa.Table, name: str, at: np.ndarray[Any, Any] | slice) -> Any:
-    """Column ``name`` of ``table`` at rows ``at`` (indexes, or a slice: no copy)."""
-    column = table.column(name)
-    if isinstance(at, slice):
-        return column.slice(at.start, at.stop - at.start)
-    return column.take(at)
 
 
 def _hash_join(

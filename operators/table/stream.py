@@ -284,10 +284,14 @@ class Table:
             )[0]
             demand.stream = s
             return Table(s, out, demand)
+        demand = Demand(self.flow)
         s = self.flow.vertex(
-            inputs, lambda: Join(lk, rk, how, schemas, out, right_names), name=name
+            inputs,
+            lambda: Join(lk, rk, how, schemas, out, right_names, demand.needed()),
+            name=name,
         )[0]
-        return Table(s, out)
+        demand.stream = s
+        return Table(s, out, demand)
 
     def _join_plan(
         self,

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from operators.table.arrange import arrange, probe
 from operators.table.dense import dense_group_by
 from operators.table.expr import Compiled, evaluate
 from progress import Timestamp
@@ -320,6 +321,7 @@ class Join(PerTime):
         schemas: tuple[pa.Schema, pa.Schema],
         out_schema: pa.Schema,
         right_names: dict[str, str],
+        needed: set[str] | None = None,
     ) -> None:
         super().__init__()
         self.left_keys = left_keys
@@ -328,12 +330,26 @@ class Join(PerTime):
         self.schemas = schemas
         self.out_schema = out_schema
         self.right_names = right_names  # right column -> output name (suffixed on clashes)
+        if needed is not None:  # the readers' columns only (projection push-down)
+            kept = [f for f in out_schema if f.name in needed] or [out_schema.field(0)]
+            self.out_schema = pa.schema(kept)
+        names = self.out_schema.names
+        self.left_out = [n for n in schemas[0].names if n in names]
+        self.right_out = {n: o for n, o in right_names.items() if o in names}
 
     def complete(self, sides: list[list[Batch]]) -> list[Batch]:
         left = _table(sides[0], self.schemas[0])
         right = _table(sides[1], self.schemas[1])
         if left.num_rows == 0:
             return []
+        key = self.right_keys[0]
+        if len(self.right_keys) == 1 and pa.types.is_integer(self.schemas[1].field(key).type):
+            # Dense integer keys (node numbers): the right side arranged, no hash table.
+            arranged = arrange(right, key, list(self.right_out), dense_only=True)
+            if arranged.index is not None:
+                out = (self.left_out, self.right_out)
+                got = probe(arranged, left, self.left_keys[0], self.how, 1, out, self.out_schema)
+                return as_batches(got, self.out_schema)
         how = {"inner": "inner", "left": "left outer", "semi": "left semi", "anti": "left anti"}[
             self.how
         ]
