@@ -73,7 +73,9 @@ def probe(
         probe_column = probe_column.fill_null(0)
     at_keys = probe_column.to_numpy()
     index = arranged.index
-    if arranged.dense:
+    if arranged.dense and len(at_keys) and at_keys.min() >= 0 and at_keys.max() < len(index) - 1:
+        lo, hi = index[at_keys], index[at_keys + 1]  # every key within the index
+    elif arranged.dense:
         inside = (at_keys >= 0) & (at_keys < len(index) - 1)
         at = np.where(inside, at_keys, 0)
         lo = np.where(inside, index[at], 0)
