@@ -89,8 +89,8 @@ def probe(
     if how in ("semi", "anti"):  # the probe rows are the left side here
         keep = counts > 0 if how == "semi" else counts == 0
         return rows.select(left_out).filter(pa.array(keep))
-    match = _matches(lo, hi, counts)
     repeat = _Repeat(counts)
+    match = _matches(lo, hi, counts, repeat)
     table = arranged.table
     if outer == 0:
         columns = [_gather(table, n, match) for n in left_out]
@@ -119,14 +119,23 @@ def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
 
 
 def _matches(
-    lo: np.ndarray[Any, Any], hi: np.ndarray[Any, Any], counts: np.ndarray[Any, Any]
+    lo: np.ndarray[Any, Any],
+    hi: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    repeat: _Repeat,
 ) -> np.ndarray[Any, Any] | slice:
     """The arranged rows each probe row matches (``lo[i]:hi[i]``), one after another:
     a slice when each range starts where the one before ended (the probe walks the
     arrangement in key order, as the ranks of a dense ``group_by`` do), so the arranged
-    side's columns are sliced, not gathered."""
+    side's columns are sliced, not gathered; ``lo`` itself (of the rows that matched)
+    when no row matched more than once (unique keys: a lookup)."""
     if len(lo) and np.array_equal(lo[1:], hi[:-1]):
         return slice(int(lo[0]), int(hi[-1]))
+    if repeat.once:
+        return lo
+    if repeat.mask is not None:
+        at: np.ndarray[Any, Any] = lo[repeat.mask]
+        return at
     ends = np.cumsum(counts)
     shift = lo - (ends - counts)  # each range's start, less its output offset
     total = int(ends[-1]) if len(ends) else 0
@@ -136,17 +145,28 @@ def _matches(
 
 class _Repeat:
     """The probe rows' columns, each row repeated as many times as it matched: the
-    column itself when every row matched once, else ``np.repeat`` of its values (numbers
-    without nulls) or a ``take`` of the repeated row numbers, made once."""
+    column itself when every row matched once, the rows that matched (a filter) when
+    none matched more than once, else ``np.repeat`` of its values (numbers without
+    nulls) or a ``take`` of the repeated row numbers, made once."""
 
     def __init__(self, counts: np.ndarray[Any, Any]) -> None:
         self.counts = counts
-        self.once = bool(len(counts) == 0 or (counts.min() == 1 and counts.max() == 1))
+        most = int(counts.max()) if len(counts) else 0
+        self.once = bool(len(counts) == 0 or (most == 1 and counts.min() == 1))
+        self.mask: Any = None
+        """Which rows matched, when each matched at most once (and some did not)."""
+        if most <= 1 and not self.once:
+            self.mask = counts.astype(bool)
         self._rows: np.ndarray[Any, Any] | None = None
+        self._filter: Any = None
 
     def column(self, column: Any) -> Any:
         if self.once:
             return column
+        if self.mask is not None:
+            if self._filter is None:
+                self._filter = pa.array(self.mask)
+            return column.filter(self._filter)
         t = column.type
         if column.null_count == 0 and (
             pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)

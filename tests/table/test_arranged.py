@@ -193,20 +193,28 @@ def test_a_two_column_table_is_reduced_without_gathering_rows(rows: Any) -> None
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 6), max_size=12), st.lists(st.integers(-1, 7), max_size=12))
-def test_the_matches_are_each_probe_rows_range_in_turn(arranged: Any, probes: Any) -> None:
-    """``_matches`` (a slice when the ranges follow each other, else index arithmetic)
-    against the ranges ``lo[i]:hi[i]`` concatenated, and ``_Repeat`` against each probe
-    row repeated as often as it matched."""
-    keys = np.array(sorted(arranged), dtype=np.int64)
+@given(
+    st.lists(st.integers(0, 6), max_size=12),
+    st.lists(st.integers(-1, 7), max_size=12),
+    st.booleans(),
+)
+def test_the_matches_are_each_probe_rows_range_in_turn(
+    arranged: Any, probes: Any, unique: bool
+) -> None:
+    """``_matches`` (a slice when the ranges follow each other, the starts themselves
+    when no row matched twice, else index arithmetic) against the ranges ``lo[i]:hi[i]``
+    concatenated, and ``_Repeat`` (the column, a filter, a repeat) against each probe
+    row repeated as often as it matched. Unique arranged keys: lookups."""
+    keys = np.array(sorted(set(arranged) if unique else arranged), dtype=np.int64)
     at = np.array(probes, dtype=np.int64)
     lo = np.searchsorted(keys, at, side="left")
     hi = np.searchsorted(keys, at, side="right")
     counts = hi - lo
-    got = table_arrange._matches(lo, hi, counts)
+    repeat = table_arrange._Repeat(counts)
+    got = table_arrange._matches(lo, hi, counts, repeat)
     rows = np.arange(len(keys))
     flat = rows[got] if isinstance(got, slice) else got
     assert list(flat) == [i for a, b in zip(lo, hi) for i in range(a, b)]
     column = pa.chunked_array([pa.array(probes, pa.int64())])
-    repeated = table_arrange._Repeat(counts).column(column).to_pylist()
+    repeated = repeat.column(column).to_pylist()
     assert repeated == [p for p, c in zip(probes, counts) for _ in range(c)]
