@@ -110,11 +110,15 @@ def probe(
 
 def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
     """The order that sorts ``keys`` stably. For integer keys in ``[0, top)`` (``top`` >
-    0) an unstable sort of ``key * len + position``, distinct numbers: the same order, by
-    numpy's vectorised quicksort, ~3x faster than its stable merge sort."""
-    n = len(keys)
-    if top and top * n < 1 << 62:
-        return np.argsort(keys.astype(np.int64) * n + np.arange(n))
+    0) below 2**32: numpy's radix sort (its stable sort of 16-bit numbers), one pass per
+    16 bits, least significant first; else numpy's stable merge sort (~5x slower)."""
+    if top and top <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    if top and top <= 1 << 32:
+        first = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+        high = (keys[first] >> 16).astype(np.uint16)
+        order: np.ndarray[Any, Any] = first[np.argsort(high, kind="stable")]
+        return order
     return np.argsort(keys, kind="stable")
 
 

@@ -5,7 +5,7 @@ keys, dense, sparse and negative ids, 1-2 workers, random delivery orders
 (hypothesis). Its fast paths are in these runs: the columns its only reader, a
 ``select``, drops are never gathered (projection push-down), the probe rows repeated
 by ``np.repeat`` or passed whole when each matched once, the arrangement sorted by a
-vectorised sort of ``key * n + position``. A push-down that drops a column still read is
+radix sort (16 bits a pass). A push-down that drops a column still read is
 caught, and the sort is checked equal to a stable one."""
 
 from __future__ import annotations
@@ -161,8 +161,14 @@ def test_a_push_down_that_drops_a_column_read_is_caught(monkeypatch: pytest.Monk
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 3))
+@given(
+    st.lists(
+        st.integers(0, 40) | st.integers(0, 1 << 20) | st.sampled_from([1 << 40]), max_size=60
+    ),
+    st.integers(0, 3),
+)
 def test_the_arrangement_order_is_a_stable_sort(keys: Any, slack: int) -> None:
+    """Radix passes of 16 bits (one or two) and the merge sort alike."""
     k = np.array(keys, dtype=np.int64)
     top = (int(k.max()) + 1 + slack) if len(k) else 0
     assert table_arrange._stable_order(k, top).tolist() == np.argsort(k, kind="stable").tolist()
