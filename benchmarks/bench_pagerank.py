@@ -111,7 +111,10 @@ def timely_table(n: int, edges: list[Edge], iters: int, workers: int, backend: s
     e_in = table_input(flow, tables.EDGES, name="edges")
     n_in = table_input(flow, tables.NODES, name="nodes")
     tables.pagerank(n_in.table, e_in.table, n, iters, D).collect("rank")
-    e_in.send(pa.table({"src": [a for a, _ in edges], "dst": [b for _, b in edges]}))
+    m = len(edges)  # the edge list to columns as numpy_ranks does it
+    src = np.fromiter((u for u, _ in edges), dtype=np.int64, count=m)
+    dst = np.fromiter((v for _, v in edges), dtype=np.int64, count=m)
+    e_in.send(pa.table({"src": src, "dst": dst}))
     n_in.send(pa.table({"node": np.arange(n)}))
     out = flow.run(workers=workers, backend=backend)
     ranks = np.zeros(n)

@@ -563,6 +563,11 @@ class Dataflow:
         )
         return index
 
+    def readers(self, stream: Stream) -> list[int]:
+        """The vertices that read ``stream``, so far (the graph may grow until it runs):
+        what an operator asks when its output could be narrowed to what its readers use."""
+        return [e.dst for e in self._edges if (e.src, e.src_port) == (stream.vertex, stream.port)]
+
     def build(self) -> Plan:
         """Validate the graph and return its plan; errors say how to fix the graph."""
         for scope in self._scopes:

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.loops import loop_finished
+from operators.table.arrange import Arrangement, arrange, probe
 from operators.table.dense import DENSE_MIN, dense_top
 from operators.table.vertices import Batch, PerTime, as_batches
 from progress import Timestamp
@@ -38,8 +39,22 @@ def _numeric(t: pa.DataType) -> bool:
 def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
     """Each key's row of least ``value`` (numbers), in key order; rows whose key or
     value is null (or NaN) are dropped: they are no value to propagate. Dense integer
-    keys: two ``minimum.at`` passes over an array indexed by key; other keys: one
-    ``argsort`` of the keys and a ``reduceat`` of the values per run of equal keys."""
+    keys: ``minimum.at`` passes over an array indexed by key; other keys: one
+    ``argsort`` of the keys and a ``reduceat`` of the values per run of equal keys. A
+    table of just the two columns is built from the least values, no row gathered."""
+    table = _with_values(table, key, value)
+    if table.num_rows <= 1:
+        return table
+    keys = table.column(key).to_numpy()
+    values = table.column(value).to_numpy()
+    if _pairs(table.schema, key, value):
+        ks, vs = least_pairs(keys, values)
+        return _pair_table(ks, vs, table.schema, key)
+    return table.take(least_index(keys, values))
+
+
+def _with_values(table: pa.Table, key: str, value: str) -> pa.Table:
+    """``table`` without the rows whose key or value is null (or NaN)."""
     if table.num_rows == 0:
         return table
     valid = pc.and_(pc.is_valid(table.column(key)), pc.is_valid(table.column(value)))
@@ -47,14 +62,54 @@ def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
         valid = pc.and_(valid, pc.invert(pc.is_nan(table.column(value))))
     if not pc.all(valid).as_py():
         table = table.filter(valid)
-    if table.num_rows <= 1:
-        return table
-    keys = table.column(key).to_numpy()
-    values = table.column(value).to_numpy()
-    if pa.types.is_integer(table.schema.field(key).type):
+    return table
+
+
+def _pairs(schema: pa.Schema, key: str, value: str) -> bool:
+    """The rows are ``(key, value)`` and nothing else: a key's least row is its least
+    value, whichever row held it."""
+    return len(schema) == 2 and key != value
+
+
+def _pair_table(
+    keys: np.ndarray[Any, Any], values: np.ndarray[Any, Any], schema: pa.Schema, key: str
+) -> pa.Table:
+    arrays = {key: keys}
+    arrays.update((n, values) for n in schema.names if n != key)
+    return pa.Table.from_arrays([pa.array(arrays[f.name], f.type) for f in schema], schema=schema)
+
+
+def least_pairs(
+    keys: np.ndarray[Any, Any], values: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Each distinct key (in order) and its least value: one ``minimum.at`` over an
+    array indexed by key for dense integer keys, else a sort and a ``reduceat``."""
+    if keys.dtype.kind in "iu":
         top = dense_top(int(keys.min()), int(keys.max()), len(keys))
         if top:
-            return table.take(_least_dense(keys, values, top))
+            high = np.inf if values.dtype.kind == "f" else np.iinfo(values.dtype).max
+            least = np.full(top, high, dtype=values.dtype)
+            np.minimum.at(least, keys, values)
+            seen = np.zeros(top, dtype=bool)
+            seen[keys] = True
+            present = np.flatnonzero(seen)
+            return present.astype(keys.dtype, copy=False), least[present]
+    order = np.argsort(keys)
+    ks = keys[order]
+    first = np.empty(len(ks), dtype=bool)
+    first[0] = True
+    np.not_equal(ks[1:], ks[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return ks[starts], np.minimum.reduceat(values[order], starts)
+
+
+def least_index(keys: np.ndarray[Any, Any], values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Per distinct key (in key order), the index of a row holding its least value (the
+    first such row for dense integer keys)."""
+    if keys.dtype.kind in "iu":
+        top = dense_top(int(keys.min()), int(keys.max()), len(keys))
+        if top:
+            return _least_dense(keys, values, top)
     order = np.argsort(keys)
     ks = keys[order]
     vs = values[order]
@@ -69,7 +124,8 @@ def least_rows(table: pa.Table, key: str, value: str) -> pa.Table:
     pick = np.empty(len(at_least), dtype=bool)
     pick[0] = True
     np.not_equal(run_of[1:], run_of[:-1], out=pick[1:])
-    return table.take(order[at_least[pick]])
+    out: np.ndarray[Any, Any] = order[at_least[pick]]
+    return out
 
 
 def _least_dense(
@@ -177,14 +233,23 @@ class LeastOnly(Vertex):
             best = self.best[base] = _Best(
                 self.schema.field(self.key).type, self.schema.field(self.value).type
             )
-        rows = least_rows(pa.Table.from_batches(records, schema=self.schema), self.key, self.value)
-        if rows.num_rows == 0:
+        table = pa.Table.from_batches(records, schema=self.schema)
+        table = _with_values(table, self.key, self.value)
+        if table.num_rows == 0:
             return
-        keys = rows.column(self.key).to_numpy()
-        values = rows.column(self.value).to_numpy()
-        taken = best.improve(keys, values)
-        if taken.any():
-            self.send_by(0, as_batches(rows.filter(pa.array(taken)), self.schema), time)
+        keys = table.column(self.key).to_numpy()
+        values = table.column(self.value).to_numpy()
+        if _pairs(self.schema, self.key, self.value):  # no row to gather: built from arrays
+            ks, vs = least_pairs(keys, values)
+            taken = best.improve(ks, vs)
+            if taken.any():
+                out = _pair_table(ks[taken], vs[taken], self.schema, self.key)
+                self.send_by(0, as_batches(out, self.schema), time)
+            return
+        index = least_index(keys, values)
+        taken = best.improve(keys[index], values[index])
+        if taken.any():  # the rows taken, gathered once
+            self.send_by(0, as_batches(table.take(index[taken]), self.schema), time)
 
 
 class RoundSplit(Vertex):
@@ -230,19 +295,28 @@ class ArrangedJoin(PerTime):
         out_schema: pa.Schema,
         right_names: dict[str, str],
         depth: int,
+        needed: set[str] | None = None,
     ) -> None:
         super().__init__()
         self.outer = outer
         self.keys = keys
         self.how = how
         self.schemas = schemas
-        self.out_schema = out_schema
         self.right_names = right_names
         self.depth = depth
+        if needed is not None:  # the readers' columns only (projection push-down)
+            kept = [f for f in out_schema if f.name in needed] or [out_schema.field(0)]
+            out_schema = pa.schema(kept)
+            right_names = {n: o for n, o in right_names.items() if o in out_schema.names}
+        self.out_schema = out_schema
+        self.left_out = [n for n in schemas[0].names if n in out_schema.names]
+        """The left side's columns sent (a semi or anti join: the only ones)."""
+        self.right_out = right_names
+        """The right side's columns sent, and their names in the output."""
         self.held: dict[Timestamp, list[Batch]] = {}
         """The outer side's batches, per outer time (at its round 0)."""
-        self.arranged: dict[Timestamp, tuple[Any, pa.Table, bool]] = {}
-        """Per outer time: its rows sorted by key, and the sorted keys (numpy)."""
+        self.arranged: dict[Timestamp, Arrangement] = {}
+        """Per outer time: its rows sorted by key, and the index into them."""
 
     def _base(self, time: Timestamp) -> Timestamp:
         d = self.depth
@@ -269,73 +343,38 @@ class ArrangedJoin(PerTime):
                 self.send_by(0, out, time)
         self._forget(base)
 
-    def _arrangement(self, base: Timestamp) -> tuple[Any, pa.Table, bool]:
-        """The outer side of ``base``, arranged: rows sorted by key, and either the sorted
-        keys (for ``searchsorted``) or, for dense integer keys, where each key's rows
-        start (an index: ``starts[k]:starts[k + 1]``); ``None`` for other keys."""
+    def _arrangement(self, base: Timestamp) -> Arrangement:
+        """The outer side of ``base``, arranged (only the columns sent); not arranged
+        (``index`` None) for other keys than one column of numbers."""
         got = self.arranged.get(base)
         if got is not None:
             return got
         schema = self.schemas[self.outer]
         table = pa.Table.from_batches(self.held.pop(base, []), schema=schema)
         key = self.keys[self.outer][0]
-        index: Any = None
-        dense = False
         if len(self.keys[self.outer]) == 1 and _numeric(schema.field(key).type):
-            table = table.filter(pc.is_valid(table.column(key)))
-            keys = table.column(key).to_numpy()
-            order = np.argsort(keys, kind="stable")
-            table, index = table.take(order), keys[order]
-            if pa.types.is_integer(schema.field(key).type) and len(index):
-                top = dense_top(int(index[0]), int(index[-1]), len(index))
-                if top:
-                    starts = np.zeros(top + 1, dtype=np.int64)
-                    np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
-                    index, dense = starts, True
-        got = self.arranged[base] = (index, table, dense)
+            sent = self.left_out if self.outer == 0 else list(self.right_out)
+            got = arrange(table, key, sent)
+        else:
+            got = Arrangement(None, table, False)
+        self.arranged[base] = got
         return got
 
     def _probe(self, rows: pa.Table, base: Timestamp) -> list[Batch]:
-        sorted_keys, arranged, dense = self._arrangement(base)
+        arranged = self._arrangement(base)
         outer, inner = self.outer, 1 - self.outer
-        if sorted_keys is None:  # other keys: Arrow's hash join, this round
-            sides = [arranged, rows] if outer == 0 else [rows, arranged]
+        if arranged.index is None:  # other keys: Arrow's hash join, this round
+            sides = [arranged.table, rows] if outer == 0 else [rows, arranged.table]
             return _hash_join(sides, self.keys, self.how, self.out_schema, self.right_names)
-        probe = rows.column(self.keys[inner][0]).to_numpy(zero_copy_only=False)
-        if dense:  # sorted_keys holds where each key's rows start
-            inside = (probe >= 0) & (probe < len(sorted_keys) - 1)
-            at = np.where(inside, probe, 0)
-            lo = np.where(inside, sorted_keys[at], 0)
-            hi = np.where(inside, sorted_keys[at + 1], 0)
-        else:
-            lo = np.searchsorted(sorted_keys, probe, side="left")
-            hi = np.searchsorted(sorted_keys, probe, side="right")
-        counts = hi - lo
-        if self.how in ("semi", "anti"):  # the loop's side is the left one here
-            keep = counts > 0 if self.how == "semi" else counts == 0
-            return as_batches(rows.filter(pa.array(keep)), self.out_schema)
-        mine = np.repeat(np.arange(len(probe)), counts)
-        match = _matches(lo, hi, counts, mine)
-        left, right = (arranged, rows) if outer == 0 else (rows, arranged)
-        li, ri = (match, mine) if outer == 0 else (mine, match)
-        columns = [_gather(left, n, li) for n in self.schemas[0].names]
-        right_keys = self.keys[1]
-        for n in self.schemas[1].names:
-            if n in self.right_names:
-                columns.append(_gather(right, n, ri))
-        out = pa.Table.from_arrays(columns, schema=self.out_schema)
-        if self.how == "left":  # the loop's rows without a match, with nulls
-            alone = rows.filter(pa.array(counts == 0))
-            if alone.num_rows:
-                nulls = [
-                    pa.nulls(alone.num_rows, self.out_schema.field(self.right_names[n]).type)
-                    for n in self.schemas[1].names
-                    if n in self.right_names
-                ]
-                out = pa.concat_tables(
-                    [out, pa.Table.from_arrays([*alone.columns, *nulls], schema=self.out_schema)]
-                )
-        del right_keys
+        out = probe(
+            arranged,
+            rows,
+            self.keys[inner][0],
+            self.how,
+            outer,
+            (self.left_out, self.right_out),
+            self.out_schema,
+        )
         return as_batches(out, self.out_schema)
 
     def _forget(self, current: Timestamp) -> None:
@@ -348,31 +387,6 @@ class ArrangedJoin(PerTime):
             if t != current and o not in waiting and all(loop_finished(self, o, p) for p in (0, 1)):
                 self.arranged.pop(t, None)
                 self.held.pop(t, None)
-
-
-def _matches(
-    lo: np.ndarray[Any, Any],
-    hi: np.ndarray[Any, Any],
-    counts: np.ndarray[Any, Any],
-    mine: np.ndarray[Any, Any],
-) -> np.ndarray[Any, Any] | slice:
-    """The arranged rows each probe row matches (``lo[i]:hi[i]``), one after another:
-    a slice when each range starts where the one before ended (the probe walks the
-    arrangement in key order, as the ranks of a dense ``group_by`` do), so the arranged
-    side's columns are sliced, not gathered."""
-    if len(lo) and np.array_equal(lo[1:], hi[:-1]):
-        return slice(int(lo[0]), int(hi[-1]))
-    shift = lo - (np.cumsum(counts) - counts)  # each range's start, less its output offset
-    match: np.ndarray[Any, Any] = np.arange(len(mine)) + shift[mine]
-    return match
-
-
-def _gather(table: pa.Table, name: str, at: np.ndarray[Any, Any] | slice) -> Any:
-    """Column ``name`` of ``table`` at rows ``at`` (indexes, or a slice: no copy)."""
-    column = table.column(name)
-    if isinstance(at, slice):
-        return column.slice(at.start, at.stop - at.start)
-    return column.take(at)
 
 
 def _hash_join(

@@ -107,9 +107,12 @@ def _named(exprs: tuple[Any, ...], named: Mapping[str, Any]) -> list[tuple[str, 
 class Table:
     """A stream of Arrow record batches of one schema (see the module docstring)."""
 
-    def __init__(self, stream: Stream, schema: pa.Schema) -> None:
+    def __init__(self, stream: Stream, schema: pa.Schema, demand: Demand | None = None) -> None:
         self.stream = stream
         self.schema = schema
+        self.demand = demand
+        """For a step that can send fewer columns (a join: projection push-down), what
+        its readers use; ``select`` says which columns it reads."""
 
     @property
     def flow(self) -> Dataflow:
@@ -139,7 +142,10 @@ class Table:
             compiled.append((out_name, fn))
             fields.append(pa.field(out_name, t))
         schema = pa.schema(fields)
-        return self._then(lambda: Project(compiled, schema), schema, name)
+        out = self._then(lambda: Project(compiled, schema), schema, name)
+        if self.demand is not None:
+            self.demand.uses[out.stream.vertex] = set().union(*(e.columns() for _, e in cols))
+        return out
 
     def with_columns(self, *exprs: Any, name: str = "with_columns", **named: Any) -> Table:
         """Every column, with the given ones added (or replaced, by name)."""
@@ -267,17 +273,25 @@ class Table:
                     "left"
                 )
             d = depths[outer] + 1
+            demand = Demand(self.flow)
             s = self.flow.vertex(
                 inputs,
-                lambda: ArrangedJoin(outer, (lk, rk), how, schemas, out, right_names, d),
+                lambda: ArrangedJoin(
+                    outer, (lk, rk), how, schemas, out, right_names, d, demand.needed()
+                ),
                 name=name,
                 loop_invariant=False,
             )[0]
-            return Table(s, out)
+            demand.stream = s
+            return Table(s, out, demand)
+        demand = Demand(self.flow)
         s = self.flow.vertex(
-            inputs, lambda: Join(lk, rk, how, schemas, out, right_names), name=name
+            inputs,
+            lambda: Join(lk, rk, how, schemas, out, right_names, demand.needed()),
+            name=name,
         )[0]
-        return Table(s, out)
+        demand.stream = s
+        return Table(s, out, demand)
 
     def _join_plan(
         self,
@@ -508,6 +522,32 @@ class Table:
         self.tables().subscribe(lambda epoch, tables: callback(epoch, _one(tables, self.schema)))
 
 
+class Demand:
+    """The columns the readers of a step's output use, for the step to send no others
+    (projection push-down: a join gathers only the columns the next ``select`` reads).
+    Known when the run starts, once the graph is whole: the readers' columns if every
+    reader said which it reads (``select`` does), else ``None`` (all of them)."""
+
+    def __init__(self, flow: Dataflow) -> None:
+        self.flow: Dataflow | None = flow
+        self.stream: Stream | None = None
+        self.uses: dict[int, set[str]] = {}
+        """Per reading vertex, the columns it reads."""
+        self._resolved: set[str] | None = None
+
+    def needed(self) -> set[str] | None:
+        if self.flow is None or self.stream is None:
+            return self._resolved
+        readers = self.flow.readers(self.stream)
+        if not readers or any(r not in self.uses for r in readers):
+            return None
+        return set().union(*(self.uses[r] for r in readers))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A factory goes to the workers once the graph is whole: the answer, no graph.
+        return {"flow": None, "stream": None, "uses": {}, "_resolved": self.needed()}
+
+
 def _zero(record: Any) -> int:
     return 0
 
@@ -566,11 +606,22 @@ class GroupedTable:
                 name,
                 channel,
             )
-        partial, final_aggs, out_schema, post = self._partials(pre, specs, source_of, name)
+        partial, final_aggs, out_schema, post = self._partials(
+            pre, specs, source_of, name, pass_alone=True
+        )
         partial_schema = partial.schema
+        # On one worker the partials pass: each merged column is its partial of all rows.
+        parts = [(src, part) for src, a in zip(source_of, specs) for part, _ in _PARTIAL[a.kind]]
+        alone = (in_schema, [(c, p, f) for (c, p), (_, _, f) in zip(parts, final_aggs)])
         return partial._then(
             lambda: Aggregate(
-                keys, _arrow(final_aggs), partial_schema, out_schema, post=post, per_time=True
+                keys,
+                _arrow(final_aggs),
+                partial_schema,
+                out_schema,
+                post=post,
+                per_time=True,
+                alone=alone,
             ),
             out_schema,
             name,
@@ -685,7 +736,12 @@ class GroupedTable:
         return specs, t.select(**inputs, name=f"{name}.inputs"), source_of
 
     def _partials(
-        self, pre: Table, specs: list[Agg], source_of: list[str], name: str
+        self,
+        pre: Table,
+        specs: list[Agg],
+        source_of: list[str],
+        name: str,
+        pass_alone: bool = False,
     ) -> tuple[Table, list[tuple[str, str, str]], pa.Schema, Callable[[pa.Table], pa.Table]]:
         """Partial aggregates per batch, before the exchange; how they merge after
         (``(partial, hash_<merge>, merged name)``), the output schema, and the step from
@@ -702,7 +758,12 @@ class GroupedTable:
         partial_schema = _partial_schema(in_schema, keys, partial_aggs)
         partial = pre._then(
             lambda: Aggregate(
-                keys, _arrow(partial_aggs), in_schema, partial_schema, per_time=False
+                keys,
+                _arrow(partial_aggs),
+                in_schema,
+                partial_schema,
+                per_time=False,
+                pass_alone=pass_alone,
             ),
             partial_schema,
             f"{name}.combine",

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from operators.table.arrange import arrange, probe
 from operators.table.dense import dense_group_by
 from operators.table.expr import Compiled, evaluate
 from progress import Timestamp
@@ -182,6 +183,8 @@ class Aggregate(PerTime):
         out_schema: pa.Schema,
         post: Callable[[pa.Table], pa.Table] | None = None,
         per_time: bool = True,
+        alone: tuple[pa.Schema, list[tuple[str, str, str]]] | None = None,
+        pass_alone: bool = False,
     ) -> None:
         super().__init__()
         self.keys = keys
@@ -190,29 +193,40 @@ class Aggregate(PerTime):
         self.out_schema = out_schema
         self.post = post
         self.per_time = per_time
+        self.alone = alone
+        """The merge after an exchange, on a run of one worker: the rows came unreduced
+        (their schema), and these aggregations of them give the merged columns."""
+        self.pass_alone = pass_alone
+        """The partials before an exchange, on a run of one worker: the batches go on
+        as they are, aggregated once after it (``alone``), not twice."""
 
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         if self.per_time:
             super().on_recv(input, records, time)
             return
+        if self.pass_alone and self.workers == 1:
+            self.send_by(0, records, time)
+            return
         try:
-            out = self._aggregate(records)
+            out = self._aggregate(records, self.in_schema, self.aggs)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             self.fail(e, time, None, None)
         if out:
             self.send_by(0, out, time)
 
     def complete(self, sides: list[list[Batch]]) -> list[Batch]:
-        return self._aggregate(sides[0])
+        if self.alone is not None and self.workers == 1:
+            return self._aggregate(sides[0], *self.alone)
+        return self._aggregate(sides[0], self.in_schema, self.aggs)
 
-    def _aggregate(self, batches: list[Batch]) -> list[Batch]:
+    def _aggregate(
+        self, batches: list[Batch], schema: pa.Schema, aggs: list[tuple[str, str, str]]
+    ) -> list[Batch]:
         if not batches:
             return []
-        table = _table(batches, self.in_schema)
-        if self.keys:
-            got = group_aggregate(table, self.keys, self.aggs)
-        else:
-            got = _aggregate_all(table, self.aggs)
+        table = _table(batches, schema)
+        keys = self.keys
+        got = group_aggregate(table, keys, aggs) if keys else _aggregate_all(table, aggs)
         got = got.select(self.out_schema.names if self.post is None else self._before_post())
         if self.post is not None:
             got = self.post(got)
@@ -307,6 +321,7 @@ class Join(PerTime):
         schemas: tuple[pa.Schema, pa.Schema],
         out_schema: pa.Schema,
         right_names: dict[str, str],
+        needed: set[str] | None = None,
     ) -> None:
         super().__init__()
         self.left_keys = left_keys
@@ -315,12 +330,26 @@ class Join(PerTime):
         self.schemas = schemas
         self.out_schema = out_schema
         self.right_names = right_names  # right column -> output name (suffixed on clashes)
+        if needed is not None:  # the readers' columns only (projection push-down)
+            kept = [f for f in out_schema if f.name in needed] or [out_schema.field(0)]
+            self.out_schema = pa.schema(kept)
+        names = self.out_schema.names
+        self.left_out = [n for n in schemas[0].names if n in names]
+        self.right_out = {n: o for n, o in right_names.items() if o in names}
 
     def complete(self, sides: list[list[Batch]]) -> list[Batch]:
         left = _table(sides[0], self.schemas[0])
         right = _table(sides[1], self.schemas[1])
         if left.num_rows == 0:
             return []
+        key = self.right_keys[0]
+        if len(self.right_keys) == 1 and pa.types.is_integer(self.schemas[1].field(key).type):
+            # Dense integer keys (node numbers): the right side arranged, no hash table.
+            arranged = arrange(right, key, list(self.right_out), dense_only=True)
+            if arranged.index is not None:
+                out = (self.left_out, self.right_out)
+                got = probe(arranged, left, self.left_keys[0], self.how, 1, out, self.out_schema)
+                return as_batches(got, self.out_schema)
         how = {"inner": "inner", "left": "left outer", "semi": "left semi", "anti": "left anti"}[
             self.how
         ]

@@ -1,0 +1,189 @@
+"""Arrangements: a table's rows sorted by one key column of numbers, probed by the rows
+of another table with ``searchsorted`` (or, for dense integer keys, an array of where
+each key's rows start), their matches gathered with index arithmetic: a join with no
+hash table. The arranged join of a loop (:class:`~operators.table.loops.ArrangedJoin`)
+keeps one per epoch; :class:`~operators.table.vertices.Join` makes one per time for
+dense integer keys, in place of Arrow's hash join."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators.table.dense import dense_top
+
+
+class Arrangement(NamedTuple):
+    """Rows sorted by key, and ``index``: the sorted keys (for ``searchsorted``) or, if
+    ``dense``, where each key's rows start (``starts[k]:starts[k + 1]``); ``None``: not
+    arranged, ``table`` as it came."""
+
+    index: Any
+    table: pa.Table
+    dense: bool
+
+
+def arrange(table: pa.Table, key: str, sent: list[str], dense_only: bool = False) -> Arrangement:
+    """``table`` (its columns ``sent``) arranged by its column of numbers ``key``, rows
+    with a null key dropped; not arranged when ``dense_only`` and the keys are not
+    dense integers."""
+    kind = table.schema.field(key).type
+    keys_column = table.column(key)
+    top = 0
+    if pa.types.is_integer(kind) and table.num_rows:
+        low, high = pc.min_max(keys_column).values()
+        if low.is_valid:
+            top = dense_top(low.as_py(), high.as_py(), table.num_rows)
+    if dense_only and not top:
+        return Arrangement(None, table, False)
+    if keys_column.null_count:
+        table = table.filter(pc.is_valid(keys_column))
+        keys_column = table.column(key)
+    keys = keys_column.to_numpy()
+    order = _stable_order(keys, top)
+    rows, index = table.select(sent).take(order), keys[order]
+    if top:
+        starts = np.zeros(top + 1, dtype=np.int64)
+        np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
+        return Arrangement(starts, rows, True)
+    return Arrangement(index, rows, False)
+
+
+def probe(
+    arranged: Arrangement,
+    rows: pa.Table,
+    key: str,
+    how: str,
+    outer: int,
+    out: tuple[list[str], dict[str, str]],
+    out_schema: pa.Schema,
+) -> pa.Table:
+    """The join of ``rows`` (probing on ``key``) with the arranged rows, which are the
+    left side if ``outer`` is 0, else the right; ``how``: inner, left, semi or anti (the
+    last three with the probe rows on the left). ``out``: the left side's columns sent
+    and the right side's, with their output names."""
+    left_out, right_out = out
+    probe_column = rows.column(key)
+    valid = None
+    if probe_column.null_count:  # a null key matches nothing
+        valid = pc.is_valid(probe_column).to_numpy(zero_copy_only=False)
+        probe_column = probe_column.fill_null(0)
+    at_keys = probe_column.to_numpy()
+    index = arranged.index
+    if arranged.dense and len(at_keys) and at_keys.min() >= 0 and at_keys.max() < len(index) - 1:
+        lo, hi = index[at_keys], index[at_keys + 1]  # every key within the index
+    elif arranged.dense:
+        inside = (at_keys >= 0) & (at_keys < len(index) - 1)
+        at = np.where(inside, at_keys, 0)
+        lo = np.where(inside, index[at], 0)
+        hi = np.where(inside, index[at + 1], 0)
+    else:
+        lo = np.searchsorted(index, at_keys, side="left")
+        hi = np.searchsorted(index, at_keys, side="right")
+    if valid is not None:
+        hi = np.where(valid, hi, lo)
+    counts = hi - lo
+    if how in ("semi", "anti"):  # the probe rows are the left side here
+        keep = counts > 0 if how == "semi" else counts == 0
+        return rows.select(left_out).filter(pa.array(keep))
+    repeat = _Repeat(counts)
+    match = _matches(lo, hi, counts, repeat)
+    table = arranged.table
+    if outer == 0:
+        columns = [_gather(table, n, match) for n in left_out]
+        columns += [repeat.column(rows.column(n)) for n in right_out]
+    else:
+        columns = [repeat.column(rows.column(n)) for n in left_out]
+        columns += [_gather(table, n, match) for n in right_out]
+    got = pa.Table.from_arrays(columns, schema=out_schema)
+    if how == "left":  # the probe rows without a match, with nulls
+        alone = rows.filter(pa.array(counts == 0))
+        if alone.num_rows:
+            nulls = [pa.nulls(alone.num_rows, out_schema.field(o).type) for o in right_out.values()]
+            lone = [alone.column(n) for n in left_out]
+            got = pa.concat_tables([got, pa.Table.from_arrays([*lone, *nulls], schema=out_schema)])
+    return got
+
+
+def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
+    """The order that sorts ``keys`` stably. For integer keys in ``[0, top)`` (``top`` >
+    0) below 2**32: numpy's radix sort (its stable sort of 16-bit numbers), one pass per
+    16 bits, least significant first; else numpy's stable merge sort (~5x slower)."""
+    if top and top <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    if top and top <= 1 << 32:
+        first = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+        high = (keys[first] >> 16).astype(np.uint16)
+        order: np.ndarray[Any, Any] = first[np.argsort(high, kind="stable")]
+        return order
+    return np.argsort(keys, kind="stable")
+
+
+def _matches(
+    lo: np.ndarray[Any, Any],
+    hi: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    repeat: _Repeat,
+) -> np.ndarray[Any, Any] | slice:
+    """The arranged rows each probe row matches (``lo[i]:hi[i]``), one after another:
+    a slice when each range starts where the one before ended (the probe walks the
+    arrangement in key order, as the ranks of a dense ``group_by`` do), so the arranged
+    side's columns are sliced, not gathered; ``lo`` itself (of the rows that matched)
+    when no row matched more than once (unique keys: a lookup)."""
+    if len(lo) and np.array_equal(lo[1:], hi[:-1]):
+        return slice(int(lo[0]), int(hi[-1]))
+    if repeat.once:
+        return lo
+    if repeat.mask is not None:
+        at: np.ndarray[Any, Any] = lo[repeat.mask]
+        return at
+    ends = np.cumsum(counts)
+    shift = lo - (ends - counts)  # each range's start, less its output offset
+    total = int(ends[-1]) if len(ends) else 0
+    match: np.ndarray[Any, Any] = np.repeat(shift, counts) + np.arange(total)
+    return match
+
+
+class _Repeat:
+    """The probe rows' columns, each row repeated as many times as it matched: the
+    column itself when every row matched once, the rows that matched (a filter) when
+    none matched more than once, else ``np.repeat`` of its values (numbers without
+    nulls) or a ``take`` of the repeated row numbers, made once."""
+
+    def __init__(self, counts: np.ndarray[Any, Any]) -> None:
+        self.counts = counts
+        most = int(counts.max()) if len(counts) else 0
+        self.once = bool(len(counts) == 0 or (most == 1 and counts.min() == 1))
+        self.mask: Any = None
+        """Which rows matched, when each matched at most once (and some did not)."""
+        if most <= 1 and not self.once:
+            self.mask = counts.astype(bool)
+        self._rows: np.ndarray[Any, Any] | None = None
+        self._filter: Any = None
+
+    def column(self, column: Any) -> Any:
+        if self.once:
+            return column
+        if self.mask is not None:
+            if self._filter is None:
+                self._filter = pa.array(self.mask)
+            return column.filter(self._filter)
+        t = column.type
+        if column.null_count == 0 and (
+            pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+        ):
+            return pa.array(np.repeat(column.to_numpy(), self.counts), t)
+        if self._rows is None:
+            self._rows = np.repeat(np.arange(len(self.counts)), self.counts)
+        return column.take(self._rows)
+
+
+def _gather(table: pa.Table, name: str, at: np.ndarray[Any, Any] | slice) -> Any:
+    """Column ``name`` of ``table`` at rows ``at`` (indexes, or a slice: no copy)."""
+    column = table.column(name)
+    if isinstance(at, slice):
+        return column.slice(at.start, at.stop - at.start)
+    return column.take(at)

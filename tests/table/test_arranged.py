@@ -1,0 +1,226 @@
+"""The arranged join of a table from outside a loop (``ArrangedJoin``) and the join of
+the same tables outside any loop (``Join``: arranged per time for dense integer keys,
+else Arrow's hash join) against a plain-Python join: inner, left, semi and anti, null
+keys, dense, sparse and negative ids, 1-2 workers, random delivery orders
+(hypothesis). Its fast paths are in these runs: the columns its only reader, a
+``select``, drops are never gathered (projection push-down), the probe rows repeated
+by ``np.repeat`` or passed whole when each matched once, the arrangement sorted by a
+radix sort (16 bits a pass). A push-down that drops a column still read is
+caught, and the sort is checked equal to a stable one."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import operators  # noqa: F401 - registers the stream methods
+from operators.table import arrange as table_arrange
+from operators.table import col, lit, table_input
+from operators.table import loops as table_loops
+from operators.table import stream as table_stream
+from timely import Dataflow
+
+LOOP = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+OUTER = pa.schema([("k", pa.int64()), ("w", pa.int64()), ("x", pa.float64())])
+
+SELECTS: dict[str, Any] = {
+    "k and v + w": lambda t: t.select(k=col("k"), v=col("v") + col("w")),
+    "w as k": lambda t: t.select(k=col("w"), v=col("v")),
+    "no column": lambda t: t.select(k=lit(1), v=lit(2)),
+    "every column": lambda t: t.select(k=col("k"), v=col("v") * 0 + col("x").cast("int64")),
+}
+"""What follows the join (its only reader): every column read, some, none."""
+
+PLAIN: dict[str, Any] = {
+    "k and v + w": lambda k, v, w, x: (k, None if w is None else v + w),
+    "w as k": lambda k, v, w, x: (w, v),
+    "no column": lambda k, v, w, x: (1, 2),
+    "every column": lambda k, v, w, x: (k, None if x is None else int(x)),
+}
+"""The same, on one joined row."""
+
+
+def reference(loop_rows: list[Any], outer_rows: list[Any], how: str, select: str) -> Counter[Any]:
+    """The join in plain Python: a null key matches nothing."""
+    got: Counter[Any] = Counter()
+    for k, v in loop_rows:
+        matches = [(w, x) for k2, w, x in outer_rows if k is not None and k2 == k]
+        if how in ("semi", "anti"):
+            if bool(matches) == (how == "semi"):
+                got[(k, v)] += 1
+            continue
+        if how == "left" and not matches:
+            matches = [(None, None)]
+        for w, x in matches:
+            got[PLAIN[select](k, v, w, x)] += 1
+    return got
+
+
+IDS = {"dense": lambda n: n, "sparse": lambda n: n << 36, "negative": lambda n: n - 3}
+
+KEY = st.none() | st.integers(0, 6)
+LOOP_ROWS = st.lists(st.tuples(KEY, st.integers(-5, 5)), max_size=12)
+OUTER_ROWS = st.lists(
+    st.tuples(KEY, st.integers(-5, 5), st.none() | st.sampled_from([1.0, 2.0])), max_size=12
+)
+
+
+def run(
+    loop_rows: list[Any],
+    outer_rows: list[Any],
+    how: str,
+    select: str,
+    in_loop: bool,
+    workers: int,
+    seed: int,
+) -> Counter[Any]:
+    flow = Dataflow("arranged")
+    a = table_input(flow, LOOP, name="loop")
+    b = table_input(flow, OUTER, name="outer")
+
+    def body(t: Any) -> Any:
+        joined = t.join(b.table, on="k", how=how)
+        return joined if how in ("semi", "anti") else SELECTS[select](joined)
+
+    out = a.table.iterate(body, rounds=1) if in_loop else body(a.table)
+    out.collect("out")
+    half = len(loop_rows) // 2
+    for part in (loop_rows[:half], loop_rows[half:]):
+        a.send(pa.Table.from_pylist([{"k": k, "v": v} for k, v in part], schema=LOOP))
+    b.send(pa.Table.from_pylist([{"k": k, "w": w, "x": x} for k, w, x in outer_rows], OUTER))
+    got = flow.run(workers=workers, backend="inline", seed=seed)["out"]
+    return Counter(tuple(r.values()) for _, t in got for r in t.to_pylist())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    LOOP_ROWS,
+    OUTER_ROWS,
+    st.sampled_from(["inner", "left", "semi", "anti"]),
+    st.sampled_from(sorted(SELECTS)),
+    st.sampled_from(sorted(IDS)),
+    st.integers(1, 2),
+    st.integers(0, 9),
+)
+def test_the_arranged_joins_equal_a_plain_join(
+    loop_rows: Any, outer_rows: Any, how: str, select: str, ids: str, workers: int, seed: int
+) -> None:
+    to = IDS[ids]
+    loop_rows = [(None if k is None else to(k), v) for k, v in loop_rows]
+    outer_rows = [(None if k is None else to(k), w, x) for k, w, x in outer_rows]
+    want = reference(loop_rows, outer_rows, how, select)
+    assert run(loop_rows, outer_rows, how, select, True, workers, seed) == want
+    assert run(loop_rows, outer_rows, how, select, False, workers, seed) == want
+
+
+def test_the_join_sends_only_what_its_readers_read() -> None:
+    """One ``select`` reads the join: its columns only. A second select: both's. Any
+    other reader (here a ``where``): every column."""
+    flow = Dataflow("demand")
+    a = table_input(flow, LOOP).table
+    b = table_input(flow, OUTER).table
+    seen: list[Any] = []
+
+    def body(t: Any) -> Any:
+        joined = t.join(b, on="k")
+        seen.append(joined.demand)
+        return joined.select(k=col("k"), v=col("v") + col("w"))
+
+    a.iterate(body, rounds=1)
+    (demand,) = seen
+    assert demand.needed() == {"k", "v", "w"}
+    joined = demand.stream  # more readers of the join's stream, as a user could add
+    assert joined is not None
+    table = table_stream.Table(joined, OUTER.append(pa.field("v", pa.int64())), demand)
+    table.select(x=col("x"))
+    assert demand.needed() == {"k", "v", "w", "x"}
+    table.where(col("x") > 0)
+    assert demand.needed() is None
+
+
+def test_a_push_down_that_drops_a_column_read_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [(1, 1), (2, 2)]
+    outer = [(1, 10, 0.5), (2, 20, 2.0)]
+    good = run(rows, outer, "inner", "k and v + w", True, 1, 0)
+    assert good == Counter({(1, 11): 1, (2, 22): 1})
+    needed = table_stream.Demand.needed
+
+    def too_few(self: Any) -> Any:
+        got = needed(self)
+        return None if got is None else got - {"w"}
+
+    monkeypatch.setattr(table_stream.Demand, "needed", too_few)
+    with pytest.raises(Exception, match="w"):
+        run(rows, outer, "inner", "k and v + w", True, 1, 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.integers(0, 40) | st.integers(0, 1 << 20) | st.sampled_from([1 << 40]), max_size=60
+    ),
+    st.integers(0, 3),
+)
+def test_the_arrangement_order_is_a_stable_sort(keys: Any, slack: int) -> None:
+    """Radix passes of 16 bits (one or two) and the merge sort alike."""
+    k = np.array(keys, dtype=np.int64)
+    top = (int(k.max()) + 1 + slack) if len(k) else 0
+    assert table_arrange._stable_order(k, top).tolist() == np.argsort(k, kind="stable").tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30) | st.sampled_from([-4, 1 << 40]), st.integers(-3, 3)),
+        max_size=40,
+    )
+)
+def test_a_two_column_table_is_reduced_without_gathering_rows(rows: Any) -> None:
+    """``(key, value)`` tables take :func:`least_pairs` (no row index): the same least
+    value per key as the general path."""
+    table = pa.table(
+        {"k": pa.array([k for k, _ in rows], pa.int64()), "v": pa.array([v for _, v in rows])},
+        schema=pa.schema([("k", pa.int64()), ("v", pa.int64())]),
+    )
+    got = table_loops.least_rows(table, "k", "v")
+    want: dict[int, int] = {}
+    for k, v in rows:
+        want[k] = min(want.get(k, v), v)
+    assert got.schema == table.schema
+    assert list(zip(got.column("k").to_pylist(), got.column("v").to_pylist())) == sorted(
+        want.items()
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), max_size=12),
+    st.lists(st.integers(-1, 7), max_size=12),
+    st.booleans(),
+)
+def test_the_matches_are_each_probe_rows_range_in_turn(
+    arranged: Any, probes: Any, unique: bool
+) -> None:
+    """``_matches`` (a slice when the ranges follow each other, the starts themselves
+    when no row matched twice, else index arithmetic) against the ranges ``lo[i]:hi[i]``
+    concatenated, and ``_Repeat`` (the column, a filter, a repeat) against each probe
+    row repeated as often as it matched. Unique arranged keys: lookups."""
+    keys = np.array(sorted(set(arranged) if unique else arranged), dtype=np.int64)
+    at = np.array(probes, dtype=np.int64)
+    lo = np.searchsorted(keys, at, side="left")
+    hi = np.searchsorted(keys, at, side="right")
+    counts = hi - lo
+    repeat = table_arrange._Repeat(counts)
+    got = table_arrange._matches(lo, hi, counts, repeat)
+    rows = np.arange(len(keys))
+    flat = rows[got] if isinstance(got, slice) else got
+    assert list(flat) == [i for a, b in zip(lo, hi) for i in range(a, b)]
+    column = pa.chunked_array([pa.array(probes, pa.int64())])
+    repeated = repeat.column(column).to_pylist()
+    assert repeated == [p for p, c in zip(probes, counts) for _ in range(c)]
