@@ -51,6 +51,8 @@ class Host(Protocol):
     @property
     def routing(self) -> Routing: ...
 
+    def members_at(self, epoch: int) -> tuple[int, ...]: ...
+
     def frontier(self, vertex: int, port: int = 0) -> tuple[Timestamp, ...]: ...
 
 
@@ -189,10 +191,22 @@ class Vertex:
         """Index of the worker hosting this instance."""
         return self._ctx.worker.index
 
+    state_per_time: bool = False
+    """True for a vertex that keeps nothing from one time to the next: its keys may go to
+    another worker at any epoch with nothing to move, so its exchanged inputs follow the
+    routing table in force at each epoch (and a live rescale may take a worker away)."""
+
     @property
     def workers(self) -> int:
-        """How many workers run the dataflow."""
+        """How many workers run the dataflow now (workers may join and leave a running
+        one: what a time's records can meet is :meth:`workers_at`)."""
         return self._ctx.worker.peers
+
+    def workers_at(self, time: Timestamp) -> int:
+        """How many workers take part at ``time``: fixed once the time can exist (workers
+        join and leave at epochs no record has reached yet), so every worker's instance
+        agrees on it."""
+        return len(self._ctx.worker.members_at(time[0]))
 
     @property
     def name(self) -> str:

@@ -273,7 +273,7 @@ class LeastPerTime(PerTime):
         self.value = value
         self.schema = schema
 
-    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+    def complete(self, sides: list[list[Batch]], time: Timestamp) -> list[Batch]:
         table = pa.Table.from_batches(sides[0], schema=self.schema)
         return as_batches(least_rows(table, self.key, self.value), self.schema)
 

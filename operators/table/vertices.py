@@ -119,6 +119,7 @@ class PerTime(Vertex):
     """Keeps each time's batches (per input) until the time completes."""
 
     inputs = 1
+    state_per_time = True
 
     def __init__(self) -> None:
         self.pending: dict[Timestamp, list[list[Batch]]] = {}
@@ -133,13 +134,15 @@ class PerTime(Vertex):
     def on_notify(self, time: Timestamp) -> None:
         sides = self.pending.pop(time)
         try:
-            out = self.complete(sides)
+            out = self.complete(sides, time)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             self.fail(e, time, None, None)
         if out:
             self.send_by(0, out, time)
 
-    def complete(self, sides: list[list[Batch]]) -> list[Batch]:  # pragma: no cover
+    def complete(  # pragma: no cover
+        self, sides: list[list[Batch]], time: Timestamp
+    ) -> list[Batch]:
         raise NotImplementedError
 
 
@@ -160,7 +163,7 @@ class TopK(PerTime):
         self.order = order
         self.schema = schema
 
-    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+    def complete(self, sides: list[list[Batch]], time: Timestamp) -> list[Batch]:
         table = pa.Table.from_batches(sides[0], schema=self.schema)
         return as_batches(first_k(table, self.k, self.order), self.schema)
 
@@ -204,7 +207,7 @@ class Aggregate(PerTime):
         if self.per_time:
             super().on_recv(input, records, time)
             return
-        if self.pass_alone and self.workers == 1:
+        if self.pass_alone and self.workers_at(time) == 1:
             self.send_by(0, records, time)
             return
         try:
@@ -214,8 +217,8 @@ class Aggregate(PerTime):
         if out:
             self.send_by(0, out, time)
 
-    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
-        if self.alone is not None and self.workers == 1:
+    def complete(self, sides: list[list[Batch]], time: Timestamp) -> list[Batch]:
+        if self.alone is not None and self.workers_at(time) == 1:
             return self._aggregate(sides[0], *self.alone)
         return self._aggregate(sides[0], self.in_schema, self.aggs)
 
@@ -291,11 +294,11 @@ class Distinct(PerTime):
         if self.per_time:
             super().on_recv(input, records, time)
             return
-        out = self.complete([records])
+        out = self.complete([records], time)
         if out:
             self.send_by(0, out, time)
 
-    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+    def complete(self, sides: list[list[Batch]], time: Timestamp) -> list[Batch]:
         table = _table(sides[0], self.schema)
         if table.num_rows == 0:
             return []
@@ -337,7 +340,7 @@ class Join(PerTime):
         self.left_out = [n for n in schemas[0].names if n in names]
         self.right_out = {n: o for n, o in right_names.items() if o in names}
 
-    def complete(self, sides: list[list[Batch]]) -> list[Batch]:
+    def complete(self, sides: list[list[Batch]], time: Timestamp) -> list[Batch]:
         left = _table(sides[0], self.schemas[0])
         right = _table(sides[1], self.schemas[1])
         if left.num_rows == 0:

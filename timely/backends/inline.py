@@ -92,7 +92,7 @@ class InlineSession(Session):
 
     # -- workers that join and leave ----------------------------------------------------------
     def _migratable(self) -> set[int]:
-        return set(self.worker_list[0].migration.migratable)
+        return set(self.worker_list[0].migration.follows)
 
     def _join_worker(self, worker: int, epoch: int) -> None:
         self._pump()  # what workers that left still sent is applied everywhere first

@@ -583,8 +583,9 @@ class WorkerActor:
         return self.left_after
 
     async def migratable(self) -> list[int]:
-        """The keyed steps whose state moves with their bins here."""
-        return sorted(self.worker.migration.migratable)
+        """The keyed steps whose keys may move live (their state moves with their bins,
+        or they keep none across times)."""
+        return sorted(self.worker.migration.follows)
 
     # -- queries -------------------------------------------------------------------------------
     async def request_checkpoint(

@@ -517,7 +517,8 @@ class Session(ABC):
         )
 
     def _migratable(self) -> set[int]:
-        """The keyed steps whose state moves with their bins (backends that run live)."""
+        """The keyed steps whose keys may move live: their state moves with their bins,
+        or they keep none across times (backends that run live)."""
         return set()
 
     def _join_worker(self, worker: int, epoch: int) -> None:

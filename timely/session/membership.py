@@ -110,7 +110,8 @@ def live_blocker(
     leaving: bool = False,
 ) -> str | None:
     """Why going from ``old`` to ``new`` workers cannot be done live (None: it can).
-    ``migratable``: the keyed steps whose state moves with their bins; ``backend``:
+    ``migratable``: the keyed steps whose keys may move (their state moves with their
+    bins, or they keep none across times); ``backend``:
     the backend's name when it cannot add or remove workers live."""
     if backend is not None:
         return f"{backend} does not add or remove workers live yet"
@@ -136,8 +137,8 @@ def live_blocker(
                         name = plan.vertices[edge.dst].name
                         return (
                             f"step {name!r} receives records by key but its state does not "
-                            "move with its bins (state of its own kind, or inside a loop): "
-                            "its keys cannot leave a worker live"
+                            "move with its bins (state of its own kind kept across epochs, "
+                            "or inside a loop): its keys cannot leave a worker live"
                         )
     return None
 

@@ -704,6 +704,10 @@ class Worker:
             self.add_peer(worker, epoch)
         return out, join
 
+    def members_at(self, epoch: int) -> tuple[int, ...]:
+        """The workers taking part at ``epoch`` (:class:`~timely.routing.members.Members`)."""
+        return self.members.at(epoch)
+
     def add_peer(self, worker: int, epoch: int) -> None:
         """``worker`` joined the run at ``epoch``: its progress batches count here from
         now on, and it receives broadcasts at times from ``epoch`` on."""

@@ -71,6 +71,11 @@ class Migration:
         }
         """Keyed vertices whose state moves with their bins. A vertex that keeps state of
         its own kind is never moved: its inputs keep the run's first table."""
+        self.follows = self.migratable | {
+            v for v in self.control if getattr(worker.vertices[v], "state_per_time", False)
+        }
+        """Keyed vertices routed by the table in force at each epoch: the migratable ones
+        and those that keep nothing across times (:attr:`timely.vertex.Vertex.state_per_time`)."""
         for v in self.migratable:
             vertex = worker.vertices[v]
             assert isinstance(vertex, StatefulVertex)
@@ -110,7 +115,7 @@ class Migration:
     def table_for(self, dst: int, epoch: int) -> np.ndarray[Any, Any]:
         """The table that routes a batch at ``epoch`` to vertex ``dst``."""
         routing = self.w.routing
-        if dst in self.migratable:
+        if dst in self.follows:
             return routing.array_at(epoch)
         return routing.arrays[0]
 
@@ -122,7 +127,7 @@ class Migration:
     def must_hold(self, edge: EdgeSpec, time: Timestamp) -> bool:
         """Whether a batch on ``edge`` at ``time`` must wait for configurations."""
         return (
-            edge.dst in self.migratable
+            edge.dst in self.follows
             and isinstance(edge.channel, Exchange)
             and not self.known(edge.dst, time[0])
         )
