@@ -11,6 +11,7 @@ back the mistakes the protocol exists to avoid.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,6 +36,16 @@ Plan = dict[int, int]
 """Before sending epoch ``e``, rescale to ``plan[e]`` workers."""
 
 
+def recorder(out: dict[int, list[Any]]) -> Callable[[int, list[Any]], None]:
+    """A subscriber that keeps each epoch's output in ``out``, sorted, once."""
+
+    def record(epoch: int, records: list[Any]) -> None:
+        assert epoch not in out, f"epoch {epoch} delivered twice"
+        out[epoch] = sorted(records, key=repr)
+
+    return record
+
+
 def run(
     pipeline: str,
     epochs: list[list[int]],
@@ -49,13 +60,8 @@ def run(
     epoch)."""
     flow = Dataflow(f"live-{pipeline}")
     out: dict[int, list[Any]] = {}
-
-    def record(epoch: int, records: list[Any]) -> None:
-        assert epoch not in out, f"epoch {epoch} delivered twice"
-        out[epoch] = sorted(records, key=repr)
-
     handle = flow.new_input()
-    PIPELINES_HERE[pipeline](handle.stream).subscribe(record)
+    PIPELINES_HERE[pipeline](handle.stream).subscribe(recorder(out))
     sizes = []
     with flow.activate(
         workers=workers, backend="inline", seed=seed, reconfigurable=True, **options
@@ -328,13 +334,8 @@ def paced_on_ray(pipeline: str, **options: Any) -> tuple[Any, ...]:
     by epoch, the rescales, and the worker count after each epoch."""
     flow = Dataflow(f"live-ray-{pipeline}")
     out: dict[int, list[Any]] = {}
-
-    def record(epoch: int, records: list[Any]) -> None:
-        assert epoch not in out, f"epoch {epoch} delivered twice"
-        out[epoch] = sorted(records, key=repr)
-
     handle = flow.new_input()
-    PIPELINES[pipeline](handle.stream).subscribe(record)
+    PIPELINES[pipeline](handle.stream).subscribe(recorder(out))
     done: set[int] = set()  # every epoch has records, so each one is counted: the pace
     handle.stream.count_by(lambda x: 0).subscribe(lambda epoch, _: done.add(epoch))
     sizes: list[int] = []
