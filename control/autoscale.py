@@ -140,7 +140,7 @@ class AutoscaleMonitor:
         plan: Plan | None = None,
     ) -> None:
         """Before anything starts: rescaling is live (a reconfigurable run fed by the
-        driver) or restores from checkpoints."""
+        driver, with or without checkpoints) or restores from checkpoints."""
         live = plan is not None and plan.control is not None
         if plan is not None and any(spec.kind == "source" for spec in plan.vertices):
             live = False  # source partitions do not move live yet

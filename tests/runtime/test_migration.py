@@ -900,7 +900,7 @@ def rescaled_mid_migration(tmp_path: Path) -> tuple[Any, Any]:
                 if moves and e == 2:
                     session.reconfigure(drain(1), bins_per_step=32)
                 if moves and e == 5:
-                    session.rescale(3)
+                    session.rescale(3, live=False)
                 if moves and e == 8:
                     assert session.workers == 3 and session.routing_table == tuple(
                         b % 3 for b in range(256)

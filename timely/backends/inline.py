@@ -105,7 +105,15 @@ class InlineSession(Session):
         messages, join = donor.mint_join(worker, epoch, roots)
         self._queue(0, messages)
         new = Worker(
-            self.plan, worker, worker + 1, self.accumulate, log=self._event_log(worker), join=join
+            self.plan,
+            worker,
+            worker + 1,
+            self.accumulate,
+            checkpoint_every=self._every,
+            checkpoint_on_request=self._every is None and self.checkpoint is not None,
+            log=self._event_log(worker),
+            checkpoint_incremental=self._incremental,
+            join=join,
         )
         for w in self._alive():
             if w is not donor:
@@ -122,6 +130,7 @@ class InlineSession(Session):
         self.commands.append(deque())
         self.membership.join(worker, epoch)
         self.workers += 1
+        self._workers_changed()
 
     def _leave_worker(self, worker: int, epoch: int) -> None:
         for other in self._alive():
@@ -138,6 +147,7 @@ class InlineSession(Session):
                 continue
             messages, sent = leaver.leave()
             self._queue(worker, messages)
+            self._write_parts(worker)  # its parts of the checkpoints before it left
             self.membership.gone(worker)
             for w in self._alive():
                 w.peer_left(worker, sent)
@@ -145,7 +155,7 @@ class InlineSession(Session):
             if leaver.log is not None:
                 leaver.log.close()
             self.workers -= 1
-            self.view.rescaled(self.workers)
+            self._workers_changed()
 
     def _queue(self, sender: int, messages: list[tuple[int, WorkerMessage]]) -> None:
         log = self.worker_list[sender].log
@@ -173,7 +183,7 @@ class InlineSession(Session):
         finally:
             self._ahead -= 1
         if not self._ahead:
-            self._pump()
+            self._guarded(self._pump, retry=False)
 
     def _poll(self, timeout: float) -> None:
         self._pump()  # the driver's thread is every worker: run what can run
@@ -283,16 +293,21 @@ class InlineSession(Session):
 
     def _step(self, w: int) -> None:
         worker = self.worker_list[w]
-        log = worker.log
         self._queue(w, worker.step())
         for key, epoch, records in worker.take_emitted():
             self._deliver(key, epoch, records)
+        self._write_parts(w)
+
+    def _write_parts(self, w: int) -> None:
+        """Write worker ``w``'s completed checkpoint parts and report them."""
+        worker = self.worker_list[w]
+        log = worker.log
         for epoch, part in worker.take_parts():
             assert self.coordinator is not None
             store = self.coordinator.store
             t0 = clock()
             info = store.write_part(
-                epoch, w, self.workers, serialization.encode(part), part.get("base")
+                epoch, w, part["workers"], serialization.encode(part), part.get("base")
             )
             t1 = clock()
             if log is not None:

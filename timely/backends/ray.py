@@ -361,6 +361,7 @@ class WorkerActor:
                         break
                     if self.leave_epoch is not None and worker.can_leave(self.leave_epoch):
                         last, self.left_after = worker.leave()
+                        self._write_parts()  # its parts of the checkpoints before it left
                         await self._send(
                             [(p, serialization.encode_message_parts(m)) for p, m in last]
                         )
@@ -399,11 +400,7 @@ class WorkerActor:
         messages = worker.step()
         self.steps += 1
         emitted = worker.take_emitted()
-        for epoch, part in worker.take_parts():
-            t0 = clock()
-            data = serialization.encode(part)
-            work = worker.checkpoint_work(epoch) + clock() - t0
-            self._write_part(epoch, data, work, part.get("base"))
+        self._write_parts()
         log = self.log
         if log is None:
             return [(p, serialization.encode_message_parts(m)) for p, m in messages], emitted
@@ -416,7 +413,18 @@ class WorkerActor:
             out.append((p, payload))
         return out, emitted
 
-    def _write_part(self, epoch: int, data: bytes, work: int, base: int | None = None) -> None:
+    def _write_parts(self) -> None:
+        """Encode the checkpoint parts completed and have them written."""
+        worker = self.worker
+        for epoch, part in worker.take_parts():
+            t0 = clock()
+            data = serialization.encode(part)
+            work = worker.checkpoint_work(epoch) + clock() - t0
+            self._write_part(epoch, data, work, part.get("base"), part["workers"])
+
+    def _write_part(
+        self, epoch: int, data: bytes, work: int, base: int | None = None, workers: int = 0
+    ) -> None:
         """Write a checkpoint part on the writer thread (off the step loop); report it to
         the driver once it is durable (after the outputs of its epoch: they went first),
         with the checkpoint work it took (``work`` ns of snapshots and encoding, and the
@@ -428,7 +436,7 @@ class WorkerActor:
 
         def write() -> None:
             t0, cpu = clock(), time.thread_time_ns()
-            info = store.write_part(epoch, self.index, self.npeers, data, base)
+            info = store.write_part(epoch, self.index, workers or self.npeers, data, base)
             t1 = clock()
             if log is not None:
                 log.add(("c", t0, t1, epoch, "write"))
@@ -490,13 +498,18 @@ class WorkerActor:
         secret: bytes,
         tcp: bool,
         trace: tuple[str, int] | None = None,
+        store: CheckpointStore | None = None,
+        every: int | None = None,
+        incremental: int = 0,
     ) -> tuple[str, int, Address]:
         """Listen as worker ``index``, joining a running dataflow (the next index): its
         worker is built by :meth:`join` from what a donor made. Returns as :meth:`start`."""
         await self.reset()
         self._begin(index, index + 1, accumulate, window)
         self.plan, self.trace = plan, trace
-        self.store, self.writer = None, None
+        self.every, self.incremental = every, incremental
+        self.store = store
+        self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
         self.loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
         self.comm = Allocator(index, index + 1, secret, window, self.wake.set, driver=True)
@@ -555,9 +568,12 @@ class WorkerActor:
             self.index,
             self.npeers,
             self.accumulate,
+            checkpoint_every=self.every,
+            checkpoint_on_request=self.store is not None and self.every is None,
             log=None
             if trace is None
             else EventLog.for_plan(trace[0], plan, self.index, self.npeers, trace[1]),
+            checkpoint_incremental=self.incremental,
             join=join,
         )
         self.log = self.worker.log
@@ -1096,6 +1112,9 @@ class RaySession(Session):
             self._secret,
             _nodes() > 1,
             trace,
+            None if self.coordinator is None else self.coordinator.store,
+            self._every,
+            self._incremental,
         )
         node, pid, address = self._started([start], cpus)[0]
         alive = list(self.membership.alive)
@@ -1123,6 +1142,7 @@ class RaySession(Session):
         self._run_worker[ref] = worker
         self.membership.join(worker, epoch)
         self.workers += 1
+        self._workers_changed()
 
     def _leave_worker(self, worker: int, epoch: int) -> None:
         alive = list(self.membership.alive)
@@ -1146,7 +1166,7 @@ class RaySession(Session):
         self._last_ping.pop(worker, None)
         self._behind = {k: v for k, v in self._behind.items() if worker not in k}
         self.workers -= 1
-        self.view.rescaled(self.workers)
+        self._workers_changed()
         try:
             self._get(actor.reset.remote(), worker)
             shape = (self._cpus_of.get(id(actor), self.cpus), self._shape()[1])

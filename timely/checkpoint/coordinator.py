@@ -12,6 +12,7 @@ what to drop. The session calls it and stays a thin loop around the backend.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from timely.checkpoint.aimd import AIMD
@@ -49,6 +50,9 @@ class CheckpointCoordinator:
         self.name = name
         self.fingerprint = fingerprint
         self.workers = workers
+        self.workers_at: Callable[[int], int] | None = None
+        """How many workers take part in the checkpoint at an epoch, when workers join
+        and leave the run live (the session sets it); None: ``workers``."""
         self.bins = DEFAULT_BINS
         """The run's bin count (the session sets it from the plan): restores re-partition
         keyed state over it when the worker count or the bin count changed."""
@@ -187,7 +191,8 @@ class CheckpointCoordinator:
         self._part_at[epoch] = max(self._part_at.get(epoch, 0.0), at)
         parts = self._parts.setdefault(epoch, {})
         parts[info["worker"]] = info
-        if len(parts) < self.workers:
+        workers = self.workers if self.workers_at is None else self.workers_at(epoch)
+        if len(parts) < workers:
             return
         if any(p["chain"] is None for p in parts.values()):
             # A delta on a part this driver never saw written: not restorable. The next
@@ -199,9 +204,7 @@ class CheckpointCoordinator:
         at = self._part_at[epoch]  # the last part's: when the checkpoint was complete
         started = time.perf_counter()
         try:
-            self.store.commit(
-                epoch, self.workers, self.fingerprint, self.name, list(parts.values())
-            )
+            self.store.commit(epoch, workers, self.fingerprint, self.name, list(parts.values()))
         except OSError as e:
             raise CheckpointError(f"cannot commit the checkpoint at epoch {epoch}: {e}") from e
         self.committed.append(epoch)

@@ -112,7 +112,8 @@ class _Link:
         self.queue: deque[Payload] = deque()
         """Frames received and not yet taken by the host."""
         self.read = 0
-        """Frames taken off the connection."""
+        """DATA frames taken off the connection (to compare with the peer's ``sent``:
+        credits come back whenever the peer is about to wait, and do not count)."""
         self.sent = 0
         self.credit = 0
         """Frames sent; of those, how many the peer has applied (its last credit)."""
@@ -389,8 +390,8 @@ class Allocator:
     def _frame(self, link: _Link, kind: int, payload: Payload) -> bool:
         """One frame off ``link`` (:class:`~timely.comm.receiving.FrameReader` calls this
         as each completes); False when it ends the connection."""
-        link.read += 1
         if kind == DATA:
+            link.read += 1
             if self._discarding:  # the host is done: credit at once, keep nothing
                 link.applied += 1
                 self._credit(link)
@@ -558,7 +559,7 @@ class Allocator:
         return all(link is None or link.sent == link.credit for link in self._links)
 
     def counts(self) -> tuple[list[int], list[int]]:
-        """Per peer: frames sent to it, and frames read from it (a header taken off the
+        """Per peer: DATA frames sent to it, and DATA frames read from it (taken off the
         connection; reading goes on whatever the host does). A peer's frames that stay
         unread while this worker's loop is free mean its reader is stuck. Safe to call
         from another thread."""

@@ -134,6 +134,8 @@ class Session(ABC):
         )
         if self.coordinator is not None:
             self.coordinator.bins = spec.plan.bins
+            # Workers that join and leave live: a checkpoint's parts are its epoch's members'.
+            self.coordinator.workers_at = self._members_at
         if spec.sinks:
             # Before any worker starts (and before the plan is shipped to them).
             lineage = (
@@ -166,6 +168,9 @@ class Session(ABC):
         controller's): made on the driver's thread, once no worker is leaving."""
         self._changing = False
         self._driver_thread = threading.get_ident()
+        self._live_target: int | None = None
+        """The worker count the last live rescale of this launch went to (a recovery
+        restores on it)."""
         self._delivered: dict[str, int] = {}
         self.view = RunView(spec.name, spec.plan.describe(), workers, trace)
         """What monitors read of this session (:mod:`timely.session.monitors`)."""
@@ -461,7 +466,7 @@ class Session(ABC):
     live_backend = False
     """Whether this backend adds and removes workers while the dataflow runs."""
 
-    def rescale(self, workers: int) -> None:
+    def rescale(self, workers: int, live: bool | None = None) -> None:
         """Run on ``workers`` workers.
 
         Live where it can be (:meth:`live_blocker` says when not): new workers join at the
@@ -475,13 +480,19 @@ class Session(ABC):
         controller's). That path needs ``checkpoint=``.
 
         Either way outputs stay exactly as without the change; each change is recorded
-        in :attr:`rescales` with the path it took and, for a restart, why."""
+        in :attr:`rescales` with the path it took and, for a restart, why. ``live``:
+        None takes the live path when it can; False always stops and restores; True
+        refuses (a ``ConfigError`` saying why) what cannot go live."""
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError(f"rescale: workers must be a positive integer, got {workers!r}")
+        if live not in (None, True, False):
+            raise ConfigError(f"rescale: live must be None, True or False, got {live!r}")
         self._live_deferred = None
         if workers == self.workers - len(self.membership.leaving) and self._rescale_to is None:
             return
-        blocker = self.live_blocker(workers)
+        blocker = "asked for (live=False)" if live is False else self.live_blocker(workers)
+        if live and blocker is not None and blocker != LEAVING:
+            raise ConfigError(f"rescale(live=True): it cannot go live: {blocker}")
         if blocker is None and threading.get_ident() == self._driver_thread:
             self._guarded(self._rescale_live, workers, retry=False)
             return
@@ -511,10 +522,19 @@ class Session(ABC):
             workers,
             self._migratable() if workers < self.workers else (),
             backend=None if self.live_backend else type(self).__name__,
-            checkpointing=self.coordinator is not None,
             inputs_closed=self._control_closed,
             leaving=bool(self.membership.leaving),
         )
+
+    def _members_at(self, epoch: int) -> int:
+        """How many workers take part at ``epoch`` (a checkpoint's parts there)."""
+        return len(self.membership.members.at(epoch))
+
+    def _workers_changed(self) -> None:
+        """A worker joined or left live: the view and the checkpoints' restores follow."""
+        self.view.rescaled(self.workers)
+        if self.coordinator is not None:
+            self.coordinator.workers = self.workers
 
     def _migratable(self) -> set[int]:
         """The keyed steps whose keys may move live: their state moves with their bins,
@@ -551,10 +571,10 @@ class Session(ABC):
     def _change_live(self, workers: int) -> None:
         started, old, began = time.monotonic(), self.workers - len(self.membership.leaving), clock()
         epoch = self._control_epoch
+        self._live_target = workers
         if workers > old:
             for j in range(old, workers):
                 self._join_worker(j, epoch)
-            self.view.rescaled(workers)
         table = list(self.routing_table)
         moves = resize(self.routing_table, workers)
         for b, w in moves.items():
@@ -625,6 +645,7 @@ class Session(ABC):
         started, old, began = time.monotonic(), self.workers, clock()
         self._set_workers(workers)
         self.attempt += 1
+        self._live_target = None
         self._relaunch(coordinator.load_restore())
         for vertex, cmd in coordinator.replay():
             if vertex == self.plan.control and isinstance(cmd, Send):
@@ -688,10 +709,21 @@ class Session(ABC):
             self.view.restarted(self.restarts)
             began, t0 = time.monotonic(), clock()
             try:
+                live = self._live_target
+                if live is not None:
+                    # Workers joined or left live since the launch: restore on the count
+                    # the last change went to, the bins dealt afresh from the checkpoint
+                    # (as a rescale does), and the configurations logged after it
+                    # superseded.
+                    self._live_target = None
+                    self._live_deferred = None
+                    self._set_workers(live)
                 restore = coordinator.load_restore()
                 self._relaunch(restore)
                 replayed = coordinator.replay()
                 for vertex, cmd in replayed:
+                    if live is not None and vertex == self.plan.control and isinstance(cmd, Send):
+                        continue
                     self._send_command(vertex, cmd)
             except (WorkerDied, UserFunctionError) as e:
                 error = e

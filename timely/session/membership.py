@@ -105,7 +105,6 @@ def live_blocker(
     migratable: Collection[int],
     *,
     backend: str | None,
-    checkpointing: bool,
     inputs_closed: bool,
     leaving: bool = False,
 ) -> str | None:
@@ -124,8 +123,6 @@ def live_blocker(
         return "the run's inputs are closed"
     if leaving and new > old:
         return LEAVING
-    if checkpointing:
-        return "checkpoints across a live change of workers are not built yet"
     for spec in plan.vertices:
         if spec.kind == "source":
             return f"source {spec.name!r}: its partitions are not re-assigned live yet"

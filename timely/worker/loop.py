@@ -65,13 +65,15 @@ class Join:
     """What a worker added to a running dataflow starts from, made by its donor
     (:meth:`Worker.mint_join`): its end of the progress protocol (a copy of the donor's,
     owning the capabilities the donor minted for it), the routing tables known, who
-    takes part from which epoch, and the inputs it holds a capability of at ``epoch``."""
+    takes part from which epoch, the inputs it holds a capability of at ``epoch``, and
+    the checkpoint schedule (``segments``, None: no checkpoints)."""
 
     epoch: int
     progress: WorkerProgress
     tables: list[tuple[int, Table]]
     members: Members
     roots: tuple[int, ...]
+    segments: list[tuple[int, int | None]] | None = None
 
 
 class Worker:
@@ -178,6 +180,8 @@ class Worker:
         )
         if restore is not None:
             self._restore(*restore)
+        if join is not None and self.snapshots is not None and join.segments is not None:
+            self.snapshots.segments = list(join.segments)  # the donor's schedule, as agreed
         first = (start,)
         roots = plan.roots if join is None else join.roots
         for v in roots:  # roots hold their initial capability at the first epoch
@@ -699,7 +703,8 @@ class Worker:
         members = Members(0)
         members.epochs, members.sets = list(self.members.epochs), list(self.members.sets)
         members.join(worker, epoch)
-        join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots))
+        segments = None if self.snapshots is None else list(self.snapshots.segments)
+        join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots), segments)
         if worker not in self.progress.senders():  # (a Ray donor counts it already)
             self.add_peer(worker, epoch)
         return out, join
@@ -721,13 +726,20 @@ class Worker:
         """``worker`` leaves the run at ``epoch``: no broadcast at ``epoch`` or later
         goes to it (told to every worker before any such time exists)."""
         self.members.leave(worker, epoch)
+        if worker == self.index and self.snapshots is not None:
+            self.snapshots.until = epoch  # its parts: the checkpoints before it leaves
 
     def can_leave(self, epoch: int) -> bool:
         """As a worker leaving at ``epoch``: whether it may go now. It holds no
         capability, has nothing left to do or ship, and no data can reach it any more:
         its view has no pointstamp before ``epoch`` (safe: the true frontier is no
-        earlier), and nothing at ``epoch`` or later is routed here."""
+        earlier), and nothing at ``epoch`` or later is routed here; with checkpoints,
+        its part of every checkpoint before ``epoch`` is complete (the host writes it)."""
         self._propagate()
+        if self.snapshots is not None:
+            self.snapshots.scan()
+            if self.snapshots.parts:
+                return False
         return (
             not any(ctx.caps or ctx.requests for ctx in self.contexts)
             and not self._ready

@@ -76,6 +76,8 @@ class Snapshots:
         """With incremental checkpoints, the vertices whose tables can be written as deltas."""
         for vertex in self.keyed:
             vertex.keep_changes()
+        self.until: int | None = None
+        """A leaving worker's: no checkpoint at this epoch or later has a part from it."""
 
     def hold_back(self, v: int, epoch: int) -> bool:
         """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
@@ -125,6 +127,14 @@ class Snapshots:
         With ``checkpoint_every=k`` they are the epochs ``e`` with ``(e + 1) % k == 0``;
         on request, the epoch the driver asked for (and, with a cadence, every ``every``
         epochs after it)."""
+        if self.until is not None:  # a leaver: nothing at or after its leave
+            bound = self.until - 1 if upto is None else min(upto, self.until - 1)
+            return [e for e in self._due(after, bound) if e < self.until][
+                : 1 if upto is None else None
+            ]
+        return self._due(after, upto)
+
+    def _due(self, after: int, upto: int | None) -> range | list[int]:
         segments = self.segments
         if len(segments) == 1:  # the common case, asked of every vertex at every step
             return _grid(*segments[0], after, upto)
@@ -268,7 +278,7 @@ class Snapshots:
                         "format": PART_FORMAT,
                         "epoch": epoch,
                         "worker": self.w.index,
-                        "workers": self.w.peers,
+                        "workers": len(self.w.members_at(epoch)),
                         "base": base,
                         "vertices": {v: data for v, data in part.items() if data is not None},
                     },
