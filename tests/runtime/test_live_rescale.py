@@ -246,6 +246,38 @@ def test_mutation_aggregating_by_the_workers_of_now_is_caught(
     assert any(wrong(seed) for seed in range(6))
 
 
+class Where(Vertex):
+    """Tags each record with the worker that handles it."""
+
+    def on_recv(self, input: int, records: list[Any], time: Any) -> None:
+        self.send_by(0, [(self.worker, r) for r in records], time)
+
+
+def test_a_plain_exchange_follows_the_live_changes() -> None:
+    """``exchange()`` keeps nothing, so its records follow each epoch's table: after a
+    join the joiner handles some, and a leaver may go (not vacuous: the worker that
+    handled each record is tagged)."""
+    flow = Dataflow("live-exchange")
+    handle = flow.new_input()
+    handle.stream.exchange(lambda x: x).unary(Where).collect("where")
+    with flow.activate(workers=1, backend="inline", reconfigurable=True) as session:
+        for e, records in enumerate(EPOCHS):
+            if e == 2:
+                session.rescale(2)
+            if e == 15:
+                session.rescale(1)
+            handle.advance_to(e)
+            handle.send(records)
+        handle.close()
+        got = session.join()["where"]
+    assert sorted(r for _, (_, r) in got) == sorted(r for rs in EPOCHS for r in rs)
+    by_epoch: dict[int, set[int]] = {}
+    for e, (w, _) in got:
+        by_epoch.setdefault(e, set()).add(w)
+    assert 1 in by_epoch[10] and by_epoch[len(EPOCHS) - 1] == {0}
+    assert [r["path"] for r in session.rescales] == ["live", "live"]
+
+
 # -- checkpoints across live changes -----------------------------------------------------------
 
 

@@ -16,6 +16,8 @@ from timely.vertex import Capability, Vertex
 class Forward(Vertex):
     """Passes records on; ingress/egress/exchange use it, the time change is the framework's."""
 
+    state_per_time = True  # it keeps nothing: an exchange into it follows each epoch's table
+
     def on_recv(self, input: int, records: list[Any], time: Timestamp) -> None:
         kind = self._ctx.spec.kind
         if kind == "ingress":
