@@ -7,9 +7,13 @@ browser for the session.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import sys
 import tempfile
+import threading
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -44,6 +48,43 @@ def state_machine_examples() -> int:
 def exhaustive() -> bool:
     """Whether the active profile is CI's deeper one (every crash point, every kill)."""
     return os.environ.get("HYPOTHESIS_PROFILE", "dev") == "ci"
+
+
+MEMORY_LIMIT = 8 << 30
+"""A test process holding more than this (resident) is ended, naming the test: a test
+that grows without bound must not take the whole machine (one CI run lost a worker
+process to the kernel's OOM killer at 23 GB, with no word of where it grew)."""
+
+_running: list[str] = [""]
+
+
+def _watch_memory() -> None:
+    """Check this process's resident size twice a second; past :data:`MEMORY_LIMIT`,
+    print the test and every thread's stack, and end the process (the run fails,
+    naming the test, instead of the machine swapping or killing at random)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    while True:
+        time.sleep(0.5)
+        try:
+            with open("/proc/self/statm") as f:
+                resident = int(f.read().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            return  # no /proc here: nothing to watch
+        if resident > MEMORY_LIMIT:
+            sys.stderr.write(
+                f"\n{_running[0]}: this test process holds {resident / 2**30:.1f} GiB, over "
+                f"{MEMORY_LIMIT / 2**30:.0f} GiB; ending it (stacks follow)\n"
+            )
+            faulthandler.dump_traceback(all_threads=True)
+            os._exit(70)
+
+
+threading.Thread(target=_watch_memory, name="memory-watch", daemon=True).start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    _running[0] = item.nodeid
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

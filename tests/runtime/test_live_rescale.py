@@ -620,3 +620,44 @@ def test_on_ray_kills_during_live_changes_restore_exactly_once(tmp_path: Path) -
         (1, 2, "live"),
         (2, 1, "live"),
     ]
+
+
+def planned_on_ray(pipeline: str, plan: list[int]) -> tuple[Any, ...]:
+    """Fed epoch by epoch, each once the last one is done; every five epochs the next
+    size of ``plan`` is asked for (a size asked while workers still leave waits for
+    them). The epochs fed, the output by epoch and the rescales."""
+    flow = Dataflow(f"live-ray-plan-{pipeline}")
+    out: dict[int, list[Any]] = {}
+    handle = flow.new_input()
+    PIPELINES[pipeline](handle.stream).subscribe(recorder(out))
+    done: set[int] = set()
+    handle.stream.count_by(lambda x: 0).subscribe(lambda epoch, _: done.add(epoch))
+    epochs = [[(e * 7 + i * 5) % 23 for i in range(6)] for e in range(5 * len(plan) + 30)]
+    with flow.activate(workers=1, backend="ray", reconfigurable=True, idle_timeout=0) as session:
+        for e, records in enumerate(epochs):
+            if e % 5 == 2 and e // 5 < len(plan):
+                session.rescale(plan[e // 5])
+            handle.advance_to(e)
+            handle.send(records)
+            while e > 0 and e - 1 not in done:
+                session.poll(0.05)
+        handle.close()
+        session.join()
+    return epochs, out, session.rescales
+
+
+@pytest.mark.ci
+@pytest.mark.usefixtures("ray_local")
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["running_reduce", "map_with_state", "table_windowed"]),
+    st.lists(st.integers(1, 3), min_size=2, max_size=3),
+)
+def test_on_ray_random_scale_plans_leave_every_epoch_as_without_them(
+    pipeline: str, plan: list[int]
+) -> None:
+    """Random scale plans on Ray (1 → 3 → 1 and so on; CI's profile): outputs equal a
+    fixed run's, and every change is live."""
+    epochs, got, rescales = planned_on_ray(pipeline, plan)
+    assert got == run(pipeline, epochs, 1, 0)[0]
+    assert all(r["path"] == "live" for r in rescales)
