@@ -1307,6 +1307,8 @@ class RaySession(Session):
         input ``closed``, also a stall (every worker waiting, no progress anywhere)."""
         self._last_check = time.monotonic()
         self._reap()
+        if self._live_deferred is not None:  # a controller's live change, made here
+            self._apply_live()
         if self._runs and len(self._runs) == self.workers:
             self._maybe_request_checkpoint()
         if not self._runs:

@@ -452,8 +452,6 @@ class Session(ABC):
         """Let the coordinator ask for a checkpoint if ``checkpoint_interval`` says so;
         once the checkpoint a rescale waits for is committed, stop for it (the backends
         call this from the driver's loop)."""
-        if self._live_deferred is not None:
-            self._apply_live()
         coordinator = self.coordinator
         if coordinator is None:
             return
