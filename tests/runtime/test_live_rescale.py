@@ -34,7 +34,6 @@ from tests.runtime.test_migration import ON_DISK, PIPELINES
 from timely import ConfigError, Dataflow, TimelyError, Vertex
 from timely.comm.messages import WorkerMessage
 from timely.routing.bins import Routing, resize
-from timely.routing.members import Members
 from timely.worker.loop import Join, Worker
 
 Plan = dict[int, int]
@@ -425,8 +424,7 @@ def _mint_late(self: Worker, worker: int, epoch: int, roots: Any) -> Any:
     self.progress.record((ps, 1) for ps in caps)  # one step late
     for ps in caps:
         self.progress._owned.update(ps, -1)  # they are the joiner's
-    members = Members(0)
-    members.epochs, members.sets = list(self.members.epochs), list(self.members.sets)
+    members = self.members.copy()
     members.join(worker, epoch)
     join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots))
     self.add_peer(worker, epoch)

@@ -20,6 +20,12 @@ class Members:
         self.epochs: list[int] = [-1]
         self.sets: list[tuple[int, ...]] = [tuple(range(workers))]
 
+    def copy(self) -> Members:
+        """The same schedule, to change apart (a joiner's)."""
+        out = Members(0)
+        out.epochs, out.sets = list(self.epochs), list(self.sets)
+        return out
+
     def at(self, epoch: int) -> tuple[int, ...]:
         """The workers taking part at ``epoch``, in index order."""
         if len(self.epochs) == 1:

@@ -21,6 +21,7 @@ from typing import Any
 from progress import (
     ChangeBatch,
     Pointstamp,
+    ProgressBatch,
     Timestamp,
     Tracker,
     WorkerProgress,
@@ -647,12 +648,11 @@ class Worker:
         if batch is not None:
             self.tracker.update_all(self.progress.receive(batch))
             self._frontier_moved = True
-            for peer in self.progress.senders():
-                if peer != self.index and peer not in self._leaving:
-                    msg = messages.get(peer)
-                    if msg is None:
-                        messages[peer] = msg = WorkerMessage(self.index, 0)
-                    msg.progress = batch
+            for peer in self._progress_peers():
+                msg = messages.get(peer)
+                if msg is None:
+                    messages[peer] = msg = WorkerMessage(self.index, 0)
+                msg.progress = batch
         out = []
         for peer, msg in sorted(messages.items()):
             msg.seq = self._seq[peer]
@@ -692,16 +692,11 @@ class Worker:
         assert batch is not None
         self.tracker.update_all(self.progress.receive(batch))
         self._frontier_moved = True
-        out = []
-        for peer in self.progress.senders():
-            if peer != self.index and peer not in self._leaving:
-                out.append((peer, WorkerMessage(self.index, self._seq[peer], progress=batch)))
-                self._seq[peer] += 1
+        out = self._progress_alone(batch)
         for ps in caps:
             self.progress.hand_over(ps)
         progress = WorkerProgress.joining(worker, self.progress, caps, after=batch.seq)
-        members = Members(0)
-        members.epochs, members.sets = list(self.members.epochs), list(self.members.sets)
+        members = self.members.copy()
         members.join(worker, epoch)
         segments = None if self.snapshots is None else list(self.snapshots.segments)
         join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots), segments)
@@ -760,11 +755,21 @@ class Worker:
         batch = self.progress.flush(force=True)
         if batch is not None:
             self.tracker.update_all(self.progress.receive(batch))
-            for peer in self.progress.senders():
-                if peer != self.index and peer not in self._leaving:
-                    out.append((peer, WorkerMessage(self.index, self._seq[peer], progress=batch)))
-                    self._seq[peer] += 1
+            out = self._progress_alone(batch)
         return out, self.progress.next_seq()
+
+    def _progress_peers(self) -> list[int]:
+        """The workers this one's progress batches go to: every peer but itself and
+        those that left."""
+        return [p for p in self.progress.senders() if p != self.index and p not in self._leaving]
+
+    def _progress_alone(self, batch: ProgressBatch) -> list[tuple[int, WorkerMessage]]:
+        """A step's messages that carry only ``batch`` (a join's mint, a leaver's last)."""
+        out = []
+        for peer in self._progress_peers():
+            out.append((peer, WorkerMessage(self.index, self._seq[peer], progress=batch)))
+            self._seq[peer] += 1
+        return out
 
     def peer_left(self, worker: int, sent: int) -> None:
         """``worker`` left after sending ``sent`` progress batches: send it nothing more,
