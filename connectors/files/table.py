@@ -16,6 +16,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -75,12 +76,17 @@ def _split_lines(chunk: bytes, path: str, pos: int) -> pa.Array:
         return pa.array([], pa.string())
     body = chunk[:-1] if chunk.endswith(b"\n") else chunk
     raw = pc.split_pattern(pa.array([body], pa.binary()), b"\n").flatten()
-    try:
-        lines = raw.cast(pa.string())
-    except pa.ArrowInvalid:
-        bad = next(i for i, v in enumerate(raw.to_pylist()) if not _utf8(v))
-        raise ValueError(f"{path}: line {bad + 1} after byte {pos} is not valid UTF-8") from None
-    if lines.null_count == 0 and len(lines) and pc.any(pc.ends_with(lines, "\r")).as_py():
+    if int(np.frombuffer(body, np.uint8).max(initial=0)) < 0x80:
+        lines = raw.view(pa.string())  # ASCII is valid UTF-8: no check needed
+    else:
+        try:
+            lines = raw.cast(pa.string())
+        except pa.ArrowInvalid:
+            bad = next(i for i, v in enumerate(raw.to_pylist()) if not _utf8(v))
+            raise ValueError(
+                f"{path}: line {bad + 1} after byte {pos} is not valid UTF-8"
+            ) from None
+    if b"\r" in body and pc.any(pc.ends_with(lines, "\r")).as_py():
         lines = pc.utf8_rtrim(lines, characters="\r")  # Windows line ends
     return lines
 

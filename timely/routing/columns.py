@@ -5,10 +5,12 @@ A table stream's records are Arrow ``RecordBatch``es; an exchange by key columns
 put every key in the bin the row path would (DESIGN.md, invariant 8), so that routing
 tables, Megaphone's migration, rescales and checkpoints never depend on which path
 carried a key. Integers, booleans, floats and nulls are hashed in numpy passes that
-repeat ``stable_hash``'s arithmetic in uint64; strings and bytes are hashed once per
-distinct value of a batch (a dictionary encoding) through ``stable_hash`` itself, and
-remembered across batches. Several key columns combine as ``stable_hash`` combines a
-tuple.
+repeat ``stable_hash``'s arithmetic in uint64 (an exchange by one int64 column reads
+each row's bin from two bytes of one multiply: :func:`int_bins`); strings and bytes are
+hashed once per distinct value of a batch (a dictionary encoding), from the
+dictionary's buffers by a numpy CRC-32 equal to ``stable_hash``'s
+(:func:`~timely.routing.hashing.bytes_hashes`). Several key columns combine as
+``stable_hash`` combines a tuple.
 
 A batch is split with one stable ordering of its rows by destination (a pass per
 worker when they are few, else a radix sort), one ``take``, and a zero-copy slice per
@@ -26,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timely.routing.channels import Exchange
-from timely.routing.hashing import _GOLDEN, stable_hash
+from timely.routing.hashing import _GOLDEN, LONGEST, bytes_hashes, stable_hash
 
 _NULL = np.uint64(0x5BD1E995)
 _G = np.uint64(_GOLDEN)
@@ -106,18 +108,9 @@ class ColumnHasher:
         return np.where(whole, as_int, as_bits)
 
     def _by_dictionary(self, values: pa.Array, indices: pa.Array, n: int) -> np.ndarray[Any, Any]:
-        cache = self._strings
-        keys = values.to_pylist()
-        if len(cache) + len(keys) > _CACHE:
-            cache.clear()
-        get = cache.get
-        hashed = []
-        for k in keys:
-            known = get(k)
-            if known is None:
-                known = cache[k] = stable_hash(k)
-            hashed.append(known)
-        table = np.array(hashed, dtype=np.uint64)
+        table = text_hashes(values)
+        if table is None:
+            table = self._one_by_one(values)
         if not len(table):
             return np.full(n, _NULL, dtype=np.uint64)
         idx = (
@@ -129,6 +122,52 @@ class ColumnHasher:
         if indices.null_count:
             out = np.where(indices.is_null().to_numpy(zero_copy_only=False), _NULL, out)
         return out
+
+    def _one_by_one(self, values: pa.Array) -> np.ndarray[Any, Any]:
+        cache = self._strings
+        keys = values.to_pylist()
+        if len(cache) + len(keys) > _CACHE:
+            cache.clear()
+        get = cache.get
+        hashed = []
+        for k in keys:
+            known = get(k)
+            if known is None:
+                known = cache[k] = stable_hash(k)
+            hashed.append(known)
+        return np.array(hashed, dtype=np.uint64)
+
+
+_TEXT = {
+    pa.string(): (np.int32, False),
+    pa.binary(): (np.int32, True),
+    pa.large_string(): (np.int64, False),
+    pa.large_binary(): (np.int64, True),
+}
+
+
+def text_hashes(values: pa.Array) -> np.ndarray[Any, Any] | None:
+    """``stable_hash`` of each value of a string or binary array without nulls, from its
+    buffers (:func:`~timely.routing.hashing.bytes_hashes`; values longer than
+    ``LONGEST`` bytes one by one); ``None`` for any other array."""
+    kind = _TEXT.get(values.type)
+    if kind is None or values.null_count:
+        return None
+    offset_type, binary = kind
+    n = len(values)
+    _, offsets, data = values.buffers()
+    width = np.dtype(offset_type).itemsize
+    ends = np.frombuffer(offsets, offset_type, n + 1, values.offset * width)
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
+    starts, lengths = ends[:-1], np.diff(ends)
+    long = np.flatnonzero(lengths > LONGEST)
+    if not len(long):
+        return bytes_hashes(raw, starts, lengths, binary)
+    out = np.empty(n, np.uint64)
+    short = np.flatnonzero(lengths <= LONGEST)
+    out[short] = bytes_hashes(raw, starts[short], lengths[short], binary)
+    out[long] = [stable_hash(values[int(i)].as_py()) for i in long]
+    return out
 
 
 def key_hashes(
@@ -178,17 +217,50 @@ class ColumnExchange(Exchange):
         load: np.ndarray[Any, Any] | None = None,
     ) -> dict[int, list[Any]]:
         bins = len(table)
+        narrow = _narrow(table)
         out: dict[int, list[Any]] = {}
         for batch in records:
             if batch.num_rows == 0:
                 continue
-            key_bins = _bins_of(key_hashes(batch, self.keys, self._hashers), bins)
+            key_bins = int_bins(batch, self.keys, bins)
+            if key_bins is None:
+                key_bins = _bins_of(key_hashes(batch, self.keys, self._hashers), bins)
             if load is not None:
                 load += np.bincount(key_bins, minlength=bins)
-            dest = _narrow(table)[key_bins]
+            dest = narrow.take(key_bins)
             for w, part in split_by(batch, dest):
                 out.setdefault(w, []).append(part)
         return out
+
+
+def int_bins(
+    batch: pa.RecordBatch | pa.Table, keys: tuple[str, ...], bins: int
+) -> np.ndarray[Any, Any] | None:
+    """Each row's bin, ``stable_hash(key) % bins``, for one int64 key column without
+    nulls and up to 256 bins, a power of two (``DEFAULT_BINS``), in two passes instead
+    of the hash's five; ``None`` for any other key, bins or byte order.
+
+    ``stable_hash`` of an int64 ``v`` is ``h ^ (h >> 32)`` with ``h = v * golden`` (mod
+    2**64), so its low byte, all a bin below 256 reads, is byte 0 of ``h`` XOR byte 4:
+    one multiply, then an XOR of two byte-strided views (uint8 out, contiguous, which
+    the routing table's lookup takes faster than a strided view)."""
+    if len(keys) != 1 or bins > 1 << 8 or bins & (bins - 1) or not _LITTLE:
+        return None
+    column = batch.column(keys[0])
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks != 1:
+            return None
+        column = column.chunk(0)
+    if column.type != pa.int64() or column.null_count:
+        return None
+    values = column.to_numpy(zero_copy_only=True)
+    with np.errstate(over="ignore"):
+        h = values.view(np.uint64) * _G
+    octets = h.view(np.uint8)
+    low: np.ndarray[Any, Any] = octets[0::8] ^ octets[4::8]
+    if bins != 1 << 8:
+        low &= np.uint8(bins - 1)
+    return low
 
 
 def _narrow(table: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
