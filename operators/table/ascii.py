@@ -6,7 +6,7 @@ whose bytes are all below 0x80 both see the same characters, with one difference
 matters to ``str.split()``: Python (and ``utf8_split_whitespace``) count the separators
 0x1C-0x1F as whitespace, ``ascii_split_whitespace`` does not. :func:`plain_ascii` says
 whether a string array holds neither non-ASCII bytes nor those separators, with two
-numpy reductions over its bytes (~0.3 ms per 4 MB), so a caller can take the ASCII
+numpy reductions over its bytes (~0.7 ms per 4 MB), so a caller can take the ASCII
 kernel knowing the result is the same.
 """
 
