@@ -221,3 +221,16 @@ def test_mutation_text_hashes_of_the_wrong_bytes_are_caught(mutant: Any) -> None
     run = settings(max_examples=300)(given(text_arrays())(lambda c: check_text_hashes(mutant, c)))
     with pytest.raises(AssertionError):
         run()
+
+
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=40), min_size=2, max_size=4))
+def test_split_by_parts_outlive_the_next_split(dests: list[list[int]]) -> None:
+    """The order of a split is built in a buffer the next split reuses: the parts of
+    every earlier split must still hold their rows (they are a gathered copy)."""
+    kept = []
+    for dest in dests:
+        batch = pa.RecordBatch.from_pydict({"i": list(range(len(dest)))})
+        kept.append((dest, split_by(batch, np.array(dest))))
+    for dest, parts in kept:
+        for w, part in parts:
+            assert part.column("i").to_pylist() == [i for i, d in enumerate(dest) if d == w]

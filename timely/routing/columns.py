@@ -20,6 +20,7 @@ worker.
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -292,10 +293,10 @@ def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> li
     with one stable ordering of the rows by worker, one ``take`` and zero-copy slices.
 
     The ordering: for up to ``_FEW`` workers, each worker's row numbers by one compare
-    and ``flatnonzero`` pass, concatenated (a few linear passes, about a quarter of a
-    sort's time); for more, a stable sort of the worker numbers as 8- or 16-bit ints
-    (numpy's radix sort: linear, where a stable sort of int64 is a merge sort), where
-    each worker's rows start coming from a ``bincount``."""
+    and ``compress`` pass into a reused buffer (a few linear passes, about a quarter of
+    a sort's time, and no fresh pages); for more, a stable sort of the worker numbers
+    as 8- or 16-bit ints (numpy's radix sort: linear, where a stable sort of int64 is a
+    merge sort), where each worker's rows start coming from a ``bincount``."""
     first = int(dest[0])
     if (dest == first).all():
         return [(first, batch)]
@@ -303,15 +304,15 @@ def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> li
     small = (
         dest.astype(np.uint8 if top < 1 << 8 else np.uint16, copy=False) if top < 1 << 16 else dest
     )
-    if top < _FEW:
-        rows = [np.flatnonzero(small == w) for w in range(top + 1)]
-        taken = _gather(batch, np.concatenate(rows))
+    if top < _FEW and len(small) < 1 << 31:
+        order, sizes = _order_by_worker(small, top)
+        taken = _gather(batch, order)
         out = []
         start = 0
-        for w, r in enumerate(rows):
-            if len(r):
-                out.append((w, taken.slice(start, len(r))))
-                start += len(r)
+        for w, c in enumerate(sizes):
+            if c:
+                out.append((w, taken.slice(start, c)))
+                start += c
         return out
     order = np.argsort(small, kind="stable")
     taken = _gather(batch, order)
@@ -321,6 +322,44 @@ def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> li
         (w, taken.slice(int(ends[w] - counts[w]), int(counts[w])))
         for w in np.flatnonzero(counts).tolist()
     ]
+
+
+class _Scratch(threading.local):
+    """Per thread, the row numbers ``0 .. n-1`` and room for an order of them (int32),
+    grown to the largest batch split: reused, because a fresh array of a 64k-row batch's
+    row numbers is fresh pages from the kernel (``malloc`` maps blocks this large), and
+    their faults cost more than the passes that fill them."""
+
+    rows = np.empty(0, np.int32)
+    order = np.empty(0, np.int32)
+
+    def sized(self, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        if len(self.rows) < n:
+            self.rows = np.arange(max(n, 2 * len(self.rows)), dtype=np.int32)
+            self.order = np.empty(len(self.rows), np.int32)
+        return self.rows[:n], self.order[:n]
+
+
+_SCRATCH = _Scratch()
+
+
+def _order_by_worker(
+    small: np.ndarray[Any, Any], top: int
+) -> tuple[np.ndarray[Any, Any], list[int]]:
+    """The row numbers grouped by worker (stable), one compare and ``compress`` pass per
+    worker, into the thread's scratch order (valid until its next call), and how many
+    rows each worker has."""
+    rows, order = _SCRATCH.sized(len(small))
+    counts = []
+    start = 0
+    for w in range(top + 1):
+        mine = small == w
+        c = int(np.count_nonzero(mine))
+        if c:
+            np.compress(mine, rows, out=order[start : start + c])
+        counts.append(c)
+        start += c
+    return order, counts
 
 
 def _gather(batch: pa.RecordBatch | pa.Table, order: np.ndarray[Any, Any]) -> Any:
