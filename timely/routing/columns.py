@@ -367,7 +367,7 @@ def _gather(batch: pa.RecordBatch | pa.Table, order: np.ndarray[Any, Any]) -> An
     without its bounds check (every index is a row number by construction) and with
     32-bit indices when they fit: ~40% less time than ``batch.take`` for a 1 MB batch."""
     if len(order) < 1 << 31:
-        order = order.astype(np.int32)
+        order = order.astype(np.int32, copy=False)
     return pc.take(batch, pa.array(order), boundscheck=False)
 
 
