@@ -234,3 +234,18 @@ def test_split_by_parts_outlive_the_next_split(dests: list[list[int]]) -> None:
     for dest, parts in kept:
         for w, part in parts:
             assert part.column("i").to_pylist() == [i for i, d in enumerate(dest) if d == w]
+
+
+def test_batches_past_the_scratch_cap_split_and_bin_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of more rows than the reused buffers hold take fresh arrays: the same
+    bins and parts either way (the cap lowered to 5 rows to see both sides)."""
+    rng = np.random.default_rng(8)
+    monkeypatch.setattr(columns, "_SCRATCH_ROWS", 5)
+    monkeypatch.setattr(columns, "_SCRATCH", columns._Scratch())
+    for n in (1, 4, 5, 6, 40):
+        keys = rng.integers(-(2**62), 2**62, n)
+        batch = pa.record_batch({"k": keys, "i": np.arange(n)})
+        assert int_bins(batch, ("k",), 256).tolist() == [stable_hash(int(k)) % 256 for k in keys]
+        dest = rng.integers(0, 3, n)
+        for w, part in split_by(batch, dest):
+            assert part.column("i").to_pylist() == np.flatnonzero(dest == w).tolist()

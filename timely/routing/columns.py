@@ -234,6 +234,42 @@ class ColumnExchange(Exchange):
         return out
 
 
+class _Scratch(threading.local):
+    """Per thread, the row numbers ``0 .. n-1`` and room for an order of them (int32),
+    grown to the largest batch split: reused, because a fresh array of a 64k-row batch's
+    row numbers is fresh pages from the kernel (``malloc`` maps blocks this large), and
+    their faults cost more than the passes that fill them. Batches of more than
+    ``_SCRATCH_ROWS`` rows get fresh arrays: a thread keeps at most 16 MB here."""
+
+    rows = np.empty(0, np.int32)
+    order = np.empty(0, np.int32)
+    wide = np.empty(0, np.uint64)
+
+    def product(self, n: int) -> np.ndarray[Any, Any]:
+        """Room for ``n`` uint64 products (valid until the thread's next call)."""
+        if n > _SCRATCH_ROWS:
+            return np.empty(n, np.uint64)
+        if len(self.wide) < n:
+            self.wide = np.empty(min(max(n, 2 * len(self.wide)), _SCRATCH_ROWS), np.uint64)
+        return self.wide[:n]
+
+    def sized(self, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The row numbers ``0 .. n-1`` and room for an order of ``n`` (int32)."""
+        if n > _SCRATCH_ROWS:
+            return np.arange(n, dtype=np.int32), np.empty(n, np.int32)
+        if len(self.rows) < n:
+            size = min(max(n, 2 * len(self.rows)), _SCRATCH_ROWS)
+            self.rows = np.arange(size, dtype=np.int32)
+            self.order = np.empty(size, np.int32)
+        return self.rows[:n], self.order[:n]
+
+
+_SCRATCH = _Scratch()
+_SCRATCH_ROWS = 1 << 20
+"""The largest batch whose routing reuses :class:`_Scratch` (8 MB of products, 8 MB of
+row numbers and order)."""
+
+
 def int_bins(
     batch: pa.RecordBatch | pa.Table, keys: tuple[str, ...], bins: int
 ) -> np.ndarray[Any, Any] | None:
@@ -255,8 +291,9 @@ def int_bins(
     if column.type != pa.int64() or column.null_count:
         return None
     values = column.to_numpy(zero_copy_only=True)
+    h = _SCRATCH.product(len(values))  # reused: a fresh 512 KB array is fresh pages
     with np.errstate(over="ignore"):
-        h = values.view(np.uint64) * _G
+        np.multiply(values.view(np.uint64), _G, out=h)
     octets = h.view(np.uint8)
     low: np.ndarray[Any, Any] = octets[0::8] ^ octets[4::8]
     if bins != 1 << 8:
@@ -322,25 +359,6 @@ def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> li
         (w, taken.slice(int(ends[w] - counts[w]), int(counts[w])))
         for w in np.flatnonzero(counts).tolist()
     ]
-
-
-class _Scratch(threading.local):
-    """Per thread, the row numbers ``0 .. n-1`` and room for an order of them (int32),
-    grown to the largest batch split: reused, because a fresh array of a 64k-row batch's
-    row numbers is fresh pages from the kernel (``malloc`` maps blocks this large), and
-    their faults cost more than the passes that fill them."""
-
-    rows = np.empty(0, np.int32)
-    order = np.empty(0, np.int32)
-
-    def sized(self, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        if len(self.rows) < n:
-            self.rows = np.arange(max(n, 2 * len(self.rows)), dtype=np.int32)
-            self.order = np.empty(len(self.rows), np.int32)
-        return self.rows[:n], self.order[:n]
-
-
-_SCRATCH = _Scratch()
 
 
 def _order_by_worker(
