@@ -239,19 +239,10 @@ class _Scratch(threading.local):
     grown to the largest batch split: reused, because a fresh array of a 64k-row batch's
     row numbers is fresh pages from the kernel (``malloc`` maps blocks this large), and
     their faults cost more than the passes that fill them. Batches of more than
-    ``_SCRATCH_ROWS`` rows get fresh arrays: a thread keeps at most 16 MB here."""
+    ``_SCRATCH_ROWS`` rows get fresh arrays: a thread keeps at most 8 MB here."""
 
     rows = np.empty(0, np.int32)
     order = np.empty(0, np.int32)
-    wide = np.empty(0, np.uint64)
-
-    def product(self, n: int) -> np.ndarray[Any, Any]:
-        """Room for ``n`` uint64 products (valid until the thread's next call)."""
-        if n > _SCRATCH_ROWS:
-            return np.empty(n, np.uint64)
-        if len(self.wide) < n:
-            self.wide = np.empty(min(max(n, 2 * len(self.wide)), _SCRATCH_ROWS), np.uint64)
-        return self.wide[:n]
 
     def sized(self, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """The row numbers ``0 .. n-1`` and room for an order of ``n`` (int32)."""
@@ -266,8 +257,8 @@ class _Scratch(threading.local):
 
 _SCRATCH = _Scratch()
 _SCRATCH_ROWS = 1 << 20
-"""The largest batch whose routing reuses :class:`_Scratch` (8 MB of products, 8 MB of
-row numbers and order)."""
+"""The largest batch whose split reuses :class:`_Scratch` (8 MB of row numbers and
+order)."""
 
 
 def int_bins(
@@ -291,9 +282,8 @@ def int_bins(
     if column.type != pa.int64() or column.null_count:
         return None
     values = column.to_numpy(zero_copy_only=True)
-    h = _SCRATCH.product(len(values))  # reused: a fresh 512 KB array is fresh pages
     with np.errstate(over="ignore"):
-        np.multiply(values.view(np.uint64), _G, out=h)
+        h = values.view(np.uint64) * _G
     octets = h.view(np.uint8)
     low: np.ndarray[Any, Any] = octets[0::8] ^ octets[4::8]
     if bins != 1 << 8:
