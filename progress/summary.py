@@ -67,6 +67,8 @@ class PathSummary:
 
     def followed_by(self, other: PathSummary) -> PathSummary:
         """The summary of this path followed by ``other``: ``other ∘ self``."""
+        if not (other.pop or other.advance or other.push):
+            return self  # followed by the identity (an edge, most vertices): no new summary
         pop, advance, push = self.pop, self.advance, list(self.push)
         drop = other.pop
         if drop <= len(push):

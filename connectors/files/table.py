@@ -16,6 +16,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -73,14 +74,24 @@ def _split_lines(chunk: bytes, path: str, pos: int) -> pa.Array:
     """``chunk``'s lines (each ended by ``\\n``, the last maybe not), as UTF-8 strings."""
     if not chunk:
         return pa.array([], pa.string())
-    body = chunk[:-1] if chunk.endswith(b"\n") else chunk
-    raw = pc.split_pattern(pa.array([body], pa.binary()), b"\n").flatten()
-    try:
-        lines = raw.cast(pa.string())
-    except pa.ArrowInvalid:
-        bad = next(i for i, v in enumerate(raw.to_pylist()) if not _utf8(v))
-        raise ValueError(f"{path}: line {bad + 1} after byte {pos} is not valid UTF-8") from None
-    if lines.null_count == 0 and len(lines) and pc.any(pc.ends_with(lines, "\r")).as_py():
+    size = len(chunk) - 1 if chunk.endswith(b"\n") else len(chunk)
+    if size < 1 << 31:  # the chunk as one binary value over its own bytes: no copy
+        ends = pa.py_buffer(np.array([0, size], np.int32))
+        whole = pa.Array.from_buffers(pa.binary(), 1, [None, ends, pa.py_buffer(chunk)])
+    else:
+        whole = pa.array([chunk[:size]], pa.large_binary())
+    raw = pc.split_pattern(whole, b"\n").flatten()
+    if raw.type == pa.binary() and int(np.frombuffer(chunk, np.uint8).max()) < 0x80:
+        lines = raw.view(pa.string())  # ASCII is valid UTF-8: no check needed
+    else:
+        try:
+            lines = raw.cast(pa.string())
+        except pa.ArrowInvalid:
+            bad = next(i for i, v in enumerate(raw.to_pylist()) if not _utf8(v))
+            raise ValueError(
+                f"{path}: line {bad + 1} after byte {pos} is not valid UTF-8"
+            ) from None
+    if b"\r" in chunk and pc.any(pc.ends_with(lines, "\r")).as_py():
         lines = pc.utf8_rtrim(lines, characters="\r")  # Windows line ends
     return lines
 

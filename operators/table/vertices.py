@@ -79,8 +79,11 @@ class Explode(Vertex):
         out = []
         for batch in records:
             lists = batch.column(self.column)
-            parents = pc.list_parent_indices(lists)
             flat = pc.list_flatten(lists)
+            others = [name for name in batch.schema.names if name != self.column]
+            # Each item's row, only to repeat other columns (a stream of words has none:
+            # its 2M parent indices would cost more than the flatten itself).
+            parents = pc.list_parent_indices(lists) if others else None
             arrays = [
                 flat if name == self.column else batch.column(name).take(parents)
                 for name in batch.schema.names

@@ -1,6 +1,13 @@
 """A key's bin is the same whichever path routes it (DESIGN.md, invariant 8): the
 vectorised hash of key columns equals ``stable_hash`` of the row's key, for every type
-a key column can have, nulls included, one column or several."""
+a key column can have, nulls included, one column or several; the exchange's two-pass
+bins of an int64 key (``int_bins``) equal ``stable_hash(key) % bins``, sliced columns
+included, and a whole ``route_by`` sends each row to its bin's worker. Mutation checks:
+a split that drops a slice, bins from the wrong byte or without the hash's high half.
+Strings and bytes are hashed from their buffers in numpy (``text_hashes``): equal to
+``stable_hash`` for every kind of text array, sliced, short and longer than
+``LONGEST``; a hash that reads from the buffer's start instead of the slice's, or one
+that stops at the shortest string's length, is caught."""
 
 from __future__ import annotations
 
@@ -8,11 +15,21 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timely import stable_hash
-from timely.routing.columns import ColumnHasher, key_hashes, split_by
+from timely.routing import columns
+from timely.routing.columns import (
+    ColumnExchange,
+    ColumnHasher,
+    int_bins,
+    key_hashes,
+    split_by,
+    text_hashes,
+)
+from timely.routing.hashing import LONGEST
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 COLUMNS: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
@@ -79,3 +96,156 @@ def test_mutation_a_split_that_drops_the_last_slice_is_caught() -> None:
     batch = pa.RecordBatch.from_pydict({"i": [0, 1, 2, 3]})
     broken = split_by(batch, dest)[:-1]
     assert sum(p.num_rows for _, p in broken) < batch.num_rows
+
+
+BINS = st.sampled_from([1, 2, 4, 8, 64, 128, 256])
+SLICED_INTS = st.lists(INT64 | st.sampled_from([0, -1, 2**63 - 1, -(2**63)]), max_size=40).flatmap(
+    lambda xs: st.tuples(st.just(xs), st.integers(0, len(xs)))
+)
+"""int64 keys (the extremes often) and where their column starts: a sliced column's
+values start past its buffer's first, as after a ``take`` or an exchange."""
+
+
+def check_int_bins(bins_of: Any, keys: list[int], start: int, bins: int) -> None:
+    column = pa.array(keys, pa.int64()).slice(start)
+    batch = pa.RecordBatch.from_arrays([column], names=["k"])
+    got = bins_of(batch, ("k",), bins)
+    assert got is not None
+    assert got.tolist() == [stable_hash(k) % bins for k in keys[start:]]
+
+
+@given(SLICED_INTS, BINS)
+def test_int_bins_are_stable_hash_modulo_bins(case: tuple[list[int], int], bins: int) -> None:
+    check_int_bins(int_bins, *case, bins)
+
+
+def test_int_bins_leave_other_keys_to_the_hash() -> None:
+    ints = pa.record_batch({"k": pa.array([1, 2], pa.int64()), "j": pa.array([3, 4], pa.int64())})
+    assert int_bins(ints, ("k", "j"), 256) is None  # two key columns
+    assert int_bins(ints, ("k",), 512) is None  # more bins than a byte holds
+    assert int_bins(ints, ("k",), 96) is None  # not a power of two
+    with_null = pa.record_batch({"k": pa.array([1, None], pa.int64())})
+    assert int_bins(with_null, ("k",), 256) is None
+    narrow = pa.record_batch({"k": pa.array([1, 2], pa.int32())})
+    assert int_bins(narrow, ("k",), 256) is None
+
+
+def bins_from_byte_3(batch: Any, keys: tuple[str, ...], bins: int) -> Any:
+    h = batch.column(keys[0]).to_numpy().view(np.uint64) * columns._G
+    return (h.view(np.uint8)[0::8] ^ h.view(np.uint8)[3::8]) & np.uint8(bins - 1)
+
+
+def bins_without_the_high_half(batch: Any, keys: tuple[str, ...], bins: int) -> Any:
+    h = batch.column(keys[0]).to_numpy().view(np.uint64) * columns._G
+    return h.view(np.uint8)[0::8] & np.uint8(bins - 1)
+
+
+@pytest.mark.parametrize("mutant", [bins_from_byte_3, bins_without_the_high_half])
+def test_mutation_int_bins_from_the_wrong_bits_are_caught(mutant: Any) -> None:
+    run = settings(max_examples=300)(
+        given(SLICED_INTS, BINS)(lambda case, bins: check_int_bins(mutant, *case, bins))
+    )
+    with pytest.raises(AssertionError):
+        run()
+
+
+@given(st.lists(INT64, max_size=60), st.integers(2, 5), BINS)
+def test_route_by_sends_each_row_to_its_bins_worker(
+    keys: list[int], workers: int, bins: int
+) -> None:
+    table = np.array([(b * 7 + 3) % workers for b in range(bins)])
+    batch = pa.RecordBatch.from_pydict({"k": pa.array(keys, pa.int64()), "i": range(len(keys))})
+    load = np.zeros(bins, np.int64)
+    out = ColumnExchange(("k",)).route_by([batch], table, 0, load)
+    got = {int(i): w for w, parts in out.items() for p in parts for i in p.column("i").to_pylist()}
+    assert got == {i: int(table[stable_hash(k) % bins]) for i, k in enumerate(keys)}
+    assert (
+        load.tolist() == np.bincount([stable_hash(k) % bins for k in keys], minlength=bins).tolist()
+    )
+
+
+TEXTS = {
+    "string": (pa.string(), st.text(max_size=12)),
+    "large_string": (pa.large_string(), st.text(max_size=12)),
+    "binary": (pa.binary(), st.binary(max_size=12)),
+    "large_binary": (pa.large_binary(), st.binary(max_size=12)),
+}
+LONG = st.sampled_from(["é" * 200, "x" * (LONGEST + 1), "y" * LONGEST])
+
+
+@st.composite
+def text_arrays(draw: st.DrawFn) -> tuple[pa.Array, list[Any]]:
+    kind = draw(st.sampled_from(sorted(TEXTS)))
+    t, values = TEXTS[kind]
+    binary = kind.endswith("binary")
+    long = LONG.map(lambda s: s.encode()) if binary else LONG
+    items = draw(st.lists(values | long, max_size=30))
+    start = draw(st.integers(0, len(items)))
+    return pa.array(items, t).slice(start), items[start:]
+
+
+def check_text_hashes(hashes: Any, case: tuple[pa.Array, list[Any]]) -> None:
+    array, items = case
+    got = hashes(array)
+    assert got is not None
+    assert got.tolist() == [stable_hash(v) for v in items]
+
+
+@given(text_arrays())
+def test_text_hashes_equal_stable_hash(case: tuple[pa.Array, list[Any]]) -> None:
+    check_text_hashes(text_hashes, case)
+
+
+def test_text_hashes_leave_nulls_and_other_types_to_the_caller() -> None:
+    assert text_hashes(pa.array(["a", None])) is None
+    assert text_hashes(pa.array([1, 2])) is None
+
+
+def from_the_buffers_start(array: pa.Array) -> Any:
+    whole = pa.Array.from_buffers(array.type, len(array), array.buffers())  # offset 0
+    return text_hashes(whole)
+
+
+def stops_at_the_shortest(array: pa.Array) -> Any:
+    if not len(array):
+        return text_hashes(array)
+    if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):
+        shortest = int(pa.compute.min(pa.compute.binary_length(array)).as_py())
+        return text_hashes(pa.compute.binary_slice(array, 0, shortest))
+    shortest = int(pa.compute.min(pa.compute.utf8_length(array)).as_py())
+    return text_hashes(pa.compute.utf8_slice_codeunits(array, 0, shortest))
+
+
+@pytest.mark.parametrize("mutant", [from_the_buffers_start, stops_at_the_shortest])
+def test_mutation_text_hashes_of_the_wrong_bytes_are_caught(mutant: Any) -> None:
+    run = settings(max_examples=300)(given(text_arrays())(lambda c: check_text_hashes(mutant, c)))
+    with pytest.raises(AssertionError):
+        run()
+
+
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=40), min_size=2, max_size=4))
+def test_split_by_parts_outlive_the_next_split(dests: list[list[int]]) -> None:
+    """The order of a split is built in a buffer the next split reuses: the parts of
+    every earlier split must still hold their rows (they are a gathered copy)."""
+    kept = []
+    for dest in dests:
+        batch = pa.RecordBatch.from_pydict({"i": list(range(len(dest)))})
+        kept.append((dest, split_by(batch, np.array(dest))))
+    for dest, parts in kept:
+        for w, part in parts:
+            assert part.column("i").to_pylist() == [i for i, d in enumerate(dest) if d == w]
+
+
+def test_batches_past_the_scratch_cap_split_and_bin_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of more rows than the reused buffers hold take fresh arrays: the same
+    bins and parts either way (the cap lowered to 5 rows to see both sides)."""
+    rng = np.random.default_rng(8)
+    monkeypatch.setattr(columns, "_SCRATCH_ROWS", 5)
+    monkeypatch.setattr(columns, "_SCRATCH", columns._Scratch())
+    for n in (1, 4, 5, 6, 40):
+        keys = rng.integers(-(2**62), 2**62, n)
+        batch = pa.record_batch({"k": keys, "i": np.arange(n)})
+        assert int_bins(batch, ("k",), 256).tolist() == [stable_hash(int(k)) % 256 for k in keys]
+        dest = rng.integers(0, 3, n)
+        for w, part in split_by(batch, dest):
+            assert part.column("i").to_pylist() == np.flatnonzero(dest == w).tolist()
