@@ -42,14 +42,14 @@ Update = tuple[Pointstamp, int]
 class ProgressBatch:
     """One flush of one worker's updates: ``seq`` counts that sender's batches from 0.
 
-    ``after``: ``(worker, seq)`` of a batch each receiver must have applied first: a
-    joining worker's first batch names the batch that counted the capabilities it was
-    handed (:meth:`WorkerProgress.joining`)."""
+    ``after``: ``(worker, seq)`` of batches each receiver must have applied first: a
+    batch sent once capabilities were handed to its sender names the batch that counted
+    them (:meth:`WorkerProgress.joining`, :meth:`WorkerProgress.adopt`)."""
 
     sender: int
     seq: int
     updates: tuple[Update, ...]
-    after: tuple[int, int] | None = None
+    after: tuple[tuple[int, int], ...] = ()
 
 
 class ProgressView:
@@ -154,8 +154,9 @@ class WorkerProgress:
         self._next_recv: dict[int, int] = dict.fromkeys(range(peers), 0)
         """Per sender (workers may join and leave), the seq of its next batch to apply."""
         self._early: dict[tuple[int, int], ProgressBatch] = {}
-        self._first_after: tuple[int, int] | None = None
-        """A joining worker's: the donor's batch its first batch is applied after."""
+        self._after: dict[int, int] = {}
+        """Per worker that handed capabilities to this one: the batch that minted them,
+        which this worker's next batch is applied after (:meth:`adopt`, a joiner's first)."""
         self._has_copy = False
         """A joining worker's: its view is a copy of a donor's, which may already hold
         batches that reach it too (they are ignored here)."""
@@ -211,7 +212,8 @@ class WorkerProgress:
         """
         if self._buffer.is_empty() or not (force or self.must_flush(idle)):
             return None
-        after = self._first_after if self._next_send == 0 else None
+        after = tuple(sorted(self._after.items()))
+        self._after.clear()
         batch = ProgressBatch(self.worker, self._next_send, tuple(self._buffer.drain()), after)
         self._next_send += 1
         return batch
@@ -247,10 +249,8 @@ class WorkerProgress:
         """Apply ``sender``'s batches next in its order whose ``after`` is applied here."""
         expected = self._next_recv[sender]
         while (ready := self._early.get((sender, expected))) is not None:
-            if ready.after is not None:
-                w, seq = ready.after
-                if w in self._next_recv and self._next_recv[w] <= seq:
-                    break  # (a worker that left had every batch applied here first)
+            if any(w in self._next_recv and self._next_recv[w] <= seq for w, seq in ready.after):
+                break  # (a worker that left had every batch applied here first)
             del self._early[(sender, expected)]
             self.view.apply(ready.updates)
             applied.extend(ready.updates)
@@ -318,8 +318,19 @@ class WorkerProgress:
         new._owned = ChangeBatch((ps, 1) for ps in capabilities)
         if capabilities and after is None:
             raise ValueError("a joiner handed capabilities needs the batch that minted them")
-        new._first_after = None if after is None else (donor.worker, after)
+        if after is not None:
+            new._after[donor.worker] = after
         return new
+
+    def adopt(self, capabilities: Sequence[Pointstamp], owner: int, after: int) -> None:
+        """Take capabilities ``owner`` minted and handed over (:meth:`hand_over`) in its
+        batch ``after``: this worker's next batch, which may drop them, is applied after
+        that one everywhere."""
+        if owner == self.worker:
+            raise ValueError(f"worker {self.worker} cannot adopt its own capabilities")
+        for ps in capabilities:
+            self._owned.update(ps, 1)
+        self._after[owner] = max(after, self._after.get(owner, -1))
 
     def senders(self) -> list[int]:
         """The workers whose batches this one applies (itself included), in index order:

@@ -204,7 +204,7 @@ def test_after_crosses_the_wire() -> None:
     from timely.comm.serialization import decode_message, encode_message
 
     cap: Pointstamp = (source(0, 0), (3,))
-    for after in (None, (0, 7)):
+    for after in ((), ((0, 7),), ((0, 7), (2, 3))):
         msg = WorkerMessage(1, 0)
         msg.progress = ProgressBatch(1, 0, ((cap, -1),), after)
         assert decode_message(encode_message(msg)).progress == msg.progress

@@ -23,7 +23,7 @@ from timely.errors import ConfigError, WorkerDied
 from timely.eventlog import clock, message_event
 from timely.graph.spec import RunSpec
 from timely.session.base import Session, merge_frontiers
-from timely.session.membership import Membership
+from timely.session.membership import Membership, driver_inputs
 from timely.worker.loop import Worker
 from timely.worker.migration import BinLoad
 from timely.worker.profiling import WorkerProfile
@@ -101,7 +101,7 @@ class InlineSession(Session):
             assert not self.channels[pair]
             del self.channels[pair]
         donor = self.worker_list[0]
-        roots = self.membership.open_inputs(self.plan.roots)
+        roots = self.membership.open_inputs(driver_inputs(self.plan))
         messages, join = donor.mint_join(worker, epoch, roots)
         self._queue(0, messages)
         new = Worker(
@@ -135,7 +135,7 @@ class InlineSession(Session):
     def _leave_worker(self, worker: int, epoch: int) -> None:
         for other in self._alive():
             other.leave_at(worker, epoch)
-        for w, vertex, cmd in self.membership.leave(worker, epoch, self.plan.roots):
+        for w, vertex, cmd in self.membership.leave(worker, epoch, driver_inputs(self.plan)):
             self.commands[w].append((vertex, cmd))
         self._pump()
 
@@ -156,6 +156,11 @@ class InlineSession(Session):
                 leaver.log.close()
             self.workers -= 1
             self._workers_changed()
+
+    def _hand_over(self, vertex: int, owner: int, partitions: list[int], to: int) -> None:
+        messages, handover = self.worker_list[owner].release_partitions(vertex, partitions)
+        self._queue(owner, messages)
+        self.worker_list[to].adopt_partitions(handover)
 
     def _queue(self, sender: int, messages: list[tuple[int, WorkerMessage]]) -> None:
         log = self.worker_list[sender].log

@@ -78,7 +78,7 @@ from timely.eventlog import EventLog, clock, message_event
 from timely.graph.plan import Plan
 from timely.graph.spec import RunSpec
 from timely.session.base import Session, merge_frontiers
-from timely.session.membership import Membership
+from timely.session.membership import Membership, driver_inputs
 from timely.session.verbosity import resolve_verbose
 from timely.worker.loop import Join, Worker
 from timely.worker.migration import BinLoad
@@ -1127,7 +1127,7 @@ class RaySession(Session):
             raise WorkerDied(f"worker {e.peer} {e.reason}") from None
         kinds = self._get(connect, worker)
         seqs = self._wait_for([self.actors[w].add_peer.remote(worker, epoch) for w in alive], alive)
-        roots = self.membership.open_inputs(self.plan.roots)
+        roots = self.membership.open_inputs(driver_inputs(self.plan))
         mint = self.actors[0].mint_join.remote(worker, epoch, roots, dict(zip(alive, seqs)))
         join = self._wait_for([mint], [0])[0]
         self._get(actor.join.remote(join), worker)
@@ -1147,7 +1147,7 @@ class RaySession(Session):
     def _leave_worker(self, worker: int, epoch: int) -> None:
         alive = list(self.membership.alive)
         self._wait_for([self.actors[w].leave_at.remote(worker, epoch) for w in alive], alive)
-        for w, vertex, cmd in self.membership.leave(worker, epoch, self.plan.roots):
+        for w, vertex, cmd in self.membership.leave(worker, epoch, driver_inputs(self.plan)):
             self._command(w, vertex, cmd)
 
     def _gone(self, worker: int) -> None:

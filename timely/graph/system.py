@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from progress import Timestamp
@@ -181,6 +182,17 @@ class SourceVertex(Vertex):
         self._turn = 0
         self.awake: dict[int, float] = {}
         """Partitions not to be read before a time (``Source.next_awake``)."""
+        self.released: dict[int, tuple[int, list[Any]]] = {}
+        """Partitions handed to another worker (:meth:`release`), kept for the checkpoints
+        before their handover's epoch: ``(epoch, [offset, epoch, done, history])``. The
+        new owner's checkpoints cannot pass that epoch before it holds them (it holds
+        the capability there); one read to its end is named here as long as this worker
+        takes checkpoints."""
+
+    def start_empty(self) -> None:
+        """Start with no partition (a worker that joined a running dataflow): it reads
+        those handed to it (:meth:`adopt`)."""
+        self.keep_history = self._ctx.worker.checkpointing
 
     def start(self, cap: Capability) -> None:
         self.cap = cap
@@ -297,6 +309,66 @@ class SourceVertex(Vertex):
         if low > cap.time[0]:
             cap.downgrade((low,))
 
+    def owned(self) -> list[int]:
+        """The partitions this worker reads, or read to their end."""
+        return sorted(set(self.offsets) | self.done)
+
+    def release(self, partitions: Sequence[int]) -> dict[int, list[Any]]:
+        """Stop reading ``partitions`` and give what their new owner resumes from, per
+        partition ``[offset, epoch, done, history, awake]``: it reads on from the offset
+        at the epoch the last batch read here had (epochs never decrease within a
+        partition, so nothing it sends can be earlier). Checkpoints before that epoch
+        still name them here. The capability follows the partitions left."""
+        out: dict[int, list[Any]] = {}
+        for p in partitions:
+            done = p in self.done
+            if not done and p not in self.offsets:
+                raise ValueError(f"source {self.name!r}: partition {p} is not read here")
+            history = self.history.pop(p, [])
+            state: list[Any]
+            if done:
+                self.done.discard(p)
+                state = [None, 0, True, history, None]
+            else:
+                epoch = self.epochs.pop(p)
+                state = [self.offsets.pop(p), epoch, False, history, self.awake.pop(p, None)]
+            if self.keep_history:  # a partition read to its end: named here for good
+                self.released[p] = (sys.maxsize if done else epoch, state[:4])
+            out[p] = state
+        if self.cap is not None:
+            if self.epochs:
+                self._downgrade()
+            else:
+                self.cap.drop()
+                self.cap = None
+        return out
+
+    def adopt(self, partitions: dict[int, list[Any]], caps: Sequence[Capability]) -> None:
+        """Read on from where another worker :meth:`release`\ d ``partitions``; ``caps``:
+        the capabilities it handed over with them, one per partition not yet done."""
+        for p, (offset, epoch, done, history, awake) in partitions.items():
+            if done:
+                self.done.add(p)
+            else:
+                self.offsets[p], self.epochs[p] = offset, epoch
+                if awake is not None:
+                    self.awake[p] = awake
+            if self.keep_history:
+                self.history[p] = [(e, o) for e, o in history]
+        held = [c for c in (self.cap, *caps) if c is not None]
+        if not held:
+            return
+        keep = min(held, key=lambda c: c.time)
+        for c in held:
+            if c is not keep:
+                c.drop()
+        self.cap = keep
+        if self.epochs:
+            self._downgrade()
+        else:
+            keep.drop()
+            self.cap = None
+
     def snapshot_at(self, epoch: int) -> dict[str, Any]:
         """Per partition ``[offset, epoch, done]``: where to read from after ``epoch``.
 
@@ -305,6 +377,12 @@ class SourceVertex(Vertex):
         checkpoint, since reading is not held back for it.
         """
         parts: dict[int, list[Any]] = {}
+        for p, (until, (offset, at, done, history)) in list(self.released.items()):
+            if epoch >= until:  # its new owner names it from here on
+                del self.released[p]
+                continue
+            later = [e_o for e_o in history if e_o[0] > epoch]
+            parts[p] = [later[0][1], later[0][0], False] if later else [offset, at, done]
         for p in sorted(set(self.offsets) | self.done):
             history = self.history.get(p, [])
             later = [i for i, (e, _) in enumerate(history) if e > epoch]

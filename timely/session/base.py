@@ -33,6 +33,7 @@ from timely.eventlog import (
     remove_trace,
 )
 from timely.graph.spec import RunSpec
+from timely.graph.system import SourceVertex
 from timely.routing.bins import (
     Assignment,
     Table,
@@ -549,6 +550,17 @@ class Session(ABC):
         nothing (backends that run live)."""
         raise NotImplementedError(f"{type(self).__name__} cannot remove workers live")
 
+    def _partitions(self, vertex: int) -> int:
+        """How many partitions source ``vertex`` has."""
+        made = self.plan.vertices[vertex].factory()
+        assert isinstance(made, SourceVertex)
+        return made.source.partitions()
+
+    def _hand_over(self, vertex: int, owner: int, partitions: list[int], to: int) -> None:
+        """Move ``partitions`` of source ``vertex`` from worker ``owner`` to ``to``, at
+        the epoch each reached (backends that run live)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot move source partitions")
+
     def _apply_live(self) -> None:
         """Make the live rescale deferred to the driver's thread, if it can be made now
         (the backends call this from the driver's loop, and every input command does)."""
@@ -583,6 +595,10 @@ class Session(ABC):
             leave = self._control_epoch
             for w in range(workers, old):
                 self._leave_worker(w, leave)
+        for v, spec in enumerate(self.plan.vertices):  # sources: partitions re-dealt
+            if spec.kind == "source":
+                for owner, parts, to in self.membership.deal(v, self._partitions(v)):
+                    self._hand_over(v, owner, parts, to)
         record = {
             "from": old,
             "to": workers,

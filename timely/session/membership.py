@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 
 from timely.comm.messages import Advance, Close, InputCommand, Send
 from timely.graph.plan import Plan
-from timely.routing.channels import Exchange
+from timely.routing.channels import Broadcast, Exchange
 from timely.routing.members import Members
 
 LEAVING = "workers of the last change are still leaving"
@@ -37,6 +37,26 @@ class Membership:
         """Workers leaving, and the epoch they leave at."""
         self._closed_for: set[tuple[int, int]] = set()
         """``(worker, input)``: a leaver's input closed ahead of the others'."""
+        self._launched = workers
+        self.owners: dict[int, dict[int, int]] = {}
+        """Per source vertex, the worker reading each partition (``p % workers`` at the
+        launch, as :class:`~timely.graph.system.SourceVertex` deals them, until a change)."""
+
+    def deal(self, vertex: int, partitions: int) -> list[tuple[int, list[int], int]]:
+        """Re-deal source ``vertex``'s partitions over the workers staying (running and
+        not leaving), partition ``p`` to the ``p % n``-th of them: the moves
+        ``(from, partitions, to)`` to make, recorded as made."""
+        owners = self.owners.setdefault(
+            vertex, {p: p % self._launched for p in range(partitions)}
+        )
+        staying = [w for w in self.alive if w not in self.leaving]
+        moves: dict[tuple[int, int], list[int]] = {}
+        for p in range(partitions):
+            to = staying[p % len(staying)]
+            if owners[p] != to:
+                moves.setdefault((owners[p], to), []).append(p)
+                owners[p] = to
+        return [(a, ps, b) for (a, b), ps in moves.items()]
 
     def epoch_of(self, vertex: int) -> int:
         """The epoch input ``vertex`` is at."""
@@ -123,9 +143,18 @@ def live_blocker(
         return "the run's inputs are closed"
     if leaving and new > old:
         return LEAVING
-    for spec in plan.vertices:
-        if spec.kind == "source":
-            return f"source {spec.name!r}: its partitions are not re-assigned live yet"
+    sources = [spec.name for spec in plan.vertices if spec.kind == "source"]
+    if sources:
+        for outputs in plan.out_edges:
+            for edges in outputs:
+                for edge in edges:
+                    if isinstance(edge.channel, Broadcast):
+                        name = plan.vertices[edge.dst].name
+                        return (
+                            f"source {sources[0]!r} is re-dealt at the epoch its partitions "
+                            f"reached, and step {name!r} receives a broadcast, which reaches "
+                            "a worker only at the epochs it takes part in"
+                        )
     if new < old:
         for outputs in plan.out_edges:
             for edges in outputs:
@@ -138,6 +167,11 @@ def live_blocker(
                             "or inside a loop): its keys cannot leave a worker live"
                         )
     return None
+
+
+def driver_inputs(plan: Plan) -> tuple[int, ...]:
+    """The roots the driver feeds (not the sources, which workers read themselves)."""
+    return tuple(r for r in plan.roots if plan.vertices[r].kind == "input")
 
 
 def route_input(

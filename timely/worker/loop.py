@@ -77,6 +77,19 @@ class Join:
     segments: list[tuple[int, int | None]] | None = None
 
 
+@dataclass(frozen=True)
+class Handover:
+    """Source partitions one worker gave another (:meth:`Worker.release_partitions`):
+    where each is read on from, and the capabilities minted for them in the owner's
+    progress batch ``after``, one per partition not read to its end."""
+
+    vertex: int
+    owner: int
+    after: int
+    partitions: dict[int, list[Any]]
+    capabilities: tuple[Pointstamp, ...]
+
+
 class Worker:
     """One worker of a dataflow: every vertex's instance for this shard, and the step loop."""
 
@@ -193,8 +206,11 @@ class Worker:
             self._activate(v, -1, first, vertex.start, Capability(ctx, first))
         for v in set(plan.roots).difference(roots):  # a joiner's: closed before it joined
             vertex = self.vertices[v]
-            assert isinstance(vertex, InputVertex)
-            vertex.cap = None
+            if isinstance(vertex, SourceVertex):  # its partitions are handed to it
+                vertex.start_empty()
+            else:
+                assert isinstance(vertex, InputVertex)
+                vertex.cap = None
         self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
         # Starting may have dropped capabilities (a source with no partitions here).
         self.progress.record(self._updates.drain())
@@ -703,6 +719,57 @@ class Worker:
         if worker not in self.progress.senders():  # (a Ray donor counts it already)
             self.add_peer(worker, epoch)
         return out, join
+
+    def release_partitions(
+        self, vertex: int, partitions: Sequence[int]
+    ) -> tuple[list[tuple[int, WorkerMessage]], Handover]:
+        """As the owner of ``partitions`` of source ``vertex``: a step of this worker's
+        own that stops reading them and counts a capability for each (not read to its
+        end) at the epoch it reached, for the worker they go to; returns the step's
+        messages (the minting batch, for every peer) and the :class:`Handover`. The new
+        owner takes it with :meth:`adopt_partitions`; this worker's own capability then
+        follows the partitions it keeps (dropped in its next batch)."""
+        src = self.vertices[vertex]
+        if not isinstance(src, SourceVertex):
+            raise ValueError(f"step {self.plan.vertices[vertex].name!r} is not a source")
+        parts: dict[int, list[Any]] = {}
+        self._activate(vertex, -1, None, lambda: parts.update(src.release(partitions)))
+        outputs = self.plan.vertices[vertex].outputs
+        caps = tuple(
+            (source(vertex, o), (state[1],))
+            for state in parts.values()
+            if not state[2]
+            for o in range(outputs)
+        )
+        self.progress.record(self._updates.drain())
+        self.progress.record((ps, 1) for ps in caps)
+        batch = self.progress.flush(force=True)
+        out: list[tuple[int, WorkerMessage]] = []
+        if batch is not None:
+            self.tracker.update_all(self.progress.receive(batch))
+            self._frontier_moved = True
+            out = self._progress_alone(batch)
+        for ps in caps:
+            self.progress.hand_over(ps)
+        after = self.progress.next_seq() - 1
+        return out, Handover(vertex, self.index, after, parts, caps)
+
+    def adopt_partitions(self, handover: Handover) -> None:
+        """Read on the partitions another worker released (:meth:`release_partitions`),
+        with the capabilities it minted for them; this worker's next progress batch is
+        applied after the one that counted them, everywhere."""
+        v = handover.vertex
+        src = self.vertices[v]
+        assert isinstance(src, SourceVertex)
+        self.progress.adopt(handover.capabilities, handover.owner, handover.after)
+        ctx = self.contexts[v]
+        caps = []
+        for loc, time in handover.capabilities:
+            if loc.port == 0:  # one capability a partition, for every output at once
+                ctx.caps[time] += 1
+                caps.append(Capability(ctx, time))
+        self._activate(v, -1, None, src.adopt, handover.partitions, caps)
+        self.progress.record(self._updates.drain())
 
     def members_at(self, epoch: int) -> tuple[int, ...]:
         """The workers taking part at ``epoch`` (:class:`~timely.routing.members.Members`)."""
