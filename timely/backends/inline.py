@@ -60,6 +60,8 @@ class InlineSession(Session):
         self.crash_at = set(crash_at)
         self.events = 0
         self._ahead = 0
+        self._handing = False
+        """Source partitions wait to be handed over (:meth:`_hand_over`)."""
         self._profiles: dict[int, WorkerProfile] = {}
         """Each worker's profiler, with ``profile_dir`` (:mod:`timely.worker.profiling`)."""
         self._relaunch(self._initial_restore())
@@ -86,6 +88,7 @@ class InlineSession(Session):
         ]
         self._rr = 0
         self.membership = Membership(self.workers, 0 if restore is None else restore[0] + 1)
+        self._handing = False
 
     def _alive(self) -> list[Worker]:
         return [self.worker_list[w] for w in self.membership.alive]
@@ -157,10 +160,36 @@ class InlineSession(Session):
             self.workers -= 1
             self._workers_changed()
 
-    def _hand_over(self, vertex: int, owner: int, partitions: list[int], to: int) -> None:
-        messages, handover = self.worker_list[owner].release_partitions(vertex, partitions)
-        self._queue(owner, messages)
-        self.worker_list[to].adopt_partitions(handover)
+    def _release_at(
+        self, vertex: int, owner: int, partitions: list[int], to: int, epoch: int
+    ) -> None:
+        self.worker_list[owner].release_at(vertex, partitions, to, epoch)
+        self._handing = True
+
+    def _hand_over(self) -> None:
+        """Give the source partitions that reached their handover's epoch to their new
+        owners (between events, as a Ray host does between steps)."""
+        for worker in self._alive():
+            if worker.handing_over():
+                messages, handovers = worker.take_handovers()
+                self._queue(worker.index, messages)
+                for to, handover in handovers:
+                    self.worker_list[to].adopt_partitions(handover)
+        self._handing = any(w.handing_over() for w in self._alive())
+
+    def _follow(self) -> bool:
+        """Move the control input on past what the sources read (:meth:`_follow_sources`),
+        queued, not run; whether anything was sent."""
+        if not self._has_sources or self._control_closed:
+            return False
+        before = (self._control_epoch, self._control_closed)
+        alive = self._alive()
+        self._ahead += 1
+        try:
+            self._follow_sources(max(w.sources_read() for w in alive), alive[0].sources_done())
+        finally:
+            self._ahead -= 1
+        return (self._control_epoch, self._control_closed) != before
 
     def _queue(self, sender: int, messages: list[tuple[int, WorkerMessage]]) -> None:
         log = self.worker_list[sender].log
@@ -191,6 +220,7 @@ class InlineSession(Session):
             self._guarded(self._pump, retry=False)
 
     def _poll(self, timeout: float) -> None:
+        self._follow()
         self._pump()  # the driver's thread is every worker: run what can run
 
     def _request_checkpoint(
@@ -213,6 +243,8 @@ class InlineSession(Session):
         workers = self.worker_list
         alive = self.membership.alive
         while True:
+            if self._handing:
+                self._hand_over()
             if self.membership.leaving:
                 self._leave_ready()
             options: list[tuple[int, int, int]] = []
@@ -323,6 +355,8 @@ class InlineSession(Session):
 
     def _wait(self) -> None:
         self._pump()
+        while self._follow():  # sources: the control input follows them to their end
+            self._pump()
         # Quiet: nothing can happen without the driver. With every input closed, every
         # worker must now see every frontier empty; anything else is a liveness bug (for
         # example accumulation holding back an update that someone waits for).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -182,12 +181,25 @@ class SourceVertex(Vertex):
         self._turn = 0
         self.awake: dict[int, float] = {}
         """Partitions not to be read before a time (``Source.next_awake``)."""
+        self.handing: dict[int, int] = {}
+        """Partitions to hand to another worker at an epoch (:meth:`release_at`): read
+        here up to the first batch at or after it."""
+        self.ready: set[int] = set()
+        """Partitions of ``handing`` that reached their epoch (or their end): not read
+        here any more, waiting to be released."""
+        self.highest = -1
+        """The latest epoch read here (the driver keeps its control input ahead of it)."""
+        self.bound: int | None = None
+        """No batch at this epoch or later is read (:meth:`bound_to`)."""
+        self.blocked: set[int] = set()
+        """Partitions whose next batch is at :attr:`bound` or later."""
+        self.waiting = -1
+        """The latest epoch of a batch held at the bound (the driver moves it past)."""
         self.released: dict[int, tuple[int, list[Any]]] = {}
         """Partitions handed to another worker (:meth:`release`), kept for the checkpoints
-        before their handover's epoch: ``(epoch, [offset, epoch, done, history])``. The
-        new owner's checkpoints cannot pass that epoch before it holds them (it holds
-        the capability there); one read to its end is named here as long as this worker
-        takes checkpoints."""
+        before their handover's epoch: ``(epoch, [offset, epoch, done, history])``. Every
+        batch before that epoch was read here, none after: this worker names them in
+        those checkpoints, the new owner in the later ones."""
 
     def start_empty(self) -> None:
         """Start with no partition (a worker that joined a running dataflow): it reads
@@ -224,12 +236,25 @@ class SourceVertex(Vertex):
         return self.cap is not None
 
     def due(self) -> bool:
-        """Whether a partition may be read now (active, and not paced to later)."""
+        """Whether a partition may be read now (active, not held at an epoch, and not
+        paced to later)."""
         if self.cap is None:
             return False
+        held = self.ready | self.blocked
+        if held:
+            now = time.time()
+            return any(p not in held and self.awake.get(p, 0.0) <= now for p in self.offsets)
         if not self.awake:
             return True
         return len(self.awake) < len(self.offsets) or min(self.awake.values()) <= time.time()
+
+    def bound_to(self, epoch: int | None) -> None:
+        """Read no batch at ``epoch`` or later (None: no bound): a reconfigurable run's
+        control input is there, and records would wait for it. A partition held at the
+        bound is read again once it moves."""
+        if epoch != self.bound:
+            self.bound = epoch
+            self.blocked.clear()
 
     def next_awake(self) -> float | None:
         """The earliest time a paced partition may be read (None: no partition waits)."""
@@ -266,6 +291,11 @@ class SourceVertex(Vertex):
         assert cap is not None
         n = 0
         parts = sorted(self.offsets)
+        held = self.ready | self.blocked  # at a handover's epoch, or at the bound
+        if held:
+            parts = [q for q in parts if q not in held]
+            if not parts:
+                return -1
         if self.awake:  # paced: only the partitions due now
             now = time.time()
             parts = [q for q in parts if self.awake.get(q, 0.0) <= now]
@@ -280,8 +310,16 @@ class SourceVertex(Vertex):
             del self.epochs[p]
             self.awake.pop(p, None)
             self.done.add(p)
+            if p in self.handing:
+                self.ready.add(p)
+        elif p in self.handing and got[0] >= self.handing[p]:
+            self.ready.add(p)  # the new owner reads it again from ``before``
+        elif self.bound is not None and got[0] >= self.bound:
+            self.blocked.add(p)  # read again from ``before`` once the bound moves
+            self.waiting = max(self.waiting, got[0])
         else:
             epoch, records, nxt = got
+            self.highest = max(self.highest, epoch)
             if epoch < self.epochs[p]:
                 raise ValueError(
                     f"source {self.name!r}: partition {p} went back from epoch "
@@ -313,27 +351,39 @@ class SourceVertex(Vertex):
         """The partitions this worker reads, or read to their end."""
         return sorted(set(self.offsets) | self.done)
 
+    def release_at(self, partitions: Sequence[int], epoch: int) -> None:
+        """Hand ``partitions`` over at ``epoch``: read each up to its first batch at or
+        after ``epoch`` (or its end), then it is :attr:`ready` to :meth:`release`. One
+        read past ``epoch`` already goes at once, from where it is."""
+        for p in partitions:
+            if p not in self.offsets and p not in self.done:
+                raise ValueError(f"source {self.name!r}: partition {p} is not read here")
+            self.handing[p] = epoch
+            if p in self.done or self.epochs[p] >= epoch:
+                self.ready.add(p)
+
     def release(self, partitions: Sequence[int]) -> dict[int, list[Any]]:
-        """Stop reading ``partitions`` and give what their new owner resumes from, per
-        partition ``[offset, epoch, done, history, awake]``: it reads on from the offset
-        at the epoch the last batch read here had (epochs never decrease within a
-        partition, so nothing it sends can be earlier). Checkpoints before that epoch
-        still name them here. The capability follows the partitions left."""
+        """Stop reading ``partitions`` (each :attr:`ready`) and give what their new owner
+        resumes from, per partition ``[offset, epoch, done, history, awake]``: the next
+        batch is at or after ``epoch``, the handover's (epochs never decrease within a
+        partition). The capability follows the partitions left."""
         out: dict[int, list[Any]] = {}
         for p in partitions:
+            if p not in self.ready:
+                raise ValueError(f"source {self.name!r}: partition {p} is not ready to go")
+            at = self.handing.pop(p)
+            self.ready.discard(p)
             done = p in self.done
-            if not done and p not in self.offsets:
-                raise ValueError(f"source {self.name!r}: partition {p} is not read here")
             history = self.history.pop(p, [])
             state: list[Any]
             if done:
                 self.done.discard(p)
                 state = [None, 0, True, history, None]
             else:
-                epoch = self.epochs.pop(p)
+                epoch = max(at, self.epochs.pop(p))
                 state = [self.offsets.pop(p), epoch, False, history, self.awake.pop(p, None)]
-            if self.keep_history:  # a partition read to its end: named here for good
-                self.released[p] = (sys.maxsize if done else epoch, state[:4])
+            if self.keep_history:
+                self.released[p] = (at, state[:4])
             out[p] = state
         if self.cap is not None:
             if self.epochs:

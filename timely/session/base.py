@@ -65,6 +65,11 @@ class Results(dict[str, list[tuple[int, Any]]]):
 LIVE_STEPS = 8
 """A live rescale moves its bins in at most this many configurations, one an epoch."""
 
+SOURCE_LEAD = 4
+"""How many epochs past the latest one its sources read a reconfigurable run's control
+input is kept (:meth:`Session._follow_sources`): records wait for it only when the
+sources outrun the driver's look at them by more."""
+
 
 class _RescaleNow(Exception):
     """The checkpoint a rescale waited for is committed: stop and restore at ``workers``."""
@@ -192,6 +197,12 @@ class Session(ABC):
         """Every reconfiguration asked for: ``epochs`` (one per step), ``bins`` (how many
         move), ``strategy``, ``at`` (``time.time()``)."""
         self._control_epoch = 0
+        self._has_sources = self.plan.live_control and any(
+            v.kind == "source" for v in self.plan.vertices
+        )
+        """The control input follows sources (:meth:`_follow_sources`)."""
+        self._joining = False
+        """:meth:`join` was called: the control input closes once the sources are read."""
         self._control_closed = spec.plan.control is None
         self._batching = 0
         self.membership = Membership(workers, 0)
@@ -556,10 +567,26 @@ class Session(ABC):
         assert isinstance(made, SourceVertex)
         return made.source.partitions()
 
-    def _hand_over(self, vertex: int, owner: int, partitions: list[int], to: int) -> None:
-        """Move ``partitions`` of source ``vertex`` from worker ``owner`` to ``to``, at
-        the epoch each reached (backends that run live)."""
+    def _release_at(
+        self, vertex: int, owner: int, partitions: list[int], to: int, epoch: int
+    ) -> None:
+        """Have worker ``owner`` hand ``partitions`` of source ``vertex`` to worker ``to``
+        at ``epoch`` (:meth:`~timely.worker.loop.Worker.release_at`); the backend takes
+        the handovers once they are ready and gives them to ``to`` (backends that run
+        live)."""
         raise NotImplementedError(f"{type(self).__name__} cannot move source partitions")
+
+    def _follow_sources(self, read: int, done: bool) -> None:
+        """Keep a reconfigurable run's control input ahead of its sources (the latest
+        epoch ``read`` anywhere): their records never wait for a configuration, and a
+        change takes effect just past what was read. ``done``: every source is read to
+        its end; once :meth:`join` waits too, the control input closes."""
+        if self.plan.control is None or self._control_closed or not self._has_sources:
+            return
+        if done and self._joining:
+            self._close_control()
+        elif read + SOURCE_LEAD > self._control_epoch:
+            self._control_to(read + SOURCE_LEAD)
 
     def _apply_live(self) -> None:
         """Make the live rescale deferred to the driver's thread, if it can be made now
@@ -591,14 +618,17 @@ class Session(ABC):
             table[b] = w
         # Fluid, in at most LIVE_STEPS epochs: a leaver goes only after the last one.
         epochs = self.reconfigure(tuple(table), bins_per_step=max(8, -(-len(moves) // LIVE_STEPS)))
+        # Sources: partitions re-dealt at this epoch, before the leavers are told (one
+        # holds on to its partitions until it has handed them over).
+        staying = [w for w in self.membership.alive if w < workers]
+        for v, spec in enumerate(self.plan.vertices):
+            if spec.kind == "source":
+                for owner, parts, to in self.membership.deal(v, self._partitions(v), staying):
+                    self._release_at(v, owner, parts, to, self._control_epoch)
         if workers < old:
             leave = self._control_epoch
             for w in range(workers, old):
                 self._leave_worker(w, leave)
-        for v, spec in enumerate(self.plan.vertices):  # sources: partitions re-dealt
-            if spec.kind == "source":
-                for owner, parts, to in self.membership.deal(v, self._partitions(v)):
-                    self._hand_over(v, owner, parts, to)
         record = {
             "from": old,
             "to": workers,
@@ -815,7 +845,9 @@ class Session(ABC):
                 "call handle.close() on each (run() closes them for you)"
             )
         self.view.inputs_closed(any(v.kind == "source" for v in self.plan.vertices))
-        self._close_control()
+        self._joining = True
+        if not self._has_sources:  # else once the sources are read (_follow_sources)
+            self._close_control()
         try:
             self._guarded(self._wait)
             self.view.finished = True

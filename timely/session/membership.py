@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 
 from timely.comm.messages import Advance, Close, InputCommand, Send
 from timely.graph.plan import Plan
-from timely.routing.channels import Broadcast, Exchange
+from timely.routing.channels import Exchange
 from timely.routing.members import Members
 
 LEAVING = "workers of the last change are still leaving"
@@ -42,14 +42,13 @@ class Membership:
         """Per source vertex, the worker reading each partition (``p % workers`` at the
         launch, as :class:`~timely.graph.system.SourceVertex` deals them, until a change)."""
 
-    def deal(self, vertex: int, partitions: int) -> list[tuple[int, list[int], int]]:
-        """Re-deal source ``vertex``'s partitions over the workers staying (running and
-        not leaving), partition ``p`` to the ``p % n``-th of them: the moves
-        ``(from, partitions, to)`` to make, recorded as made."""
-        owners = self.owners.setdefault(
-            vertex, {p: p % self._launched for p in range(partitions)}
-        )
-        staying = [w for w in self.alive if w not in self.leaving]
+    def deal(
+        self, vertex: int, partitions: int, staying: Sequence[int]
+    ) -> list[tuple[int, list[int], int]]:
+        """Re-deal source ``vertex``'s partitions over the workers ``staying``, partition
+        ``p`` to the ``p % n``-th of them: the moves ``(from, partitions, to)`` to make,
+        recorded as made."""
+        owners = self.owners.setdefault(vertex, {p: p % self._launched for p in range(partitions)})
         moves: dict[tuple[int, int], list[int]] = {}
         for p in range(partitions):
             to = staying[p % len(staying)]
@@ -143,18 +142,6 @@ def live_blocker(
         return "the run's inputs are closed"
     if leaving and new > old:
         return LEAVING
-    sources = [spec.name for spec in plan.vertices if spec.kind == "source"]
-    if sources:
-        for outputs in plan.out_edges:
-            for edges in outputs:
-                for edge in edges:
-                    if isinstance(edge.channel, Broadcast):
-                        name = plan.vertices[edge.dst].name
-                        return (
-                            f"source {sources[0]!r} is re-dealt at the epoch its partitions "
-                            f"reached, and step {name!r} receives a broadcast, which reaches "
-                            "a worker only at the epochs it takes part in"
-                        )
     if new < old:
         for outputs in plan.out_edges:
             for edges in outputs:

@@ -212,6 +212,9 @@ class Worker:
                 assert isinstance(vertex, InputVertex)
                 vertex.cap = None
         self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
+        self._handing: dict[tuple[int, int], int] = {}
+        """``(source, partition)``: the worker it is to be handed to (:meth:`release_at`)."""
+        self._bound_sources()
         # Starting may have dropped capabilities (a source with no partitions here).
         self.progress.record(self._updates.drain())
 
@@ -318,6 +321,8 @@ class Worker:
             while queue:
                 self._activate(v, -1, None, vertex.command, queue.popleft())
             del self._commands[v]
+            if v == self.plan.control:
+                self._bound_sources()
         for v in self._sources:
             vertex = self.vertices[v]
             assert isinstance(vertex, SourceVertex)
@@ -720,15 +725,79 @@ class Worker:
             self.add_peer(worker, epoch)
         return out, join
 
+    def release_at(self, vertex: int, partitions: Sequence[int], to: int, epoch: int) -> None:
+        """Hand ``partitions`` of source ``vertex`` to worker ``to`` at ``epoch``: this
+        worker reads them up to that epoch, then :meth:`take_handovers` gives them."""
+        src = self.vertices[vertex]
+        if not isinstance(src, SourceVertex):
+            raise ValueError(f"step {self.plan.vertices[vertex].name!r} is not a source")
+        src.release_at(partitions, epoch)
+        for p in partitions:
+            self._handing[(vertex, p)] = to
+
+    def take_handovers(self) -> tuple[list[tuple[int, WorkerMessage]], list[tuple[int, Handover]]]:
+        """The partitions that reached the epoch they are handed over at, released in a
+        step of this worker's own (:meth:`release_partitions`): its messages, and each
+        :class:`Handover` with the worker it goes to. Call it between steps."""
+        out: list[tuple[int, WorkerMessage]] = []
+        handovers: list[tuple[int, Handover]] = []
+        for v in self._sources:
+            src = self.vertices[v]
+            assert isinstance(src, SourceVertex)
+            if not src.ready:
+                continue
+            by_worker: dict[int, list[int]] = {}
+            for p in sorted(src.ready):
+                by_worker.setdefault(self._handing.pop((v, p)), []).append(p)
+            for to, parts in by_worker.items():
+                messages, handover = self.release_partitions(v, parts)
+                out.extend(messages)
+                handovers.append((to, handover))
+        return out, handovers
+
+    def _bound_sources(self) -> None:
+        """In a reconfigurable run, sources read nothing at or past the epoch the control
+        input is at (their records would wait for it there, and a change of workers
+        takes effect there): the driver moves it on as they read
+        (:meth:`Session._follow_sources`)."""
+        control = self.plan.control
+        if control is None or not self._sources or not self.plan.live_control:
+            return
+        cap = self.vertices[control].cap  # type: ignore[attr-defined]
+        bound = None if cap is None else cap.time[0]
+        for v in self._sources:
+            self.vertices[v].bound_to(bound)  # type: ignore[attr-defined]
+
+    def handing_over(self) -> bool:
+        """Whether partitions this worker reads are still to be handed over."""
+        return bool(self._handing)
+
+    def sources_read(self) -> int:
+        """The latest epoch this worker's sources read, or hold a batch of at their
+        bound (-1: none yet)."""
+        return max(
+            (
+                max(self.vertices[v].highest, self.vertices[v].waiting)  # type: ignore[attr-defined]
+                for v in self._sources
+            ),
+            default=-1,
+        )
+
+    def sources_done(self) -> bool:
+        """Whether every source is read to its end, on every worker (as far as this
+        worker's view knows: never before it is true)."""
+        self._propagate()
+        return all(not self.tracker.pointstamp_frontier(source(v, 0)) for v in self._sources)
+
     def release_partitions(
         self, vertex: int, partitions: Sequence[int]
     ) -> tuple[list[tuple[int, WorkerMessage]], Handover]:
-        """As the owner of ``partitions`` of source ``vertex``: a step of this worker's
-        own that stops reading them and counts a capability for each (not read to its
-        end) at the epoch it reached, for the worker they go to; returns the step's
-        messages (the minting batch, for every peer) and the :class:`Handover`. The new
-        owner takes it with :meth:`adopt_partitions`; this worker's own capability then
-        follows the partitions it keeps (dropped in its next batch)."""
+        """As the owner of ``partitions`` of source ``vertex``, each at the epoch it is
+        handed over at: a step of this worker's own that stops reading them and counts
+        a capability for each (not read to its end) at that epoch, for the worker they
+        go to; returns the step's messages (the minting batch, for every peer) and the
+        :class:`Handover`. The new owner takes it with :meth:`adopt_partitions`; this
+        worker's own capability follows the partitions it keeps, in the same batch."""
         src = self.vertices[vertex]
         if not isinstance(src, SourceVertex):
             raise ValueError(f"step {self.plan.vertices[vertex].name!r} is not a source")
@@ -793,7 +862,8 @@ class Worker:
 
     def can_leave(self, epoch: int) -> bool:
         """As a worker leaving at ``epoch``: whether it may go now. It holds no
-        capability, has nothing left to do or ship, and no data can reach it any more:
+        capability, has nothing left to do or ship (bins, source partitions), and no data
+        can reach it any more:
         its view has no pointstamp before ``epoch`` (safe: the true frontier is no
         earlier), and nothing at ``epoch`` or later is routed here; with checkpoints,
         its part of every checkpoint before ``epoch`` is complete (the host writes it)."""
@@ -810,6 +880,7 @@ class Worker:
             and not self._commands
             and not self._out
             and not self.migration.pending()
+            and not self._handing
             and not any(t[0] < epoch for _, t in self.progress.view.live())
         )
 
