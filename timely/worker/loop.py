@@ -215,6 +215,10 @@ class Worker:
         self._handing: dict[tuple[int, int], int] = {}
         """``(source, partition)``: the worker it is to be handed to (:meth:`release_at`)."""
         self._bound_sources()
+        self._follow = self.plan.live_control and bool(self._sources)
+        self.source_state = (-1, False)
+        """:meth:`sources_read` and whether the sources are done, as of the last step, in
+        a reconfigurable run (read by a host's heartbeat thread, between steps or not)."""
         # Starting may have dropped capabilities (a source with no partitions here).
         self.progress.record(self._updates.drain())
 
@@ -337,6 +341,8 @@ class Worker:
             # What the notifications made possible for migrations (bins whose earlier
             # epochs are now done) waits for the next step: their outputs go out first.
             self.migration.dirty = True
+        if self._follow:
+            self.source_state = (self.sources_read(), self._sources_done())
         return self._finish_step()
 
     def _migrate(self) -> None:
@@ -787,6 +793,9 @@ class Worker:
         """Whether every source is read to its end, on every worker (as far as this
         worker's view knows: never before it is true)."""
         self._propagate()
+        return self._sources_done()
+
+    def _sources_done(self) -> bool:
         return all(not self.tracker.pointstamp_frontier(source(v, 0)) for v in self._sources)
 
     def release_partitions(
