@@ -293,6 +293,7 @@ class WorkerProgress:
         donor: WorkerProgress,
         capabilities: Sequence[Pointstamp] = (),
         after: int | None = None,
+        first_seq: int = 0,
     ) -> WorkerProgress:
         """A worker added to a running dataflow, from ``donor``'s state at the join.
 
@@ -306,13 +307,19 @@ class WorkerProgress:
         The donor may count the joiner as a peer already (a host that cannot copy what
         is on its way to the donor has every worker send to the joiner first, and the
         donor wait for what they sent before): the joiner then ignores the batches it
-        receives that the copy holds."""
-        if donor._next_recv.get(worker, 0) or any(s == worker for s, _ in donor._early):
+        receives that the copy holds.
+
+        ``first_seq``: the seq its batches start from: where an earlier worker of the same
+        index stopped (its batches may still be named in others' ``after``)."""
+        if donor._next_recv.get(worker, first_seq) != first_seq or any(
+            s == worker for s, _ in donor._early
+        ):
             raise ValueError(f"worker {worker} is a peer already")
         new = cls(worker, worker + 1, donor.graph, accumulate=donor.accumulate)
         new.peers = donor.peers + 1
         new.view = ProgressView(donor.graph, donor.view.counts().items())
-        new._next_recv = {**donor._next_recv, worker: 0}
+        new._next_recv = {**donor._next_recv, worker: first_seq}
+        new._next_send = first_seq
         new._early = dict(donor._early)
         new._has_copy = True
         new._owned = ChangeBatch((ps, 1) for ps in capabilities)
@@ -341,11 +348,11 @@ class WorkerProgress:
         """How many of ``worker``'s batches are applied here."""
         return self._next_recv[worker]
 
-    def add_peer(self, worker: int) -> None:
-        """Worker ``worker`` joined: expect its batches, from seq 0."""
+    def add_peer(self, worker: int, first_seq: int = 0) -> None:
+        """Worker ``worker`` joined: expect its batches, from seq ``first_seq``."""
         if worker in self._next_recv:
             raise ValueError(f"worker {worker} is a peer already")
-        self._next_recv[worker] = 0
+        self._next_recv[worker] = first_seq
         self.peers += 1
 
     def remove_peer(self, worker: int, sent: int) -> None:

@@ -105,7 +105,8 @@ class InlineSession(Session):
             del self.channels[pair]
         donor = self.worker_list[0]
         roots = self.membership.open_inputs(driver_inputs(self.plan))
-        messages, join = donor.mint_join(worker, epoch, roots)
+        first = self.membership.sent.get(worker, 0)
+        messages, join = donor.mint_join(worker, epoch, roots, first)
         self._queue(0, messages)
         new = Worker(
             self.plan,
@@ -120,7 +121,7 @@ class InlineSession(Session):
         )
         for w in self._alive():
             if w is not donor:
-                w.add_peer(worker, epoch)
+                w.add_peer(worker, epoch, first)
         # The joiner's view is the donor's: what is still on its way to the donor comes to
         # it too (the progress of it; the data is the donor's).
         for (s, r), queue in list(self.channels.items()):
@@ -151,7 +152,7 @@ class InlineSession(Session):
             messages, sent = leaver.leave()
             self._queue(worker, messages)
             self._write_parts(worker)  # its parts of the checkpoints before it left
-            self.membership.gone(worker)
+            self.membership.gone(worker, sent)
             for w in self._alive():
                 w.peer_left(worker, sent)
             leaver.close()
@@ -166,15 +167,16 @@ class InlineSession(Session):
         self.worker_list[owner].release_at(vertex, partitions, to, epoch)
         self._handing = True
 
-    def _hand_over(self) -> None:
-        """Give the source partitions that reached their handover's epoch to their new
-        owners (between events, as a Ray host does between steps)."""
-        for worker in self._alive():
-            if worker.handing_over():
-                messages, handovers = worker.take_handovers()
-                self._queue(worker.index, messages)
-                for to, handover in handovers:
-                    self.worker_list[to].adopt_partitions(handover)
+    def _moving_sources(self) -> bool:
+        return self._handing
+
+    def _hand_over(self, owner: int) -> None:
+        """Give the source partitions of worker ``owner`` that reached their handover's
+        epoch to their new owners (an event of its own, as a Ray host's between steps)."""
+        messages, handovers = self.worker_list[owner].take_handovers()
+        self._queue(owner, messages)
+        for to, handover in handovers:
+            self.worker_list[to].adopt_partitions(handover)
         self._handing = any(w.handing_over() for w in self._alive())
 
     def _follow(self) -> bool:
@@ -243,8 +245,6 @@ class InlineSession(Session):
         workers = self.worker_list
         alive = self.membership.alive
         while True:
-            if self._handing:
-                self._hand_over()
             if self.membership.leaving:
                 self._leave_ready()
             options: list[tuple[int, int, int]] = []
@@ -259,6 +259,8 @@ class InlineSession(Session):
                     options.append((1, w, 0))
                 if workers[w].has_work():
                     options.append((2, w, 0))
+                if self._handing and workers[w].handovers_ready():
+                    options.append((3, w, 0))
             if not options:
                 for worker in self._alive():  # as a Ray worker does before it waits
                     if worker.log is not None:
@@ -289,7 +291,8 @@ class InlineSession(Session):
 
     def _event(self, kind: int, a: int, b: int) -> None:
         """One scheduling event: a message from ``a`` taken in by ``b`` (0), a driver
-        command for ``a`` (1), or a step of ``a`` (2)."""
+        command for ``a`` (1), a step of ``a`` (2), or ``a`` handing source partitions
+        over (3)."""
         workers = self.worker_list
         if kind == 0:
             message = self.channels[(a, b)].popleft()
@@ -301,8 +304,10 @@ class InlineSession(Session):
         elif kind == 1:
             vertex, cmd = self.commands[a].popleft()
             workers[a].command(vertex, cmd)
-        else:
+        elif kind == 2:
             self._step(a)
+        else:
+            self._hand_over(a)
 
     def _profile(self, w: int) -> WorkerProfile | None:
         """Worker ``w``'s profiler, with ``profile_dir`` (kept across relaunches)."""
@@ -344,7 +349,12 @@ class InlineSession(Session):
             store = self.coordinator.store
             t0 = clock()
             info = store.write_part(
-                epoch, w, part["workers"], serialization.encode(part), part.get("base")
+                epoch,
+                w,
+                part["workers"],
+                serialization.encode(part),
+                part.get("base"),
+                part.get("moved", False),
             )
             t1 = clock()
             if log is not None:

@@ -423,10 +423,17 @@ class WorkerActor:
             t0 = clock()
             data = serialization.encode(part)
             work = worker.checkpoint_work(epoch) + clock() - t0
-            self._write_part(epoch, data, work, part.get("base"), part["workers"])
+            moved = part.get("moved", False)
+            self._write_part(epoch, data, work, part.get("base"), part["workers"], moved)
 
     def _write_part(
-        self, epoch: int, data: bytes, work: int, base: int | None = None, workers: int = 0
+        self,
+        epoch: int,
+        data: bytes,
+        work: int,
+        base: int | None = None,
+        workers: int = 0,
+        moved: bool = False,
     ) -> None:
         """Write a checkpoint part on the writer thread (off the step loop); report it to
         the driver once it is durable (after the outputs of its epoch: they went first),
@@ -439,7 +446,7 @@ class WorkerActor:
 
         def write() -> None:
             t0, cpu = clock(), time.thread_time_ns()
-            info = store.write_part(epoch, self.index, workers or self.npeers, data, base)
+            info = store.write_part(epoch, self.index, workers or self.npeers, data, base, moved)
             t1 = clock()
             if log is not None:
                 log.add(("c", t0, t1, epoch, "write"))
@@ -526,7 +533,7 @@ class WorkerActor:
         self.comm.expect_peer(peer)
         self.npeers = self.comm.peers
 
-    async def add_peer(self, peer: int, epoch: int) -> int:
+    async def add_peer(self, peer: int, epoch: int, first_seq: int = 0) -> int:
         """Worker ``peer`` (connected) joins at ``epoch``: from now on this worker's
         progress goes to it too. Returns the seq of the first batch it gets from here."""
         task = self._track()
@@ -536,12 +543,17 @@ class WorkerActor:
             raise self._lost(e) from None
         finally:
             self._tasks.discard(task)
-        self.worker.add_peer(peer, epoch)
+        self.worker.add_peer(peer, epoch, first_seq)
         seq: int = self.worker.progress.next_seq()
         return seq
 
     async def mint_join(
-        self, peer: int, epoch: int, roots: tuple[int, ...], seqs: dict[int, int]
+        self,
+        peer: int,
+        epoch: int,
+        roots: tuple[int, ...],
+        seqs: dict[int, int],
+        first_seq: int = 0,
     ) -> Join:
         """As the donor of ``peer``: once every batch each worker sent before it counted
         the joiner (``seqs``: the first one it sends the joiner) is applied here, so that
@@ -554,7 +566,7 @@ class WorkerActor:
                 self._apply()  # between steps: the loop may be waiting
                 if any(worker.progress.applied_from(w) < seq for w, seq in seqs.items()):
                     await self._wait(0.05)
-            out, join = worker.mint_join(peer, epoch, roots)
+            out, join = worker.mint_join(peer, epoch, roots, first_seq)
             await self._send([(p, serialization.encode_message_parts(m)) for p, m in out])
         except PeerLost as e:
             raise self._lost(e) from None
@@ -1160,9 +1172,12 @@ class RaySession(Session):
             self._abandoned.append(connect)
             raise WorkerDied(f"worker {e.peer} {e.reason}") from None
         kinds = self._get(connect, worker)
-        seqs = self._wait_for([self.actors[w].add_peer.remote(worker, epoch) for w in alive], alive)
+        first = self.membership.sent.get(worker, 0)
+        seqs = self._wait_for(
+            [self.actors[w].add_peer.remote(worker, epoch, first) for w in alive], alive
+        )
         roots = self.membership.open_inputs(driver_inputs(self.plan))
-        mint = self.actors[0].mint_join.remote(worker, epoch, roots, dict(zip(alive, seqs)))
+        mint = self.actors[0].mint_join.remote(worker, epoch, roots, dict(zip(alive, seqs)), first)
         join = self._wait_for([mint], [0])[0]
         self._get(actor.join.remote(join), worker)
         self.actors.append(actor)
@@ -1183,6 +1198,9 @@ class RaySession(Session):
     ) -> None:
         self._get(self.actors[owner].release_at.remote(vertex, partitions, to, epoch), owner)
         self._handing.add(owner)
+
+    def _moving_sources(self) -> bool:
+        return bool(self._handing)
 
     def _hand_over(self) -> None:
         """Give the source partitions that reached their handover's epoch to their new
@@ -1214,7 +1232,7 @@ class RaySession(Session):
         self._wait_for([self.actors[w].peer_left.remote(worker, sent) for w in others], others)
         assert self._links is not None
         self._links.depart(worker)
-        self.membership.gone(worker)
+        self.membership.gone(worker, sent)
         self._ended.discard(worker)
         self._last_ping.pop(worker, None)
         self._behind = {k: v for k, v in self._behind.items() if worker not in k}

@@ -394,7 +394,7 @@ class SourceVertex(Vertex):
         return out
 
     def adopt(self, partitions: dict[int, list[Any]], caps: Sequence[Capability]) -> None:
-        """Read on from where another worker :meth:`release`\ d ``partitions``; ``caps``:
+        """Read on from where another worker released ``partitions`` (:meth:`release`); ``caps``:
         the capabilities it handed over with them, one per partition not yet done."""
         for p, (offset, epoch, done, history, awake) in partitions.items():
             if done:
@@ -446,7 +446,11 @@ class SourceVertex(Vertex):
                     parts[p] = [None, 0, True]
                 else:
                     parts[p] = [self.offsets[p], self.epochs[p], False]
-        return {"kind": "offsets", "partitions": parts}
+        out: dict[str, Any] = {"kind": "offsets", "partitions": parts}
+        workers = self.workers_at((epoch,))
+        if set(parts) != {p for p in range(self.source.partitions()) if p % workers == self.worker}:
+            out["moved"] = True  # not where a restore on as many workers deals them
+        return out
 
     def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
         if snapshot.get("kind") != "offsets":

@@ -415,10 +415,17 @@ class Session(ABC):
         assert control is not None
         epochs = []
         moved = sum(a != b for a, b in zip(self.routing_table, tables[-1])) if tables else 0
+        restarts = self.restarts
         with self._batched():
             for table in tables:
+                if self.restarts != restarts:
+                    # A worker died meanwhile and the run restored: these tables were for
+                    # workers that are no more (a restore deals the bins afresh).
+                    break
                 epoch = self._control_epoch
                 self.input_command(control, Send([list(table)]))
+                if self.restarts != restarts:
+                    break
                 epochs.append(epoch)
                 self._control_to(epoch + 1)
                 self.routing_table = table
@@ -526,6 +533,8 @@ class Session(ABC):
 
     def live_blocker(self, workers: int) -> str | None:
         """Why a change to ``workers`` workers cannot be made live now (None: it can)."""
+        if self._moving_sources() and self.plan.control is not None:
+            return LEAVING
         return live_blocker(
             self.plan,
             self.workers - len(self.membership.leaving),
@@ -567,6 +576,11 @@ class Session(ABC):
         assert isinstance(made, SourceVertex)
         return made.source.partitions()
 
+    def _moving_sources(self) -> bool:
+        """Whether source partitions of the last change are still to be handed over (the
+        next change waits for them, as for leavers)."""
+        return False
+
     def _release_at(
         self, vertex: int, owner: int, partitions: list[int], to: int, epoch: int
     ) -> None:
@@ -592,7 +606,7 @@ class Session(ABC):
         """Make the live rescale deferred to the driver's thread, if it can be made now
         (the backends call this from the driver's loop, and every input command does)."""
         deferred = self._live_deferred
-        if deferred is None or self.membership.leaving or self._changing:
+        if deferred is None or self.membership.leaving or self._changing or self._moving_sources():
             return
         self._live_deferred = None
         if deferred != self.workers and self.live_blocker(deferred) is None:
@@ -617,7 +631,10 @@ class Session(ABC):
         for b, w in moves.items():
             table[b] = w
         # Fluid, in at most LIVE_STEPS epochs: a leaver goes only after the last one.
+        restarts = self.restarts
         epochs = self.reconfigure(tuple(table), bins_per_step=max(8, -(-len(moves) // LIVE_STEPS)))
+        if self.restarts != restarts:  # restored meanwhile, on the change's worker count
+            return
         # Sources: partitions re-dealt at this epoch, before the leavers are told (one
         # holds on to its partitions until it has handed them over).
         staying = [w for w in self.membership.alive if w < workers]
@@ -649,8 +666,8 @@ class Session(ABC):
             return self._rescale_to
         if self._live_deferred is not None:
             return self._live_deferred
-        if self.membership.leaving:  # a live scale-in: its leavers have not gone yet
-            return self.workers - len(self.membership.leaving)
+        if self.membership.leaving or self._moving_sources():  # a live change under way:
+            return self.workers - len(self.membership.leaving)  # leavers, partitions moving
         return None
 
     def log_event(self, kind: str, record: dict[str, Any], started: int | None = None) -> None:

@@ -17,8 +17,8 @@ from timely.graph.plan import Plan
 from timely.routing.channels import Exchange
 from timely.routing.members import Members
 
-LEAVING = "workers of the last change are still leaving"
-"""Why a worker cannot join yet (the session makes the change once they have gone)."""
+LEAVING = "the last change is still under way (workers leaving, source partitions moving)"
+"""Why a worker cannot join yet (the session makes the change once it is done)."""
 
 
 class Membership:
@@ -38,6 +38,8 @@ class Membership:
         self._closed_for: set[tuple[int, int]] = set()
         """``(worker, input)``: a leaver's input closed ahead of the others'."""
         self._launched = workers
+        self.sent: dict[int, int] = {}
+        """Per index of a worker that left, how many progress batches it sent."""
         self.owners: dict[int, dict[int, int]] = {}
         """Per source vertex, the worker reading each partition (``p % workers`` at the
         launch, as :class:`~timely.graph.system.SourceVertex` deals them, until a change)."""
@@ -110,8 +112,10 @@ class Membership:
                 out.append((worker, r, Close()))
         return out
 
-    def gone(self, worker: int) -> None:
-        """``worker`` has left."""
+    def gone(self, worker: int, sent: int) -> None:
+        """``worker`` has left, after sending ``sent`` progress batches: one that joins
+        with its index later numbers its batches on from there."""
+        self.sent[worker] = sent
         self.alive.remove(worker)
         self.leaving.pop(worker, None)
         self._closed_for = {(w, v) for w, v in self._closed_for if w != worker}

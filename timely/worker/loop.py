@@ -692,7 +692,7 @@ class Worker:
 
     # -- workers that join and leave (issue 29) ------------------------------------------------
     def mint_join(
-        self, worker: int, epoch: int, roots: Sequence[int]
+        self, worker: int, epoch: int, roots: Sequence[int], first_seq: int = 0
     ) -> tuple[list[tuple[int, WorkerMessage]], Join]:
         """As the donor of ``worker``, joining at ``epoch``: a step of this worker's own
         that counts the joiner's capabilities at ``epoch``, at every output of ``roots``
@@ -722,13 +722,15 @@ class Worker:
         out = self._progress_alone(batch)
         for ps in caps:
             self.progress.hand_over(ps)
-        progress = WorkerProgress.joining(worker, self.progress, caps, after=batch.seq)
+        progress = WorkerProgress.joining(
+            worker, self.progress, caps, after=batch.seq, first_seq=first_seq
+        )
         members = self.members.copy()
         members.join(worker, epoch)
         segments = None if self.snapshots is None else list(self.snapshots.segments)
         join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots), segments)
         if worker not in self.progress.senders():  # (a Ray donor counts it already)
-            self.add_peer(worker, epoch)
+            self.add_peer(worker, epoch, first_seq)
         return out, join
 
     def release_at(self, vertex: int, partitions: Sequence[int], to: int, epoch: int) -> None:
@@ -773,6 +775,10 @@ class Worker:
         bound = None if cap is None else cap.time[0]
         for v in self._sources:
             self.vertices[v].bound_to(bound)  # type: ignore[attr-defined]
+
+    def handovers_ready(self) -> bool:
+        """Whether source partitions reached the epoch they are handed over at."""
+        return any(self.vertices[v].ready for v in self._sources)  # type: ignore[attr-defined]
 
     def handing_over(self) -> bool:
         """Whether partitions this worker reads are still to be handed over."""
@@ -853,10 +859,10 @@ class Worker:
         """The workers taking part at ``epoch`` (:class:`~timely.routing.members.Members`)."""
         return self.members.at(epoch)
 
-    def add_peer(self, worker: int, epoch: int) -> None:
+    def add_peer(self, worker: int, epoch: int, first_seq: int = 0) -> None:
         """``worker`` joined the run at ``epoch``: its progress batches count here from
         now on, and it receives broadcasts at times from ``epoch`` on."""
-        self.progress.add_peer(worker)
+        self.progress.add_peer(worker, first_seq)
         self.members.join(worker, epoch)
         self.peers += 1
         while len(self._seq) <= worker:
