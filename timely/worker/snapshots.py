@@ -55,8 +55,10 @@ class Snapshots:
         """The latest epoch any vertex here has been notified at."""
         self.vertices = list(range(len(worker.plan.vertices)))
         plan = worker.plan
-        self._moving = frozenset(
-            v for v, spec in enumerate(plan.vertices) if spec.kind == "source" and plan.live_control
+        self._moving = (
+            frozenset(v for v, spec in enumerate(plan.vertices) if spec.kind == "source")
+            if plan.live_control
+            else frozenset()
         )
         """Sources whose partitions may move between workers: one here is open while any
         worker holds a capability of it (one with none may be handed some)."""
