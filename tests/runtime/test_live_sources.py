@@ -141,12 +141,12 @@ def crash_points(every: int) -> range:
     with tempfile.TemporaryDirectory(dir=SCRATCH) as d:
         options = {"checkpoint": d, "checkpoint_every": every}
         run("running_reduce", EPOCHS, 4, 1, PLAN, 3, stats, **options)
-    return range(1, stats["events"], 5 if exhaustive() else 41)
+    return range(1, stats["events"], 5 if exhaustive() else 97)
 
 
 def test_a_crash_around_handovers_gives_the_failure_free_outputs() -> None:
     """Checkpoints every other epoch while partitions move; every worker is lost at a
-    scheduling event (one in 41 in the quick profile, one in 5 in CI's): the run
+    scheduling event (one in 97 in the quick profile, one in 5 in CI's): the run
     restores (each partition read from the offset its checkpoint names, on the workers
     of the restore), goes on live, and its outputs equal a failure-free run's."""
     want, _ = run("running_reduce", EPOCHS, 4, 1)
