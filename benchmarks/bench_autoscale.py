@@ -116,7 +116,8 @@ def run(
     options: dict[str, Any] = {"idle_timeout": 0}
     start_workers = analytic if kind == "fixed" else 1
     with tempfile.TemporaryDirectory() as ckpt:
-        if kind != "fixed" and feed == "driver":  # live: no checkpoints needed
+        live = feed in ("driver", "source-live")
+        if kind != "fixed" and live:  # live: no checkpoints needed
             options |= {
                 "reconfigurable": True,
                 "standbys": 1,
@@ -136,7 +137,7 @@ def run(
                     policy=kind, interval=2.0, warm_up=1, max_workers=MAX_WORKERS
                 ),
             }
-        elif feed == "driver":
+        elif live:
             options["reconfigurable"] = True
         started = time.time()
         session = flow.activate(workers=start_workers, backend="ray", **options)
@@ -218,10 +219,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--feed",
-        choices=["source", "driver"],
+        choices=["source", "driver", "source-live"],
         default="source",
-        help="a rate source (a rescale restores from a checkpoint), or the driver feeding a "
-        "reconfigurable run at the same rate (a rescale is live)",
+        help="a rate source (a rescale restores from a checkpoint), the driver feeding a "
+        "reconfigurable run at the same rate (a rescale is live), or the rate source in a "
+        "reconfigurable run (its partitions handed over live)",
     )
     args = parser.parse_args(argv)
     seconds = 12.0 if args.quick else 30.0
@@ -267,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     stem = "autoscale" if args.workload == "one-step" else "autoscale-two-step"
     if args.feed == "driver":
         stem += "-live"
+    elif args.feed == "source-live":
+        stem += "-source-live"
     svg = RESULTS / (f"{stem}.quick.svg" if args.quick else f"{stem}.svg")
     plot(runs, svg, RATE if args.workload == "one-step" else TWO_STEP["rate"])
     for r in runs:

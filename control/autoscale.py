@@ -139,15 +139,13 @@ class AutoscaleMonitor:
         checkpoint: CheckpointConfig | None,
         plan: Plan | None = None,
     ) -> None:
-        """Before anything starts: rescaling is live (a reconfigurable run fed by the
-        driver, with or without checkpoints) or restores from checkpoints."""
+        """Before anything starts: rescaling is live (a reconfigurable run, with or
+        without checkpoints) or restores from checkpoints."""
         live = plan is not None and plan.control is not None
-        if plan is not None and any(spec.kind == "source" for spec in plan.vertices):
-            live = False  # source partitions do not move live yet
         if checkpoint is None and not live:
             raise ConfigError(
-                "autoscale rescales live in a reconfigurable run fed by the driver "
-                "(flow.activate(..., reconfigurable=True), no sources), or else by "
+                "autoscale rescales live in a reconfigurable run "
+                "(flow.activate(..., reconfigurable=True)), or else by "
                 "checkpoint and restore: give checkpoint=DIR (and checkpoint_every or "
                 "checkpoint_interval for how often)"
             )

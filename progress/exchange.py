@@ -42,14 +42,14 @@ Update = tuple[Pointstamp, int]
 class ProgressBatch:
     """One flush of one worker's updates: ``seq`` counts that sender's batches from 0.
 
-    ``after``: ``(worker, seq)`` of a batch each receiver must have applied first: a
-    joining worker's first batch names the batch that counted the capabilities it was
-    handed (:meth:`WorkerProgress.joining`)."""
+    ``after``: ``(worker, seq)`` of batches each receiver must have applied first: a
+    batch sent once capabilities were handed to its sender names the batch that counted
+    them (:meth:`WorkerProgress.joining`, :meth:`WorkerProgress.adopt`)."""
 
     sender: int
     seq: int
     updates: tuple[Update, ...]
-    after: tuple[int, int] | None = None
+    after: tuple[tuple[int, int], ...] = ()
 
 
 class ProgressView:
@@ -154,8 +154,9 @@ class WorkerProgress:
         self._next_recv: dict[int, int] = dict.fromkeys(range(peers), 0)
         """Per sender (workers may join and leave), the seq of its next batch to apply."""
         self._early: dict[tuple[int, int], ProgressBatch] = {}
-        self._first_after: tuple[int, int] | None = None
-        """A joining worker's: the donor's batch its first batch is applied after."""
+        self._after: dict[int, int] = {}
+        """Per worker that handed capabilities to this one: the batch that minted them,
+        which this worker's next batch is applied after (:meth:`adopt`, a joiner's first)."""
         self._has_copy = False
         """A joining worker's: its view is a copy of a donor's, which may already hold
         batches that reach it too (they are ignored here)."""
@@ -211,7 +212,8 @@ class WorkerProgress:
         """
         if self._buffer.is_empty() or not (force or self.must_flush(idle)):
             return None
-        after = self._first_after if self._next_send == 0 else None
+        after = tuple(sorted(self._after.items()))
+        self._after.clear()
         batch = ProgressBatch(self.worker, self._next_send, tuple(self._buffer.drain()), after)
         self._next_send += 1
         return batch
@@ -247,10 +249,8 @@ class WorkerProgress:
         """Apply ``sender``'s batches next in its order whose ``after`` is applied here."""
         expected = self._next_recv[sender]
         while (ready := self._early.get((sender, expected))) is not None:
-            if ready.after is not None:
-                w, seq = ready.after
-                if w in self._next_recv and self._next_recv[w] <= seq:
-                    break  # (a worker that left had every batch applied here first)
+            if any(w in self._next_recv and self._next_recv[w] <= seq for w, seq in ready.after):
+                break  # (a worker that left had every batch applied here first)
             del self._early[(sender, expected)]
             self.view.apply(ready.updates)
             applied.extend(ready.updates)
@@ -293,6 +293,7 @@ class WorkerProgress:
         donor: WorkerProgress,
         capabilities: Sequence[Pointstamp] = (),
         after: int | None = None,
+        first_seq: int = 0,
     ) -> WorkerProgress:
         """A worker added to a running dataflow, from ``donor``'s state at the join.
 
@@ -306,20 +307,37 @@ class WorkerProgress:
         The donor may count the joiner as a peer already (a host that cannot copy what
         is on its way to the donor has every worker send to the joiner first, and the
         donor wait for what they sent before): the joiner then ignores the batches it
-        receives that the copy holds."""
-        if donor._next_recv.get(worker, 0) or any(s == worker for s, _ in donor._early):
+        receives that the copy holds.
+
+        ``first_seq``: the seq its batches start from: where an earlier worker of the same
+        index stopped (its batches may still be named in others' ``after``)."""
+        if donor._next_recv.get(worker, first_seq) != first_seq or any(
+            s == worker for s, _ in donor._early
+        ):
             raise ValueError(f"worker {worker} is a peer already")
         new = cls(worker, worker + 1, donor.graph, accumulate=donor.accumulate)
         new.peers = donor.peers + 1
         new.view = ProgressView(donor.graph, donor.view.counts().items())
-        new._next_recv = {**donor._next_recv, worker: 0}
+        new._next_recv = {**donor._next_recv, worker: first_seq}
+        new._next_send = first_seq
         new._early = dict(donor._early)
         new._has_copy = True
         new._owned = ChangeBatch((ps, 1) for ps in capabilities)
         if capabilities and after is None:
             raise ValueError("a joiner handed capabilities needs the batch that minted them")
-        new._first_after = None if after is None else (donor.worker, after)
+        if after is not None:
+            new._after[donor.worker] = after
         return new
+
+    def adopt(self, capabilities: Sequence[Pointstamp], owner: int, after: int) -> None:
+        """Take capabilities ``owner`` minted and handed over (:meth:`hand_over`) in its
+        batch ``after``: this worker's next batch, which may drop them, is applied after
+        that one everywhere."""
+        if owner == self.worker:
+            raise ValueError(f"worker {self.worker} cannot adopt its own capabilities")
+        for ps in capabilities:
+            self._owned.update(ps, 1)
+        self._after[owner] = max(after, self._after.get(owner, -1))
 
     def senders(self) -> list[int]:
         """The workers whose batches this one applies (itself included), in index order:
@@ -330,11 +348,11 @@ class WorkerProgress:
         """How many of ``worker``'s batches are applied here."""
         return self._next_recv[worker]
 
-    def add_peer(self, worker: int) -> None:
-        """Worker ``worker`` joined: expect its batches, from seq 0."""
+    def add_peer(self, worker: int, first_seq: int = 0) -> None:
+        """Worker ``worker`` joined: expect its batches, from seq ``first_seq``."""
         if worker in self._next_recv:
             raise ValueError(f"worker {worker} is a peer already")
-        self._next_recv[worker] = 0
+        self._next_recv[worker] = first_seq
         self.peers += 1
 
     def remove_peer(self, worker: int, sent: int) -> None:

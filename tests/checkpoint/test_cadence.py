@@ -64,7 +64,8 @@ def test_auto_needs_a_checkpoint_directory() -> None:
 def schedule(every: int | None, vertices: int = 2, start: int = 0) -> Snapshots:
     """A worker's :class:`Snapshots` with nothing around it but what the schedule uses."""
     worker = SimpleNamespace(
-        plan=SimpleNamespace(vertices=[None] * vertices), recheck_notifications=lambda: None
+        plan=SimpleNamespace(vertices=[None] * vertices, live_control=False),
+        recheck_notifications=lambda: None,
     )
     return Snapshots(worker, every, start)  # type: ignore[arg-type]
 

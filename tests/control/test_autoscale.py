@@ -201,3 +201,29 @@ def test_ds2_rescales_a_driver_fed_run_live_on_ray(tmp_path: Path, rate: int, st
     logged = read_driver_log(session.trace or "")  # all of them (the view keeps the latest)
     asking = [e[3] for e in logged if e[0] == "decision" and "path" in e[3]]
     assert [d["path"] for d in asking] == ["live"]
+
+
+@pytest.mark.ci
+@pytest.mark.usefixtures("ray_local")
+def test_ds2_grows_a_run_over_a_rate_source_live_on_ray(tmp_path: Path) -> None:
+    """A reconfigurable run over a rate source needs no checkpoints either: DS2's change
+    from one worker to two is live (the source's partitions are handed over at the
+    change's epoch), and the counts equal the source's own (in CI's profile: a run of
+    6 s of input on Ray)."""
+    rate, seconds = 3000, 6.0
+    want = reference(rate, seconds)
+    flow = build(rate, seconds, COSTS[rate])
+    settings = Autoscale(min_workers=1, max_workers=2, interval=0.5, warm_up=1)
+    session = flow.activate(
+        workers=1,
+        backend="ray",
+        trace=str(tmp_path / "trace"),
+        reconfigurable=True,
+        autoscale=settings,
+        idle_timeout=0,
+    )
+    results = session.join()
+    monitor = next(m for m in session.monitors if hasattr(m, "decisions"))
+    assert not monitor.errors
+    assert sorted(results["counts"]) == want
+    assert [(r["from"], r["to"], r["path"]) for r in session.rescales] == [(1, 2, "live")]

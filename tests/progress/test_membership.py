@@ -204,7 +204,46 @@ def test_after_crosses_the_wire() -> None:
     from timely.comm.serialization import decode_message, encode_message
 
     cap: Pointstamp = (source(0, 0), (3,))
-    for after in (None, (0, 7)):
+    for after in ((), ((0, 7),), ((0, 7), (2, 3))):
         msg = WorkerMessage(1, 0)
         msg.progress = ProgressBatch(1, 0, ((cap, -1),), after)
         assert decode_message(encode_message(msg)).progress == msg.progress
+
+
+@pytest.mark.parametrize("ignores_after", [False, True])
+def test_an_adopters_drop_waits_for_the_batch_that_minted_it(ignores_after: bool) -> None:
+    """A source partition handed between two running workers, written out: the owner
+    mints the new owner's capability at the pointstamp of its own, the new owner drops
+    it, and its batch reaches a third view before the minting batch. Waiting for the
+    ``after`` that :meth:`WorkerProgress.adopt` sets keeps the owner's capability
+    counted there; a batch without it (the mutant) cancels it."""
+    graph = _one_output()
+    cap: Pointstamp = (source(0, 0), (4,))
+    owner, adopter, third = (WorkerProgress(w, 3, graph, capabilities=[cap]) for w in range(3))
+    for w in (adopter, third):  # every worker's input capability, counted everywhere
+        w.record([(cap, -1)])
+        batch = w.flush(force=True)
+        assert batch is not None
+        for view in (owner, adopter, third):
+            view.receive(batch)
+    owner.record([(cap, 1)])  # minted, in a step of the owner's
+    mint = owner.flush(force=True)
+    assert mint is not None
+    owner.hand_over(cap)
+    adopter.adopt([cap], owner=0, after=mint.seq)
+    adopter.record([(cap, -1)])  # the new owner drops it at once
+    drop = adopter.flush(force=True)
+    assert drop is not None and drop.after == ((0, mint.seq),)
+    if ignores_after:
+        drop = ProgressBatch(drop.sender, drop.seq, drop.updates)
+    third.receive(drop)  # overtakes the minting batch
+    held = third.view.count(cap)
+    third.receive(mint)
+    assert third.view.count(cap) == 1  # the owner's own, in the end, either way
+    assert held == (0 if ignores_after else 1)
+
+
+def test_an_adoption_is_not_the_owners_own() -> None:
+    cap: Pointstamp = (source(0, 0), (0,))
+    with pytest.raises(ValueError, match="its own"):
+        WorkerProgress(0, 1, _one_output()).adopt([cap], owner=0, after=0)

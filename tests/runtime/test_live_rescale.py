@@ -406,7 +406,7 @@ def test_the_mutation_runs_pass_as_built() -> None:
     assert not any(caught(p, seed, PLAN) for p, seed in MUTANT_RUNS + LATE_RUNS)
 
 
-def _mint_late(self: Worker, worker: int, epoch: int, roots: Any) -> Any:
+def _mint_late(self: Worker, worker: int, epoch: int, roots: Any, first_seq: int = 0) -> Any:
     """``Worker.mint_join`` with the joiner's capabilities counted in the donor's next
     batch instead of the one the joiner's first batch waits for."""
     first = (epoch,)

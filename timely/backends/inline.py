@@ -23,7 +23,7 @@ from timely.errors import ConfigError, WorkerDied
 from timely.eventlog import clock, message_event
 from timely.graph.spec import RunSpec
 from timely.session.base import Session, merge_frontiers
-from timely.session.membership import Membership
+from timely.session.membership import Membership, driver_inputs
 from timely.worker.loop import Worker
 from timely.worker.migration import BinLoad
 from timely.worker.profiling import WorkerProfile
@@ -60,6 +60,8 @@ class InlineSession(Session):
         self.crash_at = set(crash_at)
         self.events = 0
         self._ahead = 0
+        self._handing = False
+        """Source partitions wait to be handed over (:meth:`_hand_over`)."""
         self._profiles: dict[int, WorkerProfile] = {}
         """Each worker's profiler, with ``profile_dir`` (:mod:`timely.worker.profiling`)."""
         self._relaunch(self._initial_restore())
@@ -86,6 +88,7 @@ class InlineSession(Session):
         ]
         self._rr = 0
         self.membership = Membership(self.workers, 0 if restore is None else restore[0] + 1)
+        self._handing = False
 
     def _alive(self) -> list[Worker]:
         return [self.worker_list[w] for w in self.membership.alive]
@@ -101,8 +104,9 @@ class InlineSession(Session):
             assert not self.channels[pair]
             del self.channels[pair]
         donor = self.worker_list[0]
-        roots = self.membership.open_inputs(self.plan.roots)
-        messages, join = donor.mint_join(worker, epoch, roots)
+        roots = self.membership.open_inputs(driver_inputs(self.plan))
+        first = self.membership.sent.get(worker, 0)
+        messages, join = donor.mint_join(worker, epoch, roots, first)
         self._queue(0, messages)
         new = Worker(
             self.plan,
@@ -117,7 +121,7 @@ class InlineSession(Session):
         )
         for w in self._alive():
             if w is not donor:
-                w.add_peer(worker, epoch)
+                w.add_peer(worker, epoch, first)
         # The joiner's view is the donor's: what is still on its way to the donor comes to
         # it too (the progress of it; the data is the donor's).
         for (s, r), queue in list(self.channels.items()):
@@ -135,7 +139,7 @@ class InlineSession(Session):
     def _leave_worker(self, worker: int, epoch: int) -> None:
         for other in self._alive():
             other.leave_at(worker, epoch)
-        for w, vertex, cmd in self.membership.leave(worker, epoch, self.plan.roots):
+        for w, vertex, cmd in self.membership.leave(worker, epoch, driver_inputs(self.plan)):
             self.commands[w].append((vertex, cmd))
         self._pump()
 
@@ -148,7 +152,7 @@ class InlineSession(Session):
             messages, sent = leaver.leave()
             self._queue(worker, messages)
             self._write_parts(worker)  # its parts of the checkpoints before it left
-            self.membership.gone(worker)
+            self.membership.gone(worker, sent)
             for w in self._alive():
                 w.peer_left(worker, sent)
             leaver.close()
@@ -156,6 +160,38 @@ class InlineSession(Session):
                 leaver.log.close()
             self.workers -= 1
             self._workers_changed()
+
+    def _release_at(
+        self, vertex: int, owner: int, partitions: list[int], to: int, epoch: int
+    ) -> None:
+        self.worker_list[owner].release_at(vertex, partitions, to, epoch)
+        self._handing = True
+
+    def _moving_sources(self) -> bool:
+        return self._handing
+
+    def _hand_over(self, owner: int) -> None:
+        """Give the source partitions of worker ``owner`` that reached their handover's
+        epoch to their new owners (an event of its own, as a Ray host's between steps)."""
+        messages, handovers = self.worker_list[owner].take_handovers()
+        self._queue(owner, messages)
+        for to, handover in handovers:
+            self.worker_list[to].adopt_partitions(handover)
+        self._handing = any(w.handing_over() for w in self._alive())
+
+    def _follow(self) -> bool:
+        """Move the control input on past what the sources read (:meth:`_follow_sources`),
+        queued, not run; whether anything was sent."""
+        if not self._has_sources or self._control_closed:
+            return False
+        before = (self._control_epoch, self._control_closed)
+        alive = self._alive()
+        self._ahead += 1
+        try:
+            self._follow_sources(max(w.sources_read() for w in alive), alive[0].sources_done())
+        finally:
+            self._ahead -= 1
+        return (self._control_epoch, self._control_closed) != before
 
     def _queue(self, sender: int, messages: list[tuple[int, WorkerMessage]]) -> None:
         log = self.worker_list[sender].log
@@ -186,6 +222,7 @@ class InlineSession(Session):
             self._guarded(self._pump, retry=False)
 
     def _poll(self, timeout: float) -> None:
+        self._follow()
         self._pump()  # the driver's thread is every worker: run what can run
 
     def _request_checkpoint(
@@ -222,6 +259,8 @@ class InlineSession(Session):
                     options.append((1, w, 0))
                 if workers[w].has_work():
                     options.append((2, w, 0))
+                if self._handing and workers[w].handovers_ready():
+                    options.append((3, w, 0))
             if not options:
                 for worker in self._alive():  # as a Ray worker does before it waits
                     if worker.log is not None:
@@ -252,7 +291,8 @@ class InlineSession(Session):
 
     def _event(self, kind: int, a: int, b: int) -> None:
         """One scheduling event: a message from ``a`` taken in by ``b`` (0), a driver
-        command for ``a`` (1), or a step of ``a`` (2)."""
+        command for ``a`` (1), a step of ``a`` (2), or ``a`` handing source partitions
+        over (3)."""
         workers = self.worker_list
         if kind == 0:
             message = self.channels[(a, b)].popleft()
@@ -264,8 +304,10 @@ class InlineSession(Session):
         elif kind == 1:
             vertex, cmd = self.commands[a].popleft()
             workers[a].command(vertex, cmd)
-        else:
+        elif kind == 2:
             self._step(a)
+        else:
+            self._hand_over(a)
 
     def _profile(self, w: int) -> WorkerProfile | None:
         """Worker ``w``'s profiler, with ``profile_dir`` (kept across relaunches)."""
@@ -307,7 +349,12 @@ class InlineSession(Session):
             store = self.coordinator.store
             t0 = clock()
             info = store.write_part(
-                epoch, w, part["workers"], serialization.encode(part), part.get("base")
+                epoch,
+                w,
+                part["workers"],
+                serialization.encode(part),
+                part.get("base"),
+                part.get("moved", False),
             )
             t1 = clock()
             if log is not None:
@@ -318,6 +365,8 @@ class InlineSession(Session):
 
     def _wait(self) -> None:
         self._pump()
+        while self._follow():  # sources: the control input follows them to their end
+            self._pump()
         # Quiet: nothing can happen without the driver. With every input closed, every
         # worker must now see every frontier empty; anything else is a liveness bug (for
         # example accumulation holding back an update that someone waits for).

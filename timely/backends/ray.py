@@ -78,9 +78,9 @@ from timely.eventlog import EventLog, clock, message_event
 from timely.graph.plan import Plan
 from timely.graph.spec import RunSpec
 from timely.session.base import Session, merge_frontiers
-from timely.session.membership import Membership
+from timely.session.membership import Membership, driver_inputs
 from timely.session.verbosity import resolve_verbose
-from timely.worker.loop import Join, Worker
+from timely.worker.loop import Handover, Join, Worker
 from timely.worker.migration import BinLoad
 from timely.worker.profiling import WorkerProfile
 
@@ -88,13 +88,16 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
 Outputs = list[tuple[str, int, list[Any]]]
-Ping = tuple[int, bool, list[int], list[int], float, list[tuple[int, tuple[int, ...]]]]
+Ping = tuple[int, bool, list[int], list[int], float, list[tuple[int, tuple[int, ...]]], int, bool]
 """A heartbeat's answer: see ``WorkerActor.ping``."""
 
 _WAKE = 1.0
 """How long a waiting worker sleeps between checks when nothing arrives."""
 _TICK = 0.1
 """How often the blocked driver checks the workers' loops and heartbeats."""
+_FOLLOW_EVERY = 0.05
+"""How often workers are asked how far their sources read, in a reconfigurable run over
+sources (their control input follows)."""
 _CHECK_EVERY = 0.01
 """The least time between two checks of the workers from ``poll``."""
 _START_TIMEOUT = 60.0
@@ -420,10 +423,17 @@ class WorkerActor:
             t0 = clock()
             data = serialization.encode(part)
             work = worker.checkpoint_work(epoch) + clock() - t0
-            self._write_part(epoch, data, work, part.get("base"), part["workers"])
+            moved = part.get("moved", False)
+            self._write_part(epoch, data, work, part.get("base"), part["workers"], moved)
 
     def _write_part(
-        self, epoch: int, data: bytes, work: int, base: int | None = None, workers: int = 0
+        self,
+        epoch: int,
+        data: bytes,
+        work: int,
+        base: int | None = None,
+        workers: int = 0,
+        moved: bool = False,
     ) -> None:
         """Write a checkpoint part on the writer thread (off the step loop); report it to
         the driver once it is durable (after the outputs of its epoch: they went first),
@@ -436,7 +446,7 @@ class WorkerActor:
 
         def write() -> None:
             t0, cpu = clock(), time.thread_time_ns()
-            info = store.write_part(epoch, self.index, workers or self.npeers, data, base)
+            info = store.write_part(epoch, self.index, workers or self.npeers, data, base, moved)
             t1 = clock()
             if log is not None:
                 log.add(("c", t0, t1, epoch, "write"))
@@ -523,7 +533,7 @@ class WorkerActor:
         self.comm.expect_peer(peer)
         self.npeers = self.comm.peers
 
-    async def add_peer(self, peer: int, epoch: int) -> int:
+    async def add_peer(self, peer: int, epoch: int, first_seq: int = 0) -> int:
         """Worker ``peer`` (connected) joins at ``epoch``: from now on this worker's
         progress goes to it too. Returns the seq of the first batch it gets from here."""
         task = self._track()
@@ -533,12 +543,17 @@ class WorkerActor:
             raise self._lost(e) from None
         finally:
             self._tasks.discard(task)
-        self.worker.add_peer(peer, epoch)
+        self.worker.add_peer(peer, epoch, first_seq)
         seq: int = self.worker.progress.next_seq()
         return seq
 
     async def mint_join(
-        self, peer: int, epoch: int, roots: tuple[int, ...], seqs: dict[int, int]
+        self,
+        peer: int,
+        epoch: int,
+        roots: tuple[int, ...],
+        seqs: dict[int, int],
+        first_seq: int = 0,
     ) -> Join:
         """As the donor of ``peer``: once every batch each worker sent before it counted
         the joiner (``seqs``: the first one it sends the joiner) is applied here, so that
@@ -551,7 +566,7 @@ class WorkerActor:
                 self._apply()  # between steps: the loop may be waiting
                 if any(worker.progress.applied_from(w) < seq for w, seq in seqs.items()):
                     await self._wait(0.05)
-            out, join = worker.mint_join(peer, epoch, roots)
+            out, join = worker.mint_join(peer, epoch, roots, first_seq)
             await self._send([(p, serialization.encode_message_parts(m)) for p, m in out])
         except PeerLost as e:
             raise self._lost(e) from None
@@ -593,6 +608,33 @@ class WorkerActor:
         self.comm.depart(peer)
         self.wake.set()
 
+    async def release_at(self, vertex: int, partitions: list[int], to: int, epoch: int) -> None:
+        """Hand ``partitions`` of source ``vertex`` to worker ``to`` at ``epoch``
+        (:meth:`Worker.release_at`); :meth:`take_handovers` gives them once ready."""
+        self.worker.release_at(vertex, partitions, to, epoch)
+        self.wake.set()
+
+    async def take_handovers(self) -> tuple[list[tuple[int, Handover]], bool]:
+        """The source partitions ready to go, released in a step of this worker's own
+        whose batch is sent before they are returned; and whether more are to go."""
+        task = self._track()
+        try:
+            out, handovers = self.worker.take_handovers()
+            if out:
+                await self._send([(p, serialization.encode_message_parts(m)) for p, m in out])
+        except PeerLost as e:
+            raise self._lost(e) from None
+        finally:
+            self._tasks.discard(task)
+        if handovers:
+            self.wake.set()  # the loop: the release changed the frontier
+        return handovers, self.worker.handing_over()
+
+    async def adopt(self, handover: Handover) -> None:
+        """Read on the source partitions another worker released."""
+        self.worker.adopt_partitions(handover)
+        self.wake.set()
+
     async def left(self) -> int | None:
         """As a worker that left: how many progress batches it sent in all (None: its
         loop ended with the run's end instead)."""
@@ -627,14 +669,16 @@ class WorkerActor:
         and for the driver's check of stuck connections the frames sent to and read from
         each peer and how long ago the loop last waited (0.0: it waits now); and the
         furthest round each loop's feedback reached (``Worker.loop_rounds``, for the
-        driver's ``loop_warning``)."""
+        driver's ``loop_warning``); the latest epoch its sources read and whether every
+        source is read to its end (for a reconfigurable run's control input)."""
         free = self.free_since
         since = 0.0 if free is not None else time.monotonic() - self.last_free
         sent, read = self.comm.counts()
         worker = getattr(self, "worker", None)
         loops = [] if worker is None else worker.loop_rounds()
         busy = self.waiting and not self.finished
-        return self.steps + self.applied, busy, sent, read, since, loops
+        sources = (-1, False) if worker is None else worker.source_state
+        return self.steps + self.applied, busy, sent, read, since, loops, *sources
 
     async def stats(self) -> dict[str, Any]:
         """Counters for benchmarks, tests and debugging."""
@@ -831,6 +875,8 @@ class RaySession(Session):
         secret = self._secret = secrets.token_bytes(32)
         tcp = _nodes() > 1
         self.membership = Membership(workers, 0 if restore is None else restore[0] + 1)
+        self._handing: set[int] = set()
+        """Workers with source partitions to hand over (:meth:`_hand_over`)."""
         starts = [
             a.start.remote(
                 i,
@@ -1126,9 +1172,12 @@ class RaySession(Session):
             self._abandoned.append(connect)
             raise WorkerDied(f"worker {e.peer} {e.reason}") from None
         kinds = self._get(connect, worker)
-        seqs = self._wait_for([self.actors[w].add_peer.remote(worker, epoch) for w in alive], alive)
-        roots = self.membership.open_inputs(self.plan.roots)
-        mint = self.actors[0].mint_join.remote(worker, epoch, roots, dict(zip(alive, seqs)))
+        first = self.membership.sent.get(worker, 0)
+        seqs = self._wait_for(
+            [self.actors[w].add_peer.remote(worker, epoch, first) for w in alive], alive
+        )
+        roots = self.membership.open_inputs(driver_inputs(self.plan))
+        mint = self.actors[0].mint_join.remote(worker, epoch, roots, dict(zip(alive, seqs)), first)
         join = self._wait_for([mint], [0])[0]
         self._get(actor.join.remote(join), worker)
         self.actors.append(actor)
@@ -1144,10 +1193,32 @@ class RaySession(Session):
         self.workers += 1
         self._workers_changed()
 
+    def _release_at(
+        self, vertex: int, owner: int, partitions: list[int], to: int, epoch: int
+    ) -> None:
+        self._get(self.actors[owner].release_at.remote(vertex, partitions, to, epoch), owner)
+        self._handing.add(owner)
+
+    def _moving_sources(self) -> bool:
+        return bool(self._handing)
+
+    def _hand_over(self) -> None:
+        """Give the source partitions that reached their handover's epoch to their new
+        owners."""
+        owners = sorted(self._handing)
+        answers = self._wait_for([self.actors[w].take_handovers.remote() for w in owners], owners)
+        for owner, (handovers, more) in zip(owners, answers, strict=True):
+            if handovers:
+                targets = [to for to, _ in handovers]
+                refs = [self.actors[to].adopt.remote(h) for to, h in handovers]
+                self._wait_for(refs, targets)
+            if not more:
+                self._handing.discard(owner)
+
     def _leave_worker(self, worker: int, epoch: int) -> None:
         alive = list(self.membership.alive)
         self._wait_for([self.actors[w].leave_at.remote(worker, epoch) for w in alive], alive)
-        for w, vertex, cmd in self.membership.leave(worker, epoch, self.plan.roots):
+        for w, vertex, cmd in self.membership.leave(worker, epoch, driver_inputs(self.plan)):
             self._command(w, vertex, cmd)
 
     def _gone(self, worker: int) -> None:
@@ -1161,7 +1232,7 @@ class RaySession(Session):
         self._wait_for([self.actors[w].peer_left.remote(worker, sent) for w in others], others)
         assert self._links is not None
         self._links.depart(worker)
-        self.membership.gone(worker)
+        self.membership.gone(worker, sent)
         self._ended.discard(worker)
         self._last_ping.pop(worker, None)
         self._behind = {k: v for k, v in self._behind.items() if worker not in k}
@@ -1322,8 +1393,15 @@ class RaySession(Session):
             self._progress.pop(w, None)
             if w in self.membership.leaving:
                 self._gone(w)
+        if self._handing:
+            self._hand_over()
         now = time.monotonic()
         interval = min(0.5, self.heartbeat_timeout / 4)
+        if self._has_sources:  # the control input follows the sources' reading
+            interval = min(interval, _FOLLOW_EVERY)
+            states = [p[6:] for w, p in self._progress.items() if w in self._runs]
+            if states:
+                self._follow_sources(max(r for r, _ in states), any(d for _, d in states))
         for w in self._runs:
             ping = self._pings.get(w)
             if ping is not None:
@@ -1369,7 +1447,7 @@ class RaySession(Session):
         work well after they were sent: its connection's reader is stuck. A worker busy in
         a long step reads nothing either, but does not wait, so it is not suspected."""
         timeout = self.heartbeat_timeout
-        _, _, sent, read, since, _ = self._progress[w]
+        _, _, sent, read, since, *_ = self._progress[w]
         behind = self._behind
         for p, theirs in self._progress.items():
             if p == w:

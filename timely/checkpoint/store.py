@@ -134,19 +134,29 @@ class CheckpointStore:
         return data
 
     def write_part(
-        self, epoch: int, worker: int, workers: int, data: bytes, base: int | None = None
+        self,
+        epoch: int,
+        worker: int,
+        workers: int,
+        data: bytes,
+        base: int | None = None,
+        moved: bool = False,
     ) -> dict[str, Any]:
         """Write one worker's part; return what the manifest records of it (``base``: the
-        epoch of the worker's earlier part that this one's deltas are on)."""
+        epoch of the worker's earlier part that this one's deltas are on; ``moved``: its
+        sources' partitions are not those a restore on as many workers gives it)."""
         name = f"{epoch_dir(epoch)}/{part_name(worker, workers)}"
         self.write(name, data)
-        return {
+        info = {
             "worker": worker,
             "path": name,
             "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
             "base": base,
         }
+        if moved:
+            info["moved"] = True
+        return info
 
     def commit(
         self, epoch: int, workers: int, fingerprint: str, name: str, parts: list[dict[str, Any]]
@@ -457,6 +467,15 @@ class Share:
                 if isinstance(s, dict) and s.get("kind") == "keyed"
             ):
                 yield {int(v): s for v, s in own["vertices"].items()}
+                if any(p.get("moved") for p in parts):  # partitions moved live: every
+                    for p in parts:  # worker takes every part's offsets (p % workers)
+                        if p is not parts[self.worker]:
+                            other = self.store.whole_part(self.epoch, p)["vertices"]
+                            yield {
+                                int(v): s
+                                for v, s in other.items()
+                                if isinstance(s, dict) and s.get("kind") == "offsets"
+                            }
                 return
         table = default_table(self.bins, self.workers)
         for i, p in enumerate(parts):

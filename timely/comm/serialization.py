@@ -434,8 +434,8 @@ def _envelope(msg: WorkerMessage, blobs: list[list[Any]]) -> bytes:
             for (loc, time), delta in batch.updates
         ]
         progress = [batch.sender, batch.seq, updates]
-        if batch.after is not None:
-            progress.append(list(batch.after))
+        if batch.after:
+            progress.append([x for pair in batch.after for x in pair])
     if msg.state:
         return _pack([msg.sender, msg.seq, data, progress, [list(s) for s in msg.state]])
     return _pack([msg.sender, msg.seq, data, progress])
@@ -477,6 +477,6 @@ def decode_message(data: bytes | bytearray | memoryview) -> WorkerMessage:
                 )
                 for node, kind, port, time, delta in updates
             ),
-            (int(after[0][0]), int(after[0][1])) if after else None,
+            tuple(zip(after[0][::2], after[0][1::2], strict=True)) if after else (),
         )
     return out

@@ -88,6 +88,10 @@ class Plan:
         self.control = control
         """The driver input that carries routing configurations (None: the routing
         table never changes in this run)."""
+        self.live_control = False
+        """The driver keeps ``control`` open while the run goes (``reconfigurable=True``,
+        no schedule given up front): sources read nothing at or past its epoch, where a
+        change of workers may take effect."""
         self.store: StoreConfig | None = None
         """Where the disk state backend keeps this run's tables (None: in memory)."""
         self.coalesce_rows = DEFAULT_TARGET

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from progress import Timestamp
@@ -181,6 +181,30 @@ class SourceVertex(Vertex):
         self._turn = 0
         self.awake: dict[int, float] = {}
         """Partitions not to be read before a time (``Source.next_awake``)."""
+        self.handing: dict[int, int] = {}
+        """Partitions to hand to another worker at an epoch (:meth:`release_at`): read
+        here up to the first batch at or after it."""
+        self.ready: set[int] = set()
+        """Partitions of ``handing`` that reached their epoch (or their end): not read
+        here any more, waiting to be released."""
+        self.highest = -1
+        """The latest epoch read here (the driver keeps its control input ahead of it)."""
+        self.bound: int | None = None
+        """No batch at this epoch or later is read (:meth:`bound_to`)."""
+        self.blocked: set[int] = set()
+        """Partitions whose next batch is at :attr:`bound` or later."""
+        self.waiting = -1
+        """The latest epoch of a batch held at the bound (the driver moves it past)."""
+        self.released: dict[int, tuple[int, list[Any]]] = {}
+        """Partitions handed to another worker (:meth:`release`), kept for the checkpoints
+        before their handover's epoch: ``(epoch, [offset, epoch, done, history])``. Every
+        batch before that epoch was read here, none after: this worker names them in
+        those checkpoints, the new owner in the later ones."""
+
+    def start_empty(self) -> None:
+        """Start with no partition (a worker that joined a running dataflow): it reads
+        those handed to it (:meth:`adopt`)."""
+        self.keep_history = self._ctx.worker.checkpointing
 
     def start(self, cap: Capability) -> None:
         self.cap = cap
@@ -212,12 +236,25 @@ class SourceVertex(Vertex):
         return self.cap is not None
 
     def due(self) -> bool:
-        """Whether a partition may be read now (active, and not paced to later)."""
+        """Whether a partition may be read now (active, not held at an epoch, and not
+        paced to later)."""
         if self.cap is None:
             return False
+        held = self.ready | self.blocked
+        if held:
+            now = time.time()
+            return any(p not in held and self.awake.get(p, 0.0) <= now for p in self.offsets)
         if not self.awake:
             return True
         return len(self.awake) < len(self.offsets) or min(self.awake.values()) <= time.time()
+
+    def bound_to(self, epoch: int | None) -> None:
+        """Read no batch at ``epoch`` or later (None: no bound): a reconfigurable run's
+        control input is there, and records would wait for it. A partition held at the
+        bound is read again once it moves."""
+        if epoch != self.bound:
+            self.bound = epoch
+            self.blocked.clear()
 
     def next_awake(self) -> float | None:
         """The earliest time a paced partition may be read (None: no partition waits)."""
@@ -254,6 +291,11 @@ class SourceVertex(Vertex):
         assert cap is not None
         n = 0
         parts = sorted(self.offsets)
+        held = self.ready | self.blocked  # at a handover's epoch, or at the bound
+        if held:
+            parts = [q for q in parts if q not in held]
+            if not parts:
+                return -1
         if self.awake:  # paced: only the partitions due now
             now = time.time()
             parts = [q for q in parts if self.awake.get(q, 0.0) <= now]
@@ -268,8 +310,16 @@ class SourceVertex(Vertex):
             del self.epochs[p]
             self.awake.pop(p, None)
             self.done.add(p)
+            if p in self.handing:
+                self.ready.add(p)
+        elif p in self.handing and got[0] >= self.handing[p]:
+            self.ready.add(p)  # the new owner reads it again from ``before``
+        elif self.bound is not None and got[0] >= self.bound:
+            self.blocked.add(p)  # read again from ``before`` once the bound moves
+            self.waiting = max(self.waiting, got[0])
         else:
             epoch, records, nxt = got
+            self.highest = max(self.highest, epoch)
             if epoch < self.epochs[p]:
                 raise ValueError(
                     f"source {self.name!r}: partition {p} went back from epoch "
@@ -297,6 +347,78 @@ class SourceVertex(Vertex):
         if low > cap.time[0]:
             cap.downgrade((low,))
 
+    def owned(self) -> list[int]:
+        """The partitions this worker reads, or read to their end."""
+        return sorted(set(self.offsets) | self.done)
+
+    def release_at(self, partitions: Sequence[int], epoch: int) -> None:
+        """Hand ``partitions`` over at ``epoch``: read each up to its first batch at or
+        after ``epoch`` (or its end), then it is :attr:`ready` to :meth:`release`. One
+        read past ``epoch`` already goes at once, from where it is."""
+        for p in partitions:
+            if p not in self.offsets and p not in self.done:
+                raise ValueError(f"source {self.name!r}: partition {p} is not read here")
+            self.handing[p] = epoch
+            if p in self.done or self.epochs[p] >= epoch:
+                self.ready.add(p)
+
+    def release(self, partitions: Sequence[int]) -> dict[int, list[Any]]:
+        """Stop reading ``partitions`` (each :attr:`ready`) and give what their new owner
+        resumes from, per partition ``[offset, epoch, done, history, awake]``: the next
+        batch is at or after ``epoch``, the handover's (epochs never decrease within a
+        partition). The capability follows the partitions left."""
+        out: dict[int, list[Any]] = {}
+        for p in partitions:
+            if p not in self.ready:
+                raise ValueError(f"source {self.name!r}: partition {p} is not ready to go")
+            at = self.handing.pop(p)
+            self.ready.discard(p)
+            done = p in self.done
+            history = self.history.pop(p, [])
+            state: list[Any]
+            if done:
+                self.done.discard(p)
+                state = [None, 0, True, history, None]
+            else:
+                epoch = max(at, self.epochs.pop(p))
+                state = [self.offsets.pop(p), epoch, False, history, self.awake.pop(p, None)]
+            if self.keep_history:
+                self.released[p] = (at, state[:4])
+            out[p] = state
+        if self.cap is not None:
+            if self.epochs:
+                self._downgrade()
+            else:
+                self.cap.drop()
+                self.cap = None
+        return out
+
+    def adopt(self, partitions: dict[int, list[Any]], caps: Sequence[Capability]) -> None:
+        """Read on from where another worker released ``partitions`` (:meth:`release`); ``caps``:
+        the capabilities it handed over with them, one per partition not yet done."""
+        for p, (offset, epoch, done, history, awake) in partitions.items():
+            if done:
+                self.done.add(p)
+            else:
+                self.offsets[p], self.epochs[p] = offset, epoch
+                if awake is not None:
+                    self.awake[p] = awake
+            if self.keep_history:
+                self.history[p] = [(e, o) for e, o in history]
+        held = [c for c in (self.cap, *caps) if c is not None]
+        if not held:
+            return
+        keep = min(held, key=lambda c: c.time)
+        for c in held:
+            if c is not keep:
+                c.drop()
+        self.cap = keep
+        if self.epochs:
+            self._downgrade()
+        else:
+            keep.drop()
+            self.cap = None
+
     def snapshot_at(self, epoch: int) -> dict[str, Any]:
         """Per partition ``[offset, epoch, done]``: where to read from after ``epoch``.
 
@@ -305,6 +427,12 @@ class SourceVertex(Vertex):
         checkpoint, since reading is not held back for it.
         """
         parts: dict[int, list[Any]] = {}
+        for p, (until, (offset, at, done, history)) in list(self.released.items()):
+            if epoch >= until:  # its new owner names it from here on
+                del self.released[p]
+                continue
+            later = [e_o for e_o in history if e_o[0] > epoch]
+            parts[p] = [later[0][1], later[0][0], False] if later else [offset, at, done]
         for p in sorted(set(self.offsets) | self.done):
             history = self.history.get(p, [])
             later = [i for i, (e, _) in enumerate(history) if e > epoch]
@@ -318,7 +446,11 @@ class SourceVertex(Vertex):
                     parts[p] = [None, 0, True]
                 else:
                     parts[p] = [self.offsets[p], self.epochs[p], False]
-        return {"kind": "offsets", "partitions": parts}
+        out: dict[str, Any] = {"kind": "offsets", "partitions": parts}
+        workers = self.workers_at((epoch,))
+        if set(parts) != {p for p in range(self.source.partitions()) if p % workers == self.worker}:
+            out["moved"] = True  # not where a restore on as many workers deals them
+        return out
 
     def restore_at(self, snapshot: dict[str, Any], epoch: int) -> None:
         if snapshot.get("kind") != "offsets":

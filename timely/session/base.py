@@ -33,6 +33,7 @@ from timely.eventlog import (
     remove_trace,
 )
 from timely.graph.spec import RunSpec
+from timely.graph.system import SourceVertex
 from timely.routing.bins import (
     Assignment,
     Table,
@@ -63,6 +64,11 @@ class Results(dict[str, list[tuple[int, Any]]]):
 
 LIVE_STEPS = 8
 """A live rescale moves its bins in at most this many configurations, one an epoch."""
+
+SOURCE_LEAD = 4
+"""How many epochs past the latest one its sources read a reconfigurable run's control
+input is kept (:meth:`Session._follow_sources`): records wait for it only when the
+sources outrun the driver's look at them by more."""
 
 
 class _RescaleNow(Exception):
@@ -191,6 +197,12 @@ class Session(ABC):
         """Every reconfiguration asked for: ``epochs`` (one per step), ``bins`` (how many
         move), ``strategy``, ``at`` (``time.time()``)."""
         self._control_epoch = 0
+        self._has_sources = self.plan.live_control and any(
+            v.kind == "source" for v in self.plan.vertices
+        )
+        """The control input follows sources (:meth:`_follow_sources`)."""
+        self._joining = False
+        """:meth:`join` was called: the control input closes once the sources are read."""
         self._control_closed = spec.plan.control is None
         self._batching = 0
         self.membership = Membership(workers, 0)
@@ -403,10 +415,17 @@ class Session(ABC):
         assert control is not None
         epochs = []
         moved = sum(a != b for a, b in zip(self.routing_table, tables[-1])) if tables else 0
+        restarts = self.restarts
         with self._batched():
             for table in tables:
+                if self.restarts != restarts:
+                    # A worker died meanwhile and the run restored: these tables were for
+                    # workers that are no more (a restore deals the bins afresh).
+                    break
                 epoch = self._control_epoch
                 self.input_command(control, Send([list(table)]))
+                if self.restarts != restarts:
+                    break
                 epochs.append(epoch)
                 self._control_to(epoch + 1)
                 self.routing_table = table
@@ -514,6 +533,8 @@ class Session(ABC):
 
     def live_blocker(self, workers: int) -> str | None:
         """Why a change to ``workers`` workers cannot be made live now (None: it can)."""
+        if self._moving_sources() and self.plan.control is not None:
+            return LEAVING
         return live_blocker(
             self.plan,
             self.workers - len(self.membership.leaving),
@@ -549,11 +570,43 @@ class Session(ABC):
         nothing (backends that run live)."""
         raise NotImplementedError(f"{type(self).__name__} cannot remove workers live")
 
+    def _partitions(self, vertex: int) -> int:
+        """How many partitions source ``vertex`` has."""
+        made = self.plan.vertices[vertex].factory()
+        assert isinstance(made, SourceVertex)
+        return made.source.partitions()
+
+    def _moving_sources(self) -> bool:
+        """Whether source partitions of the last change are still to be handed over (the
+        next change waits for them, as for leavers)."""
+        return False
+
+    def _release_at(
+        self, vertex: int, owner: int, partitions: list[int], to: int, epoch: int
+    ) -> None:
+        """Have worker ``owner`` hand ``partitions`` of source ``vertex`` to worker ``to``
+        at ``epoch`` (:meth:`~timely.worker.loop.Worker.release_at`); the backend takes
+        the handovers once they are ready and gives them to ``to`` (backends that run
+        live)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot move source partitions")
+
+    def _follow_sources(self, read: int, done: bool) -> None:
+        """Keep a reconfigurable run's control input ahead of its sources (the latest
+        epoch ``read`` anywhere): their records never wait for a configuration, and a
+        change takes effect just past what was read. ``done``: every source is read to
+        its end; once :meth:`join` waits too, the control input closes."""
+        if self.plan.control is None or self._control_closed or not self._has_sources:
+            return
+        if done and self._joining:
+            self._close_control()
+        elif read + SOURCE_LEAD > self._control_epoch:
+            self._control_to(read + SOURCE_LEAD)
+
     def _apply_live(self) -> None:
         """Make the live rescale deferred to the driver's thread, if it can be made now
         (the backends call this from the driver's loop, and every input command does)."""
         deferred = self._live_deferred
-        if deferred is None or self.membership.leaving or self._changing:
+        if deferred is None or self.membership.leaving or self._changing or self._moving_sources():
             return
         self._live_deferred = None
         if deferred != self.workers and self.live_blocker(deferred) is None:
@@ -578,7 +631,17 @@ class Session(ABC):
         for b, w in moves.items():
             table[b] = w
         # Fluid, in at most LIVE_STEPS epochs: a leaver goes only after the last one.
+        restarts = self.restarts
         epochs = self.reconfigure(tuple(table), bins_per_step=max(8, -(-len(moves) // LIVE_STEPS)))
+        if self.restarts != restarts:  # restored meanwhile, on the change's worker count
+            return
+        # Sources: partitions re-dealt at this epoch, before the leavers are told (one
+        # holds on to its partitions until it has handed them over).
+        staying = [w for w in self.membership.alive if w < workers]
+        for v, spec in enumerate(self.plan.vertices):
+            if spec.kind == "source":
+                for owner, parts, to in self.membership.deal(v, self._partitions(v), staying):
+                    self._release_at(v, owner, parts, to, self._control_epoch)
         if workers < old:
             leave = self._control_epoch
             for w in range(workers, old):
@@ -603,8 +666,8 @@ class Session(ABC):
             return self._rescale_to
         if self._live_deferred is not None:
             return self._live_deferred
-        if self.membership.leaving:  # a live scale-in: its leavers have not gone yet
-            return self.workers - len(self.membership.leaving)
+        if self.membership.leaving or self._moving_sources():  # a live change under way:
+            return self.workers - len(self.membership.leaving)  # leavers, partitions moving
         return None
 
     def log_event(self, kind: str, record: dict[str, Any], started: int | None = None) -> None:
@@ -799,7 +862,9 @@ class Session(ABC):
                 "call handle.close() on each (run() closes them for you)"
             )
         self.view.inputs_closed(any(v.kind == "source" for v in self.plan.vertices))
-        self._close_control()
+        self._joining = True
+        if not self._has_sources:  # else once the sources are read (_follow_sources)
+            self._close_control()
         try:
             self._guarded(self._wait)
             self.view.finished = True

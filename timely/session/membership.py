@@ -17,8 +17,8 @@ from timely.graph.plan import Plan
 from timely.routing.channels import Exchange
 from timely.routing.members import Members
 
-LEAVING = "workers of the last change are still leaving"
-"""Why a worker cannot join yet (the session makes the change once they have gone)."""
+LEAVING = "the last change is still under way (workers leaving, source partitions moving)"
+"""Why a worker cannot join yet (the session makes the change once it is done)."""
 
 
 class Membership:
@@ -37,6 +37,27 @@ class Membership:
         """Workers leaving, and the epoch they leave at."""
         self._closed_for: set[tuple[int, int]] = set()
         """``(worker, input)``: a leaver's input closed ahead of the others'."""
+        self._launched = workers
+        self.sent: dict[int, int] = {}
+        """Per index of a worker that left, how many progress batches it sent."""
+        self.owners: dict[int, dict[int, int]] = {}
+        """Per source vertex, the worker reading each partition (``p % workers`` at the
+        launch, as :class:`~timely.graph.system.SourceVertex` deals them, until a change)."""
+
+    def deal(
+        self, vertex: int, partitions: int, staying: Sequence[int]
+    ) -> list[tuple[int, list[int], int]]:
+        """Re-deal source ``vertex``'s partitions over the workers ``staying``, partition
+        ``p`` to the ``p % n``-th of them: the moves ``(from, partitions, to)`` to make,
+        recorded as made."""
+        owners = self.owners.setdefault(vertex, {p: p % self._launched for p in range(partitions)})
+        moves: dict[tuple[int, int], list[int]] = {}
+        for p in range(partitions):
+            to = staying[p % len(staying)]
+            if owners[p] != to:
+                moves.setdefault((owners[p], to), []).append(p)
+                owners[p] = to
+        return [(a, ps, b) for (a, b), ps in moves.items()]
 
     def epoch_of(self, vertex: int) -> int:
         """The epoch input ``vertex`` is at."""
@@ -91,8 +112,10 @@ class Membership:
                 out.append((worker, r, Close()))
         return out
 
-    def gone(self, worker: int) -> None:
-        """``worker`` has left."""
+    def gone(self, worker: int, sent: int) -> None:
+        """``worker`` has left, after sending ``sent`` progress batches: one that joins
+        with its index later numbers its batches on from there."""
+        self.sent[worker] = sent
         self.alive.remove(worker)
         self.leaving.pop(worker, None)
         self._closed_for = {(w, v) for w, v in self._closed_for if w != worker}
@@ -123,9 +146,6 @@ def live_blocker(
         return "the run's inputs are closed"
     if leaving and new > old:
         return LEAVING
-    for spec in plan.vertices:
-        if spec.kind == "source":
-            return f"source {spec.name!r}: its partitions are not re-assigned live yet"
     if new < old:
         for outputs in plan.out_edges:
             for edges in outputs:
@@ -138,6 +158,11 @@ def live_blocker(
                             "or inside a loop): its keys cannot leave a worker live"
                         )
     return None
+
+
+def driver_inputs(plan: Plan) -> tuple[int, ...]:
+    """The roots the driver feeds (not the sources, which workers read themselves)."""
+    return tuple(r for r in plan.roots if plan.vertices[r].kind == "input")
 
 
 def route_input(

@@ -80,14 +80,8 @@ def _routing_options(
             moves = sum(a != b for a, b in zip(prev, table))
             schedule.append((epoch, table, per_step))
             last = epoch + (0 if per_step is None else max(0, -(-moves // per_step) - 1))
-    if reconfigurable and schedule is None and any(v.kind == "source" for v in spec.plan.vertices):
-        raise ConfigError(
-            "reconfigurable=True needs a dataflow fed by the driver (flow.new_input()): "
-            "configurations run one epoch ahead of the driver's inputs, and a source's "
-            "epochs would wait for them; for a run over a source, give the migrations "
-            "up front with reconfigure=[(epoch, assignment), ...]"
-        )
     plan = spec.plan.with_control(bins, reconfigurable or schedule is not None)
+    plan.live_control = reconfigurable and schedule is None
     return dataclasses.replace(spec, plan=plan), schedule
 
 

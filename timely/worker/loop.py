@@ -77,6 +77,19 @@ class Join:
     segments: list[tuple[int, int | None]] | None = None
 
 
+@dataclass(frozen=True)
+class Handover:
+    """Source partitions one worker gave another (:meth:`Worker.release_partitions`):
+    where each is read on from, and the capabilities minted for them in the owner's
+    progress batch ``after``, one per partition not read to its end."""
+
+    vertex: int
+    owner: int
+    after: int
+    partitions: dict[int, list[Any]]
+    capabilities: tuple[Pointstamp, ...]
+
+
 class Worker:
     """One worker of a dataflow: every vertex's instance for this shard, and the step loop."""
 
@@ -193,9 +206,19 @@ class Worker:
             self._activate(v, -1, first, vertex.start, Capability(ctx, first))
         for v in set(plan.roots).difference(roots):  # a joiner's: closed before it joined
             vertex = self.vertices[v]
-            assert isinstance(vertex, InputVertex)
-            vertex.cap = None
+            if isinstance(vertex, SourceVertex):  # its partitions are handed to it
+                vertex.start_empty()
+            else:
+                assert isinstance(vertex, InputVertex)
+                vertex.cap = None
         self._sources = [v for v in plan.roots if plan.vertices[v].kind == "source"]
+        self._handing: dict[tuple[int, int], int] = {}
+        """``(source, partition)``: the worker it is to be handed to (:meth:`release_at`)."""
+        self._bound_sources()
+        self._follow = self.plan.live_control and bool(self._sources)
+        self.source_state = (-1, False)
+        """:meth:`sources_read` and whether the sources are done, as of the last step, in
+        a reconfigurable run (read by a host's heartbeat thread, between steps or not)."""
         # Starting may have dropped capabilities (a source with no partitions here).
         self.progress.record(self._updates.drain())
 
@@ -302,6 +325,8 @@ class Worker:
             while queue:
                 self._activate(v, -1, None, vertex.command, queue.popleft())
             del self._commands[v]
+            if v == self.plan.control:
+                self._bound_sources()
         for v in self._sources:
             vertex = self.vertices[v]
             assert isinstance(vertex, SourceVertex)
@@ -316,6 +341,8 @@ class Worker:
             # What the notifications made possible for migrations (bins whose earlier
             # epochs are now done) waits for the next step: their outputs go out first.
             self.migration.dirty = True
+        if self._follow:
+            self.source_state = (self.sources_read(), self._sources_done())
         return self._finish_step()
 
     def _migrate(self) -> None:
@@ -665,7 +692,7 @@ class Worker:
 
     # -- workers that join and leave (issue 29) ------------------------------------------------
     def mint_join(
-        self, worker: int, epoch: int, roots: Sequence[int]
+        self, worker: int, epoch: int, roots: Sequence[int], first_seq: int = 0
     ) -> tuple[list[tuple[int, WorkerMessage]], Join]:
         """As the donor of ``worker``, joining at ``epoch``: a step of this worker's own
         that counts the joiner's capabilities at ``epoch``, at every output of ``roots``
@@ -695,23 +722,147 @@ class Worker:
         out = self._progress_alone(batch)
         for ps in caps:
             self.progress.hand_over(ps)
-        progress = WorkerProgress.joining(worker, self.progress, caps, after=batch.seq)
+        progress = WorkerProgress.joining(
+            worker, self.progress, caps, after=batch.seq, first_seq=first_seq
+        )
         members = self.members.copy()
         members.join(worker, epoch)
         segments = None if self.snapshots is None else list(self.snapshots.segments)
         join = Join(epoch, progress, self.routing.upto(epoch), members, tuple(roots), segments)
         if worker not in self.progress.senders():  # (a Ray donor counts it already)
-            self.add_peer(worker, epoch)
+            self.add_peer(worker, epoch, first_seq)
         return out, join
+
+    def release_at(self, vertex: int, partitions: Sequence[int], to: int, epoch: int) -> None:
+        """Hand ``partitions`` of source ``vertex`` to worker ``to`` at ``epoch``: this
+        worker reads them up to that epoch, then :meth:`take_handovers` gives them."""
+        src = self.vertices[vertex]
+        if not isinstance(src, SourceVertex):
+            raise ValueError(f"step {self.plan.vertices[vertex].name!r} is not a source")
+        src.release_at(partitions, epoch)
+        for p in partitions:
+            self._handing[(vertex, p)] = to
+
+    def take_handovers(self) -> tuple[list[tuple[int, WorkerMessage]], list[tuple[int, Handover]]]:
+        """The partitions that reached the epoch they are handed over at, released in a
+        step of this worker's own (:meth:`release_partitions`): its messages, and each
+        :class:`Handover` with the worker it goes to. Call it between steps."""
+        out: list[tuple[int, WorkerMessage]] = []
+        handovers: list[tuple[int, Handover]] = []
+        for v in self._sources:
+            src = self.vertices[v]
+            assert isinstance(src, SourceVertex)
+            if not src.ready:
+                continue
+            by_worker: dict[int, list[int]] = {}
+            for p in sorted(src.ready):
+                by_worker.setdefault(self._handing.pop((v, p)), []).append(p)
+            for to, parts in by_worker.items():
+                messages, handover = self.release_partitions(v, parts)
+                out.extend(messages)
+                handovers.append((to, handover))
+        return out, handovers
+
+    def _bound_sources(self) -> None:
+        """In a reconfigurable run, sources read nothing at or past the epoch the control
+        input is at (their records would wait for it there, and a change of workers
+        takes effect there): the driver moves it on as they read
+        (:meth:`Session._follow_sources`)."""
+        control = self.plan.control
+        if control is None or not self._sources or not self.plan.live_control:
+            return
+        cap = self.vertices[control].cap  # type: ignore[attr-defined]
+        bound = None if cap is None else cap.time[0]
+        for v in self._sources:
+            self.vertices[v].bound_to(bound)  # type: ignore[attr-defined]
+
+    def handovers_ready(self) -> bool:
+        """Whether source partitions reached the epoch they are handed over at."""
+        return any(self.vertices[v].ready for v in self._sources)  # type: ignore[attr-defined]
+
+    def handing_over(self) -> bool:
+        """Whether partitions this worker reads are still to be handed over."""
+        return bool(self._handing)
+
+    def sources_read(self) -> int:
+        """The latest epoch this worker's sources read, or hold a batch of at their
+        bound (-1: none yet)."""
+        return max(
+            (
+                max(self.vertices[v].highest, self.vertices[v].waiting)  # type: ignore[attr-defined]
+                for v in self._sources
+            ),
+            default=-1,
+        )
+
+    def sources_done(self) -> bool:
+        """Whether every source is read to its end, on every worker (as far as this
+        worker's view knows: never before it is true)."""
+        self._propagate()
+        return self._sources_done()
+
+    def _sources_done(self) -> bool:
+        return all(not self.tracker.pointstamp_frontier(source(v, 0)) for v in self._sources)
+
+    def release_partitions(
+        self, vertex: int, partitions: Sequence[int]
+    ) -> tuple[list[tuple[int, WorkerMessage]], Handover]:
+        """As the owner of ``partitions`` of source ``vertex``, each at the epoch it is
+        handed over at: a step of this worker's own that stops reading them and counts
+        a capability for each (not read to its end) at that epoch, for the worker they
+        go to; returns the step's messages (the minting batch, for every peer) and the
+        :class:`Handover`. The new owner takes it with :meth:`adopt_partitions`; this
+        worker's own capability follows the partitions it keeps, in the same batch."""
+        src = self.vertices[vertex]
+        if not isinstance(src, SourceVertex):
+            raise ValueError(f"step {self.plan.vertices[vertex].name!r} is not a source")
+        parts: dict[int, list[Any]] = {}
+        self._activate(vertex, -1, None, lambda: parts.update(src.release(partitions)))
+        outputs = self.plan.vertices[vertex].outputs
+        caps = tuple(
+            (source(vertex, o), (state[1],))
+            for state in parts.values()
+            if not state[2]
+            for o in range(outputs)
+        )
+        self.progress.record(self._updates.drain())
+        self.progress.record((ps, 1) for ps in caps)
+        batch = self.progress.flush(force=True)
+        out: list[tuple[int, WorkerMessage]] = []
+        if batch is not None:
+            self.tracker.update_all(self.progress.receive(batch))
+            self._frontier_moved = True
+            out = self._progress_alone(batch)
+        for ps in caps:
+            self.progress.hand_over(ps)
+        after = self.progress.next_seq() - 1
+        return out, Handover(vertex, self.index, after, parts, caps)
+
+    def adopt_partitions(self, handover: Handover) -> None:
+        """Read on the partitions another worker released (:meth:`release_partitions`),
+        with the capabilities it minted for them; this worker's next progress batch is
+        applied after the one that counted them, everywhere."""
+        v = handover.vertex
+        src = self.vertices[v]
+        assert isinstance(src, SourceVertex)
+        self.progress.adopt(handover.capabilities, handover.owner, handover.after)
+        ctx = self.contexts[v]
+        caps = []
+        for loc, time in handover.capabilities:
+            if loc.port == 0:  # one capability a partition, for every output at once
+                ctx.caps[time] += 1
+                caps.append(Capability(ctx, time))
+        self._activate(v, -1, None, src.adopt, handover.partitions, caps)
+        self.progress.record(self._updates.drain())
 
     def members_at(self, epoch: int) -> tuple[int, ...]:
         """The workers taking part at ``epoch`` (:class:`~timely.routing.members.Members`)."""
         return self.members.at(epoch)
 
-    def add_peer(self, worker: int, epoch: int) -> None:
+    def add_peer(self, worker: int, epoch: int, first_seq: int = 0) -> None:
         """``worker`` joined the run at ``epoch``: its progress batches count here from
         now on, and it receives broadcasts at times from ``epoch`` on."""
-        self.progress.add_peer(worker)
+        self.progress.add_peer(worker, first_seq)
         self.members.join(worker, epoch)
         self.peers += 1
         while len(self._seq) <= worker:
@@ -726,7 +877,8 @@ class Worker:
 
     def can_leave(self, epoch: int) -> bool:
         """As a worker leaving at ``epoch``: whether it may go now. It holds no
-        capability, has nothing left to do or ship, and no data can reach it any more:
+        capability, has nothing left to do or ship (bins, source partitions), and no data
+        can reach it any more:
         its view has no pointstamp before ``epoch`` (safe: the true frontier is no
         earlier), and nothing at ``epoch`` or later is routed here; with checkpoints,
         its part of every checkpoint before ``epoch`` is complete (the host writes it)."""
@@ -743,6 +895,7 @@ class Worker:
             and not self._commands
             and not self._out
             and not self.migration.pending()
+            and not self._handing
             and not any(t[0] < epoch for _, t in self.progress.view.live())
         )
 

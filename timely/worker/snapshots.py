@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from progress import target
+from progress import source, target
 from timely.comm import serialization
 from timely.eventlog import clock
 from timely.state.keyed import StatefulVertex
@@ -54,9 +54,20 @@ class Snapshots:
         self.max_notified = -1
         """The latest epoch any vertex here has been notified at."""
         self.vertices = list(range(len(worker.plan.vertices)))
+        plan = worker.plan
+        self._moving = (
+            frozenset(v for v, spec in enumerate(plan.vertices) if spec.kind == "source")
+            if plan.live_control
+            else frozenset()
+        )
+        """Sources whose partitions may move between workers: one here is open while any
+        worker holds a capability of it (one with none may be handed some)."""
         self.snapped = {v: start - 1 for v in self.vertices}
         """Per vertex, the last epoch it was snapshotted after."""
         self.parts: dict[int, dict[int, Any]] = {}
+        self.moved: set[int] = set()
+        """Epochs of parts whose sources' partitions are not where a restore on as many
+        workers deals them (moved live): a restore then takes every part's offsets."""
         self.done: list[Part] = []
         self.incremental = incremental
         """Incremental checkpoints: a whole part after every ``incremental`` deltas (0: every
@@ -107,6 +118,9 @@ class Snapshots:
             yield t[0]
         for t in self.w.queued(v):
             yield t[0]
+        if v in self._moving:
+            for t in self.w.tracker.pointstamp_frontier(source(v, 0)):
+                yield t[0]
 
     def open_epoch(self, v: int) -> int | None:
         """The lowest epoch ``v`` may still receive, be notified or send at (None: it is
@@ -244,6 +258,10 @@ class Snapshots:
             else:
                 snap = vertex.snapshot_at(epoch)
             data = None if snap is None else _encode(snap)
+            if snap is not None and snap.get(
+                "moved"
+            ):  # source partitions not where a restore deals them
+                self.moved.add(epoch)
         except Exception as e:
             ctx.user_error(e, (epoch,), None, type(vertex).snapshot_at)
         t1 = clock()
@@ -271,6 +289,8 @@ class Snapshots:
                 self.take(v, epoch)
             del self.parts[epoch]
             base = self.bases.pop(epoch, None)
+            moved = epoch in self.moved
+            self.moved.discard(epoch)
             self.done.append(
                 (
                     epoch,
@@ -281,6 +301,7 @@ class Snapshots:
                         "workers": len(self.w.members_at(epoch)),
                         "base": base,
                         "vertices": {v: data for v, data in part.items() if data is not None},
+                        "moved": moved,
                     },
                 )
             )
