@@ -815,6 +815,8 @@ class Session(ABC):
             self.spec.detach()
             try:
                 self._stop()
+                if self.coordinator is not None:
+                    self.coordinator.settle()  # old checkpoints deleted before close returns
             finally:
                 remove_store(self.plan.store)
                 self.view.ended = True
