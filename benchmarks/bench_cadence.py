@@ -6,8 +6,8 @@ the second half ten times smaller (so a checkpoint costs ten times more per epoc
 For no checkpoints, ``checkpoint_every`` 1, 2, 4 ... 64, and ``"auto"`` (AIMD on the
 interval, :mod:`timely.checkpoint.aimd`, ``checkpoint_fraction=(0.05, 0.10)``):
 
-- **overhead**: the run's time over the run without checkpoints (median of interleaved
-  repetitions);
+- **overhead**: the run's time over the run without checkpoints next to it (median of
+  the ratios of such pairs, each interval in turn first and second);
 - **recovery**: one worker actor killed when the driver receives epoch ``KILL_AT``;
   the time from the kill to the next epoch the driver had not received before, and how
   many epochs were redone (the kill's epoch minus the checkpoint restored);
@@ -206,33 +206,42 @@ def main(argv: list[str] | None = None) -> None:
         EPOCHS, KILL_AT = 30, 22
         globals()["BIG"] = 20_000
     times: dict[str, list[float]] = {}
+    ratios: dict[str, list[float]] = {}
     reported: dict[str, list[float]] = {}
     reference = None
     auto_intervals: list[tuple[int, int, float]] = []
-    for _ in range(repeat):  # interleaved: this VM's speed swings
-        for every in CONFIGS:
-            r = one_run(every, kill=False)
-            times.setdefault(str(every), []).append(r["run_s"])
-            if "reported" in r:
-                reported.setdefault(str(every), []).append(r["reported"])
-            reference = reference or r["out"]
-            assert r["out"] == reference, f"{every}: outputs differ"
-            if every == "auto":
-                auto_intervals = r["intervals"]
-    base = statistics.median(times["None"])
+    # Each interval right next to a run without checkpoints, in turn first and second:
+    # this machine's speed swings 2x within a minute, so only a ratio of neighbours means
+    # anything (a median over a cycle of every configuration does not).
+    for rep in range(repeat):
+        for every in CONFIGS[1:]:
+            pair = {}
+            for config in (None, every) if rep % 2 == 0 else (every, None):
+                r = one_run(config, kill=False)
+                pair[str(config)] = r["run_s"]
+                times.setdefault(str(config), []).append(r["run_s"])
+                if "reported" in r:
+                    reported.setdefault(str(config), []).append(r["reported"])
+                reference = reference or r["out"]
+                assert r["out"] == reference, f"{config}: outputs differ"
+                if config == "auto":
+                    auto_intervals = r["intervals"]
+            ratios.setdefault(str(every), []).append(pair[str(every)] / pair["None"])
     rows = []
     for every in CONFIGS:
         k = run_k = one_run(every, kill=True) if every is not None else None
         if run_k is not None:
             assert run_k["out"] == reference, f"{every}: outputs after a kill differ"
         run_s = statistics.median(times[str(every)])
+        ratio = 1.0 if every is None else statistics.median(ratios[str(every)])
         rows.append(
             {
                 "config": "none" if every is None else f"every {every}",
                 "k": every,
                 "run_s": run_s,
-                "overhead": run_s / base,
-                "measured": 1 - base / run_s,
+                "overhead": ratio,
+                "ratios": ratios.get(str(every)),
+                "measured": 1 - 1 / ratio,
                 "reported": statistics.median(reported[str(every)])
                 if str(every) in reported
                 else None,
