@@ -655,6 +655,7 @@ class WorkerActor:
     async def stats(self) -> dict[str, Any]:
         """Counters for benchmarks, tests and debugging."""
         return {
+            "cpu": time.process_time(),  # this actor's process, since it started
             "steps": self.steps,
             "messages_sent": self.sent,
             "taken_in": self.applied,
