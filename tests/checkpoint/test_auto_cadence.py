@@ -63,6 +63,8 @@ class FakeClock:
             monkeypatch.setattr(module, "clock", self)
         for module in (timely.checkpoint.coordinator, timely.checkpoint.cadence):
             monkeypatch.setattr(module, "time", self)
+        # The garbage collector's CPU time (its thread's): nil, as the runtime's own costs.
+        monkeypatch.setattr(timely.checkpoint.coordinator, "thread_time_ns", lambda: 0)
         monkeypatch.setattr(sys.modules[__name__], "CLOCK", self)
 
 

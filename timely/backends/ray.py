@@ -83,6 +83,7 @@ from timely.session.verbosity import resolve_verbose
 from timely.worker.loop import Handover, Join, Worker
 from timely.worker.migration import BinLoad
 from timely.worker.profiling import WorkerProfile
+from timely.worker.snapshots import encode_part
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -194,6 +195,7 @@ class WorkerActor:
         self.log = self.worker.log
         self.store = store
         self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
+        self._defer_encoding()
         self.loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
         self.comm = Allocator(
@@ -306,10 +308,9 @@ class WorkerActor:
         self.wake.clear()
         self.free_since = time.monotonic()
         log = self.log
-        t0 = 0
         if log is not None:
             log.flush()  # a live reader sees everything before a wait
-            t0 = clock()
+        t0 = clock()
         try:
             if timeout is None:
                 await self.wake.wait()
@@ -319,8 +320,10 @@ class WorkerActor:
         finally:
             self.free_since = None
             self.last_free = time.monotonic()
+            t1 = clock()
+            self.worker.waited(t0, t1)  # a stall if a notification is held back
             if log is not None:
-                log.add(("w", t0, clock()))
+                log.add(("w", t0, t1))
 
     # -- the loop ------------------------------------------------------------------------------
     async def run(self) -> int:
@@ -416,29 +419,39 @@ class WorkerActor:
             out.append((p, payload))
         return out, emitted
 
+    def _defer_encoding(self) -> None:
+        """Snapshots that are copies already are encoded on the writer thread."""
+        snapshots = self.worker.snapshots
+        if snapshots is not None and self.writer is not None:
+            snapshots.defer = True
+
     def _write_parts(self) -> None:
         """Encode the checkpoint parts completed and have them written."""
         worker = self.worker
         for epoch, part in worker.take_parts():
-            t0 = clock()
-            data = serialization.encode(part)
-            work = worker.checkpoint_work(epoch) + clock() - t0
-            moved = part.get("moved", False)
-            self._write_part(epoch, data, work, part.get("base"), part["workers"], moved)
+            self._write_part(
+                epoch,
+                part,
+                worker.checkpoint_work(),
+                part.get("base"),
+                part["workers"],
+                part.get("moved", False),
+            )
 
     def _write_part(
         self,
         epoch: int,
-        data: bytes,
+        part: dict[str, Any],
         work: int,
         base: int | None = None,
         workers: int = 0,
         moved: bool = False,
     ) -> None:
-        """Write a checkpoint part on the writer thread (off the step loop); report it to
-        the driver once it is durable (after the outputs of its epoch: they went first),
-        with the checkpoint work it took (``work`` ns of snapshots and encoding, and the
-        write's CPU time) and when it was durable (this node's clock)."""
+        """Encode and write a checkpoint part on the writer thread (off the step loop);
+        report it to the driver once it is durable (after the outputs of its epoch: they
+        went first), with what checkpointing cost (``work``: ns on the loop, see
+        :mod:`timely.checkpoint.cost`; and the writer's CPU time, the GIL it took from the
+        loop) and when it was durable (this node's clock)."""
         store, writer = self.store, self.writer
         assert store is not None and writer is not None
 
@@ -446,6 +459,7 @@ class WorkerActor:
 
         def write() -> None:
             t0, cpu = clock(), time.thread_time_ns()
+            data = encode_part(part)
             info = store.write_part(epoch, self.index, workers or self.npeers, data, base, moved)
             t1 = clock()
             if log is not None:
@@ -592,6 +606,7 @@ class WorkerActor:
             join=join,
         )
         self.log = self.worker.log
+        self._defer_encoding()
 
     async def leave_at(self, peer: int, epoch: int) -> None:
         """Worker ``peer`` leaves the run at ``epoch`` (this one, if it is ``self.index``:
@@ -683,6 +698,7 @@ class WorkerActor:
     async def stats(self) -> dict[str, Any]:
         """Counters for benchmarks, tests and debugging."""
         return {
+            "cpu": time.process_time(),  # this actor's process, since it started
             "steps": self.steps,
             "messages_sent": self.sent,
             "taken_in": self.applied,

@@ -171,7 +171,9 @@ class CheckpointStore:
             "parts": sorted(parts, key=lambda p: p["worker"]),
             "committed_at": time.time(),
         }
-        self.write(f"{epoch_dir(epoch)}/MANIFEST.json", json.dumps(manifest, indent=1).encode())
+        # Compact: json's C encoder (indent= takes the pure-Python one, ~0.2 ms a commit).
+        data = json.dumps(manifest, separators=(",", ":")).encode()
+        self.write(f"{epoch_dir(epoch)}/MANIFEST.json", data)
 
     def lineage(self, name: str, fingerprint: str) -> str:
         """The lineage id of this directory, made (a random id) on first use. Every run

@@ -227,9 +227,10 @@ class Session(ABC):
 
     @property
     def cadence(self) -> list[Measurement]:
-        """With ``checkpoint_every="auto"``, every window the interval's controller was
-        fed, in order (:class:`~timely.checkpoint.cadence.Measurement`: the interval it ran under,
-        the coordination fraction, the interval chosen after it); otherwise empty."""
+        """With ``checkpoint_every`` (``"auto"`` or a fixed ``k``), every window of commits
+        measured, in order (:class:`~timely.checkpoint.cadence.Measurement`: the interval it
+        ran under, the share of its time checkpointing cost, the interval chosen after it:
+        with a fixed ``k``, ``k``); empty with ``checkpoint_interval`` or no checkpoints."""
         if self.coordinator is None or self.coordinator.cadence is None:
             return []
         return self.coordinator.cadence.measurements
@@ -880,6 +881,8 @@ class Session(ABC):
             self.spec.detach()
             try:
                 self._stop()
+                if self.coordinator is not None:
+                    self.coordinator.settle()  # old checkpoints deleted before close returns
             finally:
                 remove_store(self.plan.store)
                 self.view.ended = True

@@ -958,10 +958,16 @@ class Worker:
             log.add(("k", now, now, epoch, every, fraction))
         return agreed
 
-    def checkpoint_work(self, epoch: int) -> int:
-        """Nanoseconds spent snapshotting for the checkpoint at ``epoch`` (see
+    def checkpoint_work(self) -> int:
+        """Nanoseconds checkpointing has cost this loop since the last call (see
         :meth:`timely.worker.snapshots.Snapshots.take_work`)."""
-        return 0 if self.snapshots is None else self.snapshots.take_work(epoch)
+        return 0 if self.snapshots is None else self.snapshots.take_work()
+
+    def waited(self, t0: int, t1: int) -> None:
+        """The host's loop waited for input over ``[t0, t1]`` (ns, ``clock``): a stall
+        of checkpointing if a notification was held back meanwhile."""
+        if self.snapshots is not None:
+            self.snapshots.cost.idle(t0, t1)
 
     def take_parts(self) -> list[Part]:
         """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order;

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from progress import source, target
+from timely.checkpoint.cost import LoopCost
 from timely.comm import serialization
 from timely.eventlog import clock
 from timely.state.keyed import StatefulVertex
@@ -30,6 +31,41 @@ bytes}}``, each vertex's snapshot encoded on its own (see :meth:`Snapshots.take`
 are on (None: every snapshot whole)."""
 
 _encode = serialization.encode
+_is_flat = serialization._is_flat
+
+
+def frozen(snap: dict[str, Any]) -> bool:
+    """Whether a keyed vertex's own snapshot (:meth:`StatefulVertex.snapshot_at`) shares
+    nothing the vertex may change: its containers are made for it (tables, their times,
+    the key and value columns), so it is a copy when every column holds only scalars and
+    tuples of them. A value that is a list, a dict or anything else may be changed in
+    place by the next notification: such a snapshot is encoded at once."""
+    tables = snap.get("tables")
+    if type(tables) is not dict:
+        return False
+    for table in tables.values():
+        if type(table) is not dict or "columnar" in table:
+            return False
+        for entries in (table.get("times", ()), table.get("patches", ())):
+            for entry in entries:
+                if type(entry) is not tuple:
+                    return False
+                for column in entry[1:]:
+                    if type(column) is not list or not _is_flat(column):
+                        return False
+    return True
+
+
+def encode_part(part: dict[str, Any]) -> bytes:
+    """A part as written: each vertex's snapshot encoded on its own (those left as data
+    by :attr:`Snapshots.defer`, here: off the step loop), then the part."""
+    vertices = part["vertices"]
+    if any(type(s) is not bytes for s in vertices.values()):
+        part = {
+            **part,
+            "vertices": {v: s if type(s) is bytes else _encode(s) for v, s in vertices.items()},
+        }
+    return _encode(part)
 
 
 class Snapshots:
@@ -47,10 +83,20 @@ class Snapshots:
         self, worker: SnapshotHost, every: int | None, start: int, incremental: int = 0
     ) -> None:
         self.w = worker
-        self.segments: list[tuple[int, int | None]] = [] if every is None else [(every - 1, every)]
-        """The schedule, in order of ``first`` (empty: no checkpoint until asked)."""
-        self.work: dict[int, int] = {}
-        """Per checkpoint epoch, nanoseconds spent snapshotting and encoding for it."""
+        self._segments: list[tuple[int, int | None]] = [] if every is None else [(every - 1, every)]
+        self._until: int | None = None
+        self._boundaries: dict[int, tuple[int, int | None]] = {}
+        """Per vertex, its next boundary and the last snapshot it was found after: asked of
+        every vertex at every step, it changes only with a snapshot or a new schedule
+        (which clears this)."""
+        self.defer = False
+        """Leave a keyed vertex's snapshot as data when it is a copy already
+        (:func:`frozen`), for the host to encode off the step loop (:func:`encode_part`;
+        Ray: on the writer thread)."""
+        self.cost = LoopCost()
+        """What checkpointing has cost the step loop since the last part was reported
+        (see :mod:`timely.checkpoint.cost`): every span in this class's checks and
+        snapshots, and the loop's waits while a notification is held back."""
         self.max_notified = -1
         """The latest epoch any vertex here has been notified at."""
         self.vertices = list(range(len(worker.plan.vertices)))
@@ -87,12 +133,41 @@ class Snapshots:
         """With incremental checkpoints, the vertices whose tables can be written as deltas."""
         for vertex in self.keyed:
             vertex.keep_changes()
-        self.until: int | None = None
+
+    @property
+    def segments(self) -> list[tuple[int, int | None]]:
+        """The schedule, in order of ``first`` (empty: no checkpoint until asked)."""
+        return self._segments
+
+    @segments.setter
+    def segments(self, segments: list[tuple[int, int | None]]) -> None:
+        self._segments = segments
+        self._boundaries.clear()
+
+    @property
+    def until(self) -> int | None:
         """A leaving worker's: no checkpoint at this epoch or later has a part from it."""
+        return self._until
+
+    @until.setter
+    def until(self, epoch: int | None) -> None:
+        self._until = epoch
+        self._boundaries.clear()
 
     def hold_back(self, v: int, epoch: int) -> bool:
         """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
         a checkpoint before ``epoch`` is not taken yet (and cannot be, yet)."""
+        t0 = clock()
+        held = self._hold_back(v, epoch)
+        cost = self.cost
+        if held:
+            cost.hold(v)
+        else:
+            cost.release(v)
+        cost.section(t0, clock())
+        return held
+
+    def _hold_back(self, v: int, epoch: int) -> bool:
         boundary = self.next_boundary(v)
         if boundary is not None and epoch > boundary:
             self.snapshot(v)
@@ -167,8 +242,14 @@ class Snapshots:
     def next_boundary(self, v: int) -> int | None:
         """The next checkpoint epoch ``v`` must be snapshotted after before a notification
         at a later epoch may change its state (None: none is due)."""
-        due = self.due(self.snapped[v], None)
-        return due[0] if due else None
+        after = self.snapped[v]
+        cached = self._boundaries.get(v)
+        if cached is not None and cached[0] == after:
+            return cached[1]
+        due = self.due(after, None)
+        boundary = due[0] if due else None
+        self._boundaries[v] = (after, boundary)
+        return boundary
 
     def snapshot(self, v: int) -> None:
         """Snapshot ``v`` for every checkpoint epoch it has completely passed since its
@@ -248,34 +329,46 @@ class Snapshots:
         vertex = self.w.vertices[v]
         snap: dict[str, Any] | None
         try:
-            if (
+            own = (
                 isinstance(vertex, StatefulVertex)
-                and self.incremental
                 and type(vertex).snapshot_at is StatefulVertex.snapshot_at
-            ):
+            )
+            if own and self.incremental:
+                assert isinstance(vertex, StatefulVertex)
                 snap = vertex.snapshot_at(epoch, base)
                 vertex.snapshot_taken(epoch)
             else:
                 snap = vertex.snapshot_at(epoch)
-            data = None if snap is None else _encode(snap)
-            if snap is not None and snap.get(
-                "moved"
-            ):  # source partitions not where a restore deals them
+            data: bytes | dict[str, Any] | None
+            if snap is None:
+                data = None
+            elif own and self.defer and frozen(snap):
+                data = snap  # a copy already: encoded off the loop (encode_part)
+            else:
+                data = _encode(snap)
+            if snap is not None and snap.get("moved"):  # partitions not where a restore deals them
                 self.moved.add(epoch)
         except Exception as e:
             ctx.user_error(e, (epoch,), None, type(vertex).snapshot_at)
         t1 = clock()
-        self.work[epoch] = self.work.get(epoch, 0) + t1 - t0
         log = self.w.log
         if log is not None:
             log.add(("c", t0, t1, epoch, "snapshot", v))
         part = self.parts.setdefault(epoch, {})
         part[v] = data  # None for a stateless vertex: left out of the written part
         self.snapped[v] = epoch
+        self.cost.release(v)
         self.w.recheck_notifications()  # notifications held back for this snapshot may go now
 
     def scan(self) -> None:
         """Snapshot what is due; hand over every part that is complete, oldest first."""
+        t0 = clock()
+        try:
+            self._scan()
+        finally:
+            self.cost.section(t0, clock())
+
+    def _scan(self) -> None:
         for v in self.vertices:
             self.snapshot(v)
         for epoch in sorted(self.parts):
@@ -322,12 +415,12 @@ class Snapshots:
         for vertex in self.keyed:
             vertex.forget_bases(keep)
 
-    def take_work(self, epoch: int) -> int:
-        """Nanoseconds spent snapshotting and encoding for the checkpoint at ``epoch``, and
-        for earlier ones whose parts were never completed (superseded): the checkpoint
-        work a host reports with the part (for ``checkpoint_every="auto"``)."""
-        done = [e for e in self.work if e <= epoch]
-        return sum(self.work.pop(e) for e in done)
+    def take_work(self) -> int:
+        """Nanoseconds checkpointing has cost the step loop since the last call (see
+        :attr:`cost`): what a host reports with the next part it hands over (for
+        ``checkpoint_every="auto"``). The cost of parts never completed (superseded) goes
+        with the next one."""
+        return self.cost.take()
 
     def take_parts(self) -> list[Part]:
         """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order.
