@@ -144,7 +144,7 @@ class Host:
 
     def __init__(self) -> None:
         self.frontier: list[tuple[int, ...]] = [(0,)]
-        self.plan = SimpleNamespace(vertices=[SimpleNamespace(inputs=1)])
+        self.plan = SimpleNamespace(vertices=[SimpleNamespace(inputs=1)], live_control=False)
         self.vertices = [Stateful()]
         self.contexts = [SimpleNamespace(now=None, requests=set(), caps=set())]
         self.tracker = SimpleNamespace(frontier=lambda _target: self.frontier)
