@@ -106,6 +106,13 @@ class RateSource(Source):
         epoch = int(tick * self.tick / self.epoch_seconds + 1e-9)
         return epoch, records, tick + 1
 
+    def resumed(self, partition: int, offset: Any, due: float | None) -> None:
+        """A partition handed over live keeps its schedule: one that was behind is due
+        at once and catches up (a restore's first read is due now instead)."""
+        if due is not None:
+            tick = 0 if offset is None else int(offset)
+            self._start[partition] = due - tick * self.tick
+
     def next_awake(self, partition: int, offset: Any) -> float | None:
         tick = 0 if offset is None else int(offset)
         start = self._start.get(partition)

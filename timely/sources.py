@@ -47,3 +47,10 @@ class Source(ABC):
         in ``read``: until then the worker does other work, or waits without spinning.
         Asked after every read, with the offset it returned."""
         return None
+
+    def resumed(self, partition: int, offset: Any, due: float | None) -> None:  # noqa: B027
+        """``partition`` was handed over to this worker from another (a live change of
+        workers), to be read on from ``offset``, whose batch was due at ``due`` there
+        (``time.time()`` seconds; None: now). A source that paces itself keeps its
+        schedule on, so a partition that was behind catches up here (by default:
+        nothing to do)."""

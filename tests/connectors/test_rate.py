@@ -136,3 +136,15 @@ def test_a_restore_gives_the_failure_free_output(tmp_path: Path) -> None:
 def test_bad_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         rate_source(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_partition_handed_over_keeps_its_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition handed over live (``Source.resumed``) is due when it was due on its
+    old owner: one that was behind catches up on the new owner. A first read without
+    it (a restore's) is due now, as before. (A fixed clock.)"""
+    monkeypatch.setattr(connectors.rate.time, "time", lambda: 1000.0)
+    moved = rate_source(100, seconds=10, epoch_seconds=0.5, tick=0.1, partitions=2)
+    restored = rate_source(100, seconds=10, epoch_seconds=0.5, tick=0.1, partitions=2)
+    moved.resumed(1, 20, 995.0)  # five seconds behind on its old owner
+    assert moved.next_awake(1, 21) == pytest.approx(995.1)  # at once: it catches up
+    assert restored.next_awake(1, 21) == pytest.approx(1000.0)  # paced from now

@@ -401,6 +401,7 @@ class SourceVertex(Vertex):
                 self.done.add(p)
             else:
                 self.offsets[p], self.epochs[p] = offset, epoch
+                self.source.resumed(p, offset, awake)
                 if awake is not None:
                     self.awake[p] = awake
             if self.keep_history:

@@ -636,13 +636,14 @@ class Session(ABC):
         epochs = self.reconfigure(tuple(table), bins_per_step=max(8, -(-len(moves) // LIVE_STEPS)))
         if self.restarts != restarts:  # restored meanwhile, on the change's worker count
             return
-        # Sources: partitions re-dealt at this epoch, before the leavers are told (one
-        # holds on to its partitions until it has handed them over).
+        # Sources: partitions re-dealt at the change's first epoch (the joiners take part
+        # from it, the leavers until after the bins have moved), before the leavers are
+        # told (one holds on to its partitions until it has handed them over).
         staying = [w for w in self.membership.alive if w < workers]
         for v, spec in enumerate(self.plan.vertices):
             if spec.kind == "source":
                 for owner, parts, to in self.membership.deal(v, self._partitions(v), staying):
-                    self._release_at(v, owner, parts, to, self._control_epoch)
+                    self._release_at(v, owner, parts, to, epoch)
         if workers < old:
             leave = self._control_epoch
             for w in range(workers, old):
