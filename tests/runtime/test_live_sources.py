@@ -24,6 +24,7 @@ import timely.worker.loop
 from tests.checkpoint.pipelines import EpochSource
 from tests.checkpoint.sweep import SCRATCH
 from tests.conftest import exhaustive
+from tests.runtime.test_live_rescale import recorder
 from tests.runtime.test_migration import ON_DISK, PIPELINES
 from timely import Dataflow
 from timely.graph.system import SourceVertex
@@ -47,12 +48,7 @@ def run(
     the driver polls between changes (each poll lets the sources read a few epochs on)."""
     flow = Dataflow(f"live-src-{pipeline}")
     out: dict[int, list[Any]] = {}
-
-    def record(epoch: int, records: list[Any]) -> None:
-        assert epoch not in out, f"epoch {epoch} delivered twice"
-        out[epoch] = sorted(records, key=repr)
-
-    PIPELINES[pipeline](flow.source(EpochSource(epochs, parts))).subscribe(record)
+    PIPELINES[pipeline](flow.source(EpochSource(epochs, parts))).subscribe(recorder(out))
     if backend == "inline":
         options["seed"] = seed
     with flow.activate(workers=workers, backend=backend, reconfigurable=True, **options) as session:
