@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +18,7 @@ import timely.state.keyed
 from tests.checkpoint import mutable
 from tests.checkpoint.pipelines import build
 from timely import ConfigError, Dataflow, exchange
-from timely.checkpoint.store import CheckpointError, CheckpointStore
+from timely.checkpoint.store import CheckpointError, CheckpointStore, epoch_dir
 from timely.state.keyed import KeyedState, apply_delta
 
 # -- the table level: a delta applied on its base is the whole snapshot ------------------------
@@ -384,6 +385,57 @@ def test_a_restore_never_falls_back_to_a_chain_link(tmp_path: Path) -> None:
         return sorted(session.join()["c"])
 
     assert go(True) == go(False)
+
+
+def test_a_collection_run_late_keeps_what_its_commit_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Old checkpoints are deleted on a thread of their own, so a collection may run after
+    later commits are written. It must act as at its own commit: counting the later ones
+    among the newest ``keep`` once dropped the checkpoint from before the chain began (the
+    fallback the coordinator kept; CI saw a restore then find nothing). Every collection a
+    run asked for is run here after the whole run: none may touch a later checkpoint, and
+    the fallback it named must stay restorable."""
+    asked: list[tuple[Any, ...]] = []
+
+    def held(self: CheckpointStore, *args: Any, **kwargs: Any) -> None:
+        asked.append((args, kwargs))  # nothing deleted during the run: all of it is left
+
+    monkeypatch.setattr(CheckpointStore, "collect_garbage", held)
+    flow = Dataflow("late")
+    handle = flow.new_input("x")
+    handle.stream.running_reduce(lambda x: x % 4, lambda a, b: a + b).collect("c")
+    root = tmp_path / "store"
+    session = flow.activate(
+        workers=1,
+        backend="inline",
+        checkpoint=str(root),
+        checkpoint_incremental=3,
+        keep_checkpoints=2,
+    )
+    for e in range(12):
+        handle.send([e * 10 + i for i in range(4)])
+        handle.advance_to(e + 1)
+    handle.close()
+    session.join()
+    monkeypatch.undo()
+    everything = manifests(root)
+    assert len(everything) >= 10 and len(asked) >= 8
+    store = CheckpointStore(str(root))
+    fingerprint = everything[max(everything)]["fingerprint"]
+    for args, kwargs in asked[:-1]:
+        kept = kwargs["also"]
+        store.collect_garbage(*args, **kwargs)
+        left = manifests(root)
+        assert {e for e in everything if e > kept[-1]} <= set(left), (kept, sorted(left))
+        # With everything after the oldest kept gone, that one is what a restore finds.
+        fallback = tmp_path / f"fallback-{kept[-1]}"
+        shutil.copytree(root, fallback)
+        for later in [e for e in left if e > kept[0]]:
+            shutil.rmtree(fallback / epoch_dir(later))
+        copy = CheckpointStore(str(fallback))
+        found = copy.newest(fingerprint, "late")
+        assert found is not None and found[0] == kept[0], (kept, sorted(left))
 
 
 def test_a_restore_that_would_need_inputs_no_longer_kept_fails_clearly(tmp_path: Path) -> None:

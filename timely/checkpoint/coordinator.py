@@ -386,7 +386,7 @@ class _Collector:
                 self._wanted, self._busy = None, True
             cpu = thread_time_ns()
             try:
-                self.store.collect_garbage(self.keep, also=kept, starts=starts)
+                self.store.collect_garbage(self.keep, also=kept, starts=starts, upto=kept[-1])
             except BaseException as e:  # raised on the driver's thread
                 with self._lock:
                     self._error = e

@@ -332,15 +332,23 @@ class CheckpointStore:
         return None
 
     def collect_garbage(
-        self, keep: int, also: Iterable[int] = (), starts: dict[int, int] | None = None
+        self,
+        keep: int,
+        also: Iterable[int] = (),
+        starts: dict[int, int] | None = None,
+        upto: int | None = None,
     ) -> None:
         """Delete all but the newest ``keep`` committed checkpoints (and those in ``also``),
         and any uncommitted directory older than the oldest one kept. The parts a kept
         checkpoint's chain needs stay, without their manifest: they are no checkpoint to
         restore from any more (the driver's inputs before the oldest kept one are gone).
         ``starts``: per committed checkpoint, the epoch its chains start from, as the
-        coordinator knows it (a kept one it does not know has its manifest read)."""
-        epochs = self.epochs()
+        coordinator knows it (a kept one it does not know has its manifest read).
+        ``upto``: the newest commit when the collection was asked for; later checkpoints
+        are left out, as if not yet written (a collection run late, on another thread,
+        would otherwise count them among the newest ``keep`` and drop an older one that
+        ``also`` names as the fallback of the commit it was asked for)."""
+        epochs = [e for e in self.epochs() if upto is None or e <= upto]
         committed = [e for e in epochs if self._has_manifest(e)]
         if len(committed) <= keep:
             return
