@@ -25,7 +25,9 @@ vertex. On each worker, for each such vertex:
    step's message to the new owner.
 5. **Installing.** The new owner puts the bins into its tables once it too is done with
    the epochs before ``T`` (its own notifications before ``T`` must not see keys whose
-   epochs before ``T`` were the old owner's to finish). Its notifications at
+   epochs before ``T`` were the old owner's to finish), and in epoch order: bins due at
+   an earlier epoch from a slower old owner go in first, since the notifications their
+   install asks for would otherwise come after a later install's keys. Its notifications at
    epochs ``>= T`` wait until every bin due by then has arrived (and the old owner's
    until the bins have left); records at ``>= T`` may meanwhile be received into
    per-time tables, because state carried across epochs only changes in ``on_notify``.
@@ -248,8 +250,17 @@ class Migration:
             return False
         w = self.w
         later: list[Shipment] = []
-        for v, epoch, bins, tables in self.arrivals:
-            if epoch > self.activated[v] or not self.ready(v, epoch):
+        # In epoch order, and each only once every bin due at an earlier epoch is in:
+        # installing bins at ``T`` asks again for the notifications their times need
+        # (:meth:`StatefulVertex.install_bins`), and one asked for at an epoch before a
+        # later install would see that install's keys, whose epochs before it were their
+        # old owner's to finish (a window sent twice).
+        for v, epoch, bins, tables in sorted(self.arrivals, key=lambda a: a[1]):
+            if (
+                epoch > self.activated[v]
+                or any(e < epoch for e in self.incoming[v])
+                or not self.ready(v, epoch)
+            ):
                 later.append((v, epoch, bins, tables))
                 continue
             self.prepare(v)  # not done in an idle step yet: done now
