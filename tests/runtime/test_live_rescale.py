@@ -188,6 +188,52 @@ def test_a_joiner_starts_at_the_control_inputs_epoch_and_bins_follow_it() -> Non
     assert r["epoch"] == 3 and r["epochs"] == list(range(3, 3 + 8))
 
 
+def test_a_change_asked_from_another_thread_is_pending_until_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A controller asks from its own thread; the driver's thread makes the change at its
+    next input command. While the joiners start, ``rescale_pending()`` must still name
+    the change: DS2 read None there once, took the old worker count for a refusal, and
+    asked again (two decisions for one change, under load)."""
+    import threading
+
+    flow = Dataflow("pending")
+    handle = flow.new_input()
+    PIPELINES["count_by"](handle.stream).collect("out")
+    seen: list[int | None] = []
+    with flow.activate(workers=1, backend="inline", reconfigurable=True) as session:
+        joining = type(session)._join_worker
+
+        def join(self: Any, worker: int, epoch: int) -> None:
+            seen.append(self.rescale_pending())
+            joining(self, worker, epoch)
+            seen.append(self.rescale_pending())
+
+        monkeypatch.setattr(type(session), "_join_worker", join)
+        handle.send([1, 2, 3])
+        handle.advance_to(1)
+        asking = threading.Thread(target=session.rescale, args=(2,))
+        asking.start()
+        asking.join()
+        assert session.workers == 1 and session.rescale_pending() == 2  # deferred
+        handle.send([4, 5])  # the driver's thread makes it here
+        handle.advance_to(2)
+        assert session.workers == 2 and session.rescale_pending() is None
+        handle.close()
+        out = session.join()["out"]
+    assert seen == [2, 2]
+    assert len(session.rescales) == 1
+    fixed = Dataflow("pending")
+    handle = fixed.new_input()
+    PIPELINES["count_by"](handle.stream).collect("out")
+    with fixed.activate(workers=1, backend="inline") as session:
+        for e, records in enumerate([[1, 2, 3], [4, 5]]):
+            handle.send(records)
+            handle.advance_to(e + 1)
+        handle.close()
+        assert sorted(session.join()["out"]) == sorted(out)
+
+
 def test_resize_moves_fewest_bins_to_an_even_spread() -> None:
     table = tuple(b % 3 for b in range(256))
     grown = resize(table, 4)

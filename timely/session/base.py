@@ -609,9 +609,15 @@ class Session(ABC):
         deferred = self._live_deferred
         if deferred is None or self.membership.leaving or self._changing or self._moving_sources():
             return
-        self._live_deferred = None
-        if deferred != self.workers and self.live_blocker(deferred) is None:
-            self._rescale_live(deferred)
+        # Cleared once the change is made, not before: until then rescale_pending() says
+        # it waits (a controller that read None while the joiners start would take the
+        # old worker count for a refusal, and ask again).
+        try:
+            if deferred != self.workers and self.live_blocker(deferred) is None:
+                self._rescale_live(deferred)
+        finally:
+            if self._live_deferred == deferred:
+                self._live_deferred = None
 
     def _rescale_live(self, workers: int) -> None:
         self._changing = True
