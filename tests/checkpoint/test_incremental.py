@@ -18,6 +18,7 @@ import timely.state.keyed
 from tests.checkpoint import mutable
 from tests.checkpoint.pipelines import build
 from timely import ConfigError, Dataflow, exchange
+from timely.checkpoint import coordinator as coordinator_module
 from timely.checkpoint.store import CheckpointError, CheckpointStore, epoch_dir
 from timely.state.keyed import KeyedState, apply_delta
 
@@ -402,6 +403,7 @@ def test_a_collection_run_late_keeps_what_its_commit_kept(
         asked.append((args, kwargs))  # nothing deleted during the run: all of it is left
 
     monkeypatch.setattr(CheckpointStore, "collect_garbage", held)
+    monkeypatch.setattr(coordinator_module, "COLLECT_EVERY", 1)  # a collection per commit
     flow = Dataflow("late")
     handle = flow.new_input("x")
     handle.stream.running_reduce(lambda x: x % 4, lambda a, b: a + b).collect("c")
@@ -506,3 +508,29 @@ def test_a_chain_that_is_not_its_base_s_is_skipped_for_the_one_before(tmp_path: 
 def fingerprint_of(root: Path) -> tuple[str, str]:
     manifest = next(iter(manifests(root).values()))
     return manifest["fingerprint"], manifest["dataflow"]
+
+
+def test_old_checkpoints_are_collected_in_batches(tmp_path: Path) -> None:
+    """Old checkpoints are deleted once every ``COLLECT_EVERY`` commits (issue 30: a
+    collection per commit listed the store each time), so the store holds at most that
+    many more than ``keep_checkpoints`` during the run, and exactly those kept once the
+    coordinator settles (at the end of a run, and before a restore reads the store).
+    (Mutant: collecting never, or only at the end, lets the store grow with the run.)"""
+    from timely.checkpoint.config import CheckpointConfig
+    from timely.checkpoint.coordinator import COLLECT_EVERY, CheckpointCoordinator
+    from timely.comm import serialization
+
+    coordinator = CheckpointCoordinator(
+        CheckpointConfig(uri=str(tmp_path), keep=2), "flow", "fp", 1, []
+    )
+    store = coordinator.store
+    most = 0
+    for epoch in range(5 * COLLECT_EVERY):
+        part = {"format": 2, "epoch": epoch, "worker": 0, "workers": 1, "vertices": {}}
+        coordinator.part_written(epoch, store.write_part(epoch, 0, 1, serialization.encode(part)))
+        if coordinator._collector is not None:
+            coordinator._collector.settle()  # what was asked for so far is done
+        most = max(most, len(manifests(tmp_path)))
+    assert 2 < most <= 2 + COLLECT_EVERY
+    coordinator.settle()
+    assert sorted(manifests(tmp_path)) == [5 * COLLECT_EVERY - 2, 5 * COLLECT_EVERY - 1]
