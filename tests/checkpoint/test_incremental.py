@@ -18,6 +18,7 @@ import timely.state.keyed
 from tests.checkpoint import mutable
 from tests.checkpoint.pipelines import build
 from timely import ConfigError, Dataflow, exchange
+from timely.checkpoint import coordinator as coordinator_module
 from timely.checkpoint.store import CheckpointError, CheckpointStore, epoch_dir
 from timely.state.keyed import KeyedState, apply_delta
 
@@ -396,12 +397,16 @@ def test_a_collection_run_late_keeps_what_its_commit_kept(
     fallback the coordinator kept; CI saw a restore then find nothing). Every collection a
     run asked for is run here after the whole run: none may touch a later checkpoint, and
     the fallback it named must stay restorable."""
-    asked: list[tuple[Any, ...]] = []
+    asked: list[tuple[list[int], dict[int, int]]] = []
 
-    def held(self: CheckpointStore, *args: Any, **kwargs: Any) -> None:
-        asked.append((args, kwargs))  # nothing deleted during the run: all of it is left
+    def held(self: Any, kept: list[int], starts: dict[int, int]) -> None:
+        # Nothing deleted during the run: all of it is left. Recorded as the coordinator
+        # asks (the collector's thread runs only the newest request waiting, so how many
+        # reached the store depended on the machine's load).
+        asked.append((kept, starts))
 
-    monkeypatch.setattr(CheckpointStore, "collect_garbage", held)
+    monkeypatch.setattr(coordinator_module._Collector, "collect", held)
+    monkeypatch.setattr(coordinator_module, "COLLECT_EVERY", 1)  # a collection per commit
     flow = Dataflow("late")
     handle = flow.new_input("x")
     handle.stream.running_reduce(lambda x: x % 4, lambda a, b: a + b).collect("c")
@@ -423,9 +428,10 @@ def test_a_collection_run_late_keeps_what_its_commit_kept(
     assert len(everything) >= 10 and len(asked) >= 8
     store = CheckpointStore(str(root))
     fingerprint = everything[max(everything)]["fingerprint"]
-    for args, kwargs in asked[:-1]:
-        kept = kwargs["also"]
-        store.collect_garbage(*args, **kwargs)
+    collector = coordinator_module._Collector(store, 2)
+    for kept, starts in asked[:-1]:
+        collector.collect(kept, starts)  # as the run would have had it done, one by one
+        collector.settle()
         left = manifests(root)
         assert {e for e in everything if e > kept[-1]} <= set(left), (kept, sorted(left))
         # With everything after the oldest kept gone, that one is what a restore finds.
@@ -506,3 +512,29 @@ def test_a_chain_that_is_not_its_base_s_is_skipped_for_the_one_before(tmp_path: 
 def fingerprint_of(root: Path) -> tuple[str, str]:
     manifest = next(iter(manifests(root).values()))
     return manifest["fingerprint"], manifest["dataflow"]
+
+
+def test_old_checkpoints_are_collected_in_batches(tmp_path: Path) -> None:
+    """Old checkpoints are deleted once every ``COLLECT_EVERY`` commits (issue 30: a
+    collection per commit listed the store each time), so the store holds at most that
+    many more than ``keep_checkpoints`` during the run, and exactly those kept once the
+    coordinator settles (at the end of a run, and before a restore reads the store).
+    (Mutant: collecting never, or only at the end, lets the store grow with the run.)"""
+    from timely.checkpoint.config import CheckpointConfig
+    from timely.checkpoint.coordinator import COLLECT_EVERY, CheckpointCoordinator
+    from timely.comm import serialization
+
+    coordinator = CheckpointCoordinator(
+        CheckpointConfig(uri=str(tmp_path), keep=2), "flow", "fp", 1, []
+    )
+    store = coordinator.store
+    most = 0
+    for epoch in range(5 * COLLECT_EVERY):
+        part = {"format": 2, "epoch": epoch, "worker": 0, "workers": 1, "vertices": {}}
+        coordinator.part_written(epoch, store.write_part(epoch, 0, 1, serialization.encode(part)))
+        if coordinator._collector is not None:
+            coordinator._collector.settle()  # what was asked for so far is done
+        most = max(most, len(manifests(tmp_path)))
+    assert 2 < most <= 2 + COLLECT_EVERY
+    coordinator.settle()
+    assert sorted(manifests(tmp_path)) == [5 * COLLECT_EVERY - 2, 5 * COLLECT_EVERY - 1]

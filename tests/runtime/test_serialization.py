@@ -226,6 +226,45 @@ def test_flatness_check_agrees_with_its_definition(items: list[Any]) -> None:
     assert decode(encode(items)) == items or any(x != x for x in _leaves(items))
 
 
+_odd = st.one_of(
+    _nested,
+    st.integers(min_value=2**64, max_value=2**70),  # an ext, not a msgpack int
+    st.builds(lambda x: np.int64(x), st.integers(-5, 5)),
+    st.builds(lambda x: _Str(x), st.text(max_size=2)),
+    st.text(alphabet="\ud800x", max_size=2),
+    st.none(),
+    st.binary(max_size=2),
+)
+
+
+class _Str(str):
+    """A str subclass: not a scalar of the flat region."""
+
+
+@given(
+    st.sampled_from([st.text(max_size=4), st.integers(-(2**63), 2**63 - 1), st.floats()]).flatmap(
+        lambda kind: st.lists(kind, min_size=4, max_size=20)
+    ),
+    st.lists(st.tuples(st.integers(0, 19), _odd), max_size=2),
+)
+def test_column_fast_path_packs_as_the_checked_path(items: list[Any], odd: list[Any]) -> None:
+    """A column of one kind of scalar is packed without a pass over its types first
+    (issue 30); with any other value put in anywhere (a list or a dict, which a packer
+    cannot refuse, a subclass, an int beyond 64 bits) it is what the checked path makes:
+    the region's bytes are the same, or the list is left to the record-wise packing.
+    (Mutant: without the ``sum``/``join`` pass, a nested list comes back a tuple.)"""
+    from timely.comm.serialization import EXT_FLAT, _is_flat, _maybe_flat, _packers
+
+    for at, value in odd:
+        items.insert(min(at, len(items)), value)
+    made = _maybe_flat(list(items))
+    if _is_flat(items):
+        assert made == msgpack.ExtType(EXT_FLAT, _packers.flat.pack(items))
+    else:
+        assert made == items
+    assert same(decode(encode(items)), items) or any(x != x for x in _leaves(items))
+
+
 def _leaves(value: Any) -> list[Any]:
     if isinstance(value, tuple | list):
         return [leaf for v in value for leaf in _leaves(v)]

@@ -32,6 +32,13 @@ worker reads itself)."""
 _MAX_LOOKAHEAD = 1 << 20
 """Bounds the checkpoint request's lookahead (in epochs)."""
 
+COLLECT_EVERY = 8
+"""Old checkpoints are deleted once every this many commits (and when the store is to
+be read, or the run ends): each collection lists the store and looks for every
+checkpoint's manifest, so one per commit cost more than the deletions (issue 30). Up to
+this many more checkpoints than ``keep_checkpoints`` stay on disk meanwhile; none of them
+is needed, and a restore takes the newest usable one whatever is there."""
+
 
 class CheckpointCoordinator:
     """Commits, requests, the input log and restores for one run of dataflow ``name``."""
@@ -87,6 +94,9 @@ class CheckpointCoordinator:
         self._next_request = time.monotonic() + (config.interval or 0.0)
         self._collector: _Collector | None = None
         """Deletes old checkpoints off the computing thread (made at the first commit)."""
+        self._uncollected: tuple[list[int], dict[int, int]] | None = None
+        """What the newest commit not yet collected keeps (see :data:`COLLECT_EVERY`)."""
+        self._commits_uncollected = 0
         # A fixed interval is measured as "auto"'s is (a controller pinned to it), so that
         # every run with checkpoint_every reports what checkpointing costs it.
         controller = (
@@ -262,15 +272,28 @@ class CheckpointCoordinator:
         ]
         for sink in self.sinks:
             sink.commit(epoch)
+        self._uncollected = (kept, dict(self._starts))
+        self._commits_uncollected += 1
+        if self._commits_uncollected >= COLLECT_EVERY:
+            self._collect()
+        return at
+
+    def _collect(self) -> None:
+        """Have the old checkpoints the commits so far left deleted (on the collector's
+        thread)."""
+        wanted, self._uncollected = self._uncollected, None
+        self._commits_uncollected = 0
+        if wanted is None:
+            return
         if self._collector is None:
             self._collector = _Collector(self.store, self.config.keep)
-        self._collector.collect(kept, dict(self._starts))
-        return at
+        self._collector.collect(*wanted)
 
     def settle(self) -> None:
         """Wait until the old checkpoints the commits so far left are deleted: before the
         store is read for a restore, and at the end of the run. A failure to delete is
-        tried again at the next commit (as it always was)."""
+        tried again at the next collection (as it always was)."""
+        self._collect()
         if self._collector is not None:
             self._collector.settle()
 

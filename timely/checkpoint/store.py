@@ -86,11 +86,16 @@ class CheckpointStore:
         self.uri = uri
         self._fs: pafs.FileSystem | None = None
         self._root = ""
+        self._local = False
+        """The store is a local directory: files are written with ``os`` calls directly
+        (a part and a manifest at every checkpoint: pyarrow's file system took ~0.1 ms
+        more a file, on the step loop inline)."""
 
     @property
     def fs(self) -> pafs.FileSystem:
         if self._fs is None:
             self._fs, self._root = _filesystem(self.uri)
+            self._local = isinstance(self._fs, pafs.LocalFileSystem)
         return self._fs
 
     @property
@@ -115,13 +120,19 @@ class CheckpointStore:
         path = self._path(relpath)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         try:
-            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(data)
-            self.fs.move(tmp, path)
+            if self._local:
+                _write_local(path, tmp, data)
+            else:
+                self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+                with self.fs.open_output_stream(tmp) as out:
+                    out.write(data)
+                self.fs.move(tmp, path)
         except OSError as e:
             with contextlib.suppress(OSError):
-                self.fs.delete_file(tmp)
+                if self._local:
+                    os.unlink(tmp)
+                else:
+                    self.fs.delete_file(tmp)
             raise CheckpointError(
                 f"cannot write checkpoint file {path} ({len(data):,} bytes): {e}; the "
                 "checkpoints committed before it are kept (free space, or give another "
@@ -381,6 +392,26 @@ class CheckpointStore:
     def _has_manifest(self, epoch: int) -> bool:
         info = self.fs.get_file_info(self._path(epoch_dir(epoch), "MANIFEST.json"))
         return bool(info.type == pafs.FileType.File)
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def _write_local(path: str, tmp: str, data: bytes) -> None:
+    """:meth:`CheckpointStore.write` on a local directory: ``data`` into ``tmp`` (its
+    directory made on first use), then renamed to ``path``."""
+    try:
+        fd = os.open(tmp, _CREATE, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        fd = os.open(tmp, _CREATE, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def decode_part(data: bytes) -> dict[str, Any]:
