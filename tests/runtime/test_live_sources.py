@@ -255,3 +255,40 @@ def test_on_ray_sources_handed_over_live() -> None:
         (3, 1, "live"),
         (1, 2, "live"),
     ]
+
+
+def test_the_control_input_stays_open_while_a_change_sends_its_configurations() -> None:
+    """On Ray, a command that waits for a credit runs the driver's checks, and a check
+    moves the control input after the sources: once ``join`` waits and every source is
+    read, it closes it. A live change sends its configurations one command each (fluid):
+    a check between two of them must not close the control input, else a worker gets a
+    configuration after its close and the run fails ("got Send ... after it was closed",
+    seen in ``bench_autoscale``'s source-live runs). Here the check runs after every
+    command to the control input, as if each waited, saying every source is read."""
+    from timely.comm.messages import Send
+
+    epochs = EPOCHS[:12]
+    want, _ = run("running_reduce", epochs, 4, 1)
+    flow = Dataflow("live-src-closing")
+    out: dict[int, list[Any]] = {}
+    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    closes: list[bool] = []
+    with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
+        send = session._send_command
+        control = session.plan.control
+
+        def checked(vertex: int, cmd: Any) -> None:
+            send(vertex, cmd)
+            if vertex == control and isinstance(cmd, Send):
+                session._joining = True  # join() waits, and every source is read:
+                session._follow_sources(session._control_epoch, True)
+                closes.append(session._control_closed)
+
+        session._send_command = checked  # type: ignore[method-assign]
+        session.rescale(2)
+        session._send_command = send  # type: ignore[method-assign]
+        session.join()
+    assert len(closes) > 1, "the change sent its configurations in one command"
+    assert not any(closes)  # not closed mid-change
+    assert out == want
+    assert [r["path"] for r in session.rescales] == ["live"]

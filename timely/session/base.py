@@ -417,19 +417,23 @@ class Session(ABC):
         epochs = []
         moved = sum(a != b for a, b in zip(self.routing_table, tables[-1])) if tables else 0
         restarts = self.restarts
-        with self._batched():
-            for table in tables:
-                if self.restarts != restarts:
-                    # A worker died meanwhile and the run restored: these tables were for
-                    # workers that are no more (a restore deals the bins afresh).
-                    break
-                epoch = self._control_epoch
-                self.input_command(control, Send([list(table)]))
-                if self.restarts != restarts:
-                    break
-                epochs.append(epoch)
-                self._control_to(epoch + 1)
-                self.routing_table = table
+        changing, self._changing = self._changing, True  # the control input stays open
+        try:
+            with self._batched():
+                for table in tables:
+                    if self.restarts != restarts:
+                        # A worker died meanwhile and the run restored: these tables were
+                        # for workers that are no more (a restore deals the bins afresh).
+                        break
+                    epoch = self._control_epoch
+                    self.input_command(control, Send([list(table)]))
+                    if self.restarts != restarts:
+                        break
+                    epochs.append(epoch)
+                    self._control_to(epoch + 1)
+                    self.routing_table = table
+        finally:
+            self._changing = changing
         if tables:
             record = {"epochs": epochs, "bins": moved, "strategy": strategy, "at": time.time()}
             self.migrations.append(record)
@@ -595,11 +599,14 @@ class Session(ABC):
         """Keep a reconfigurable run's control input ahead of its sources (the latest
         epoch ``read`` anywhere): their records never wait for a configuration, and a
         change takes effect just past what was read. ``done``: every source is read to
-        its end; once :meth:`join` waits too, the control input closes."""
+        its end; once :meth:`join` waits too, the control input closes, but not while a
+        change is under way: its configurations are still to be sent (this runs from the
+        backend's checks, which a command waiting for a credit makes mid-change)."""
         if self.plan.control is None or self._control_closed or not self._has_sources:
             return
         if done and self._joining:
-            self._close_control()
+            if not self._changing:
+                self._close_control()
         elif read + SOURCE_LEAD > self._control_epoch:
             self._control_to(read + SOURCE_LEAD)
 
@@ -610,6 +617,8 @@ class Session(ABC):
         if deferred is None or self.membership.leaving or self._changing or self._moving_sources():
             return
         self._live_deferred = None
+        if self._control_closed:
+            return  # the input has ended: nothing moves any more
         if deferred != self.workers and self.live_blocker(deferred) is None:
             self._rescale_live(deferred)
 
