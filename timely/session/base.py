@@ -271,7 +271,10 @@ class Session(ABC):
     # -- the driver's API -------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: InputCommand) -> None:
         """Hand a driver input command (send, advance, close) to the workers."""
-        if self._live_deferred is not None:
+        if self._live_deferred is not None and vertex != self.plan.control:
+            # Not before the control input's own commands: the driver moved it (its
+            # epoch, a configuration) and the workers must get that before a change
+            # starts at it. The driver's next loop check makes the change instead.
             self._guarded(self._apply_live, retry=False)
         if isinstance(cmd, Advance) and vertex != self.plan.control:
             # Configurations stay one epoch ahead of the data: a batch is never held for one.
