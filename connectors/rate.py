@@ -39,9 +39,14 @@ def rate_source(
 
 
 class RateSource(Source):
-    """See the module's docstring; offsets are tick numbers."""
+    """See the module's docstring; offsets are tick numbers.
 
-    batches_per_step = 1  # one tick's batch a read: the pacing is the point
+    A step reads every partition that is due, up to ``batches_per_step`` (8) ticks'
+    batches: on schedule that is the tick just due; a partition behind its schedule (a
+    worker that fell behind, or one handed over live, :meth:`resumed`) is due at once
+    and is read several ticks a step, as fast as the worker takes them, until it is back
+    on its schedule. (Read one tick a step, a worker that fell behind could only catch up
+    as fast as it steps: about one tick's few records per step's fixed cost.)"""
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ import pytest
 
 import connectors.rate
 from connectors.rate import RateSource, rate_source
-from timely import ConfigError, Dataflow
+from timely import ConfigError, Dataflow, Vertex
 from timely.eventlog import read_trace
 
 
@@ -148,3 +148,85 @@ def test_a_partition_handed_over_keeps_its_schedule(monkeypatch: pytest.MonkeyPa
     moved.resumed(1, 20, 995.0)  # five seconds behind on its old owner
     assert moved.next_awake(1, 21) == pytest.approx(995.1)  # at once: it catches up
     assert restored.next_awake(1, 21) == pytest.approx(1000.0)  # paced from now
+
+
+class Costly(Vertex):
+    """A step whose every batch costs the fake clock ``per_batch`` plus ``per_record`` a
+    record (a fixed cost per activation, as an external call's or a step's), after a
+    first one that stalls for ``stall`` (the worker falls behind the schedule)."""
+
+    def __init__(self, clock: FakeTime, per_batch: float, per_record: float, stall: float):
+        self.clock, self.per_batch, self.per_record, self.stall = (
+            clock,
+            per_batch,
+            per_record,
+            stall,
+        )
+        self.batches = 0
+
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        self.clock.now += self.stall + self.per_batch + self.per_record * len(records)
+        self.stall = 0.0
+        self.batches += 1
+        self.send_by(0, records, time)
+
+
+def behind_run(monkeypatch: pytest.MonkeyPatch) -> tuple[float, RateSource, Any, list[Costly]]:
+    """1 s of records at 2,000/s (4 partitions, a tick of 5 records each every 10 ms) on
+    one worker and a fake clock, into a step costing 3 ms a batch and 0.1 ms a record that
+    stalls 0.3 s on its first batch. Read a tick a step, one batch each, it cannot keep up
+    (3.5 ms of work per 2.5 ms of schedule); a step reading every due tick as one batch can
+    (on schedule, 5 ms per 10 ms; behind, 7 ms per two ticks)."""
+    import timely.backends.inline
+    import timely.graph.system
+
+    clock = FakeTime()
+    for module in (connectors.rate, timely.graph.system, timely.backends.inline):
+        monkeypatch.setattr(module, "time", clock)
+    start = clock.now
+    source = rate_source(2000, seconds=1.0, epoch_seconds=0.1, partitions=4)
+    made: list[Costly] = []
+
+    def make() -> Costly:
+        made.append(Costly(clock, 0.003, 0.0001, 0.3))
+        return made[-1]
+
+    flow = Dataflow("behind")
+    flow.source(source, name="rate").unary(make, name="costly").collect("out")
+    results = flow.run(workers=1, backend="inline")
+    return clock.now - start, source, results, made
+
+
+def test_a_worker_behind_its_schedule_catches_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that fell 0.3 s behind reads every tick that is due, several a step, as
+    one batch downstream, and is back on the schedule before the end: the run ends when
+    the last tick is due (0.99 s) plus that tick's work, not 0.3 s late or later. Read one
+    tick a step (the rate source's old ``batches_per_step = 1``), or each tick as a batch
+    of its own downstream, it falls further behind instead: both fail here."""
+    took, source, results, made = behind_run(monkeypatch)
+    assert by_epoch(results["out"]) == expected(source)
+    assert took <= 0.99 + 0.02, f"the run ended {took - 0.99:.3f} s after its last tick"
+    ticks = 100 * source.partitions()
+    assert made[0].batches < ticks / 2  # due ticks went downstream together
+
+
+def test_the_catch_up_test_catches_a_tick_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: one tick's batch a step. The same run ends far behind its schedule."""
+    monkeypatch.setattr(RateSource, "batches_per_step", 1)
+    took, _, _, _ = behind_run(monkeypatch)
+    assert took > 0.99 + 0.3
+
+
+def test_the_catch_up_test_catches_a_batch_a_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: every tick read goes downstream as a batch of its own."""
+    import timely.graph.system
+
+    def send_each(self: Any) -> None:
+        for epoch, parts in sorted(self.unsent.items()):
+            for records in parts:
+                self.cap.send_by(0, records, (epoch,))
+        self.unsent.clear()
+
+    monkeypatch.setattr(timely.graph.system.SourceVertex, "_send", send_each)
+    took, _, _, _ = behind_run(monkeypatch)
+    assert took > 0.99 + 0.3

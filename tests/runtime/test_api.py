@@ -164,9 +164,9 @@ def test_operator_libraries_plug_into_stream() -> None:
         _ = inp.stream.no_such_operator
 
 
-READS: list[int] = []
-"""How many batches ``Counted`` had read when each batch arrived downstream (inline: one
-process, so a module list is shared)."""
+READS: list[tuple[int, int]] = []
+"""How many batches ``Counted`` had read when each batch arrived downstream, and how many
+records the batch held (inline: one process, so a module list is shared)."""
 
 
 class Counted(Source):
@@ -196,24 +196,55 @@ class NoteReads(Vertex):
         self.source = source
 
     def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
-        READS.append(self.source.reads)
+        READS.append((self.source.reads, len(records)))
 
 
 @pytest.mark.parametrize(
     ("per_step", "records", "seen"),
-    [(1, 4096, [1, 2, 3, 4, 5, 6]), (4, 4096, [4, 4, 4, 4, 6, 6]), (8, 2, [2, 2, 4, 4, 6, 6])],
+    [
+        (1, 4096, [(i, 1) for i in range(1, 7)]),
+        (4, 4096, [(4, 4), (6, 2)]),
+        (8, 2, [(2, 2), (4, 2), (6, 2)]),
+    ],
 )
 def test_a_source_reads_up_to_its_batches_or_records_per_step(
-    per_step: int, records: int, seen: list[int]
+    per_step: int, records: int, seen: list[tuple[int, int]]
 ) -> None:
-    """Batches read in one step all reach the next vertex in that step; how many a step
-    reads is the source's ``batches_per_step``, or fewer once ``records_per_step``."""
+    """Batches read in one step all reach the next vertex in that step, as one batch (they
+    are at one epoch); how many a step reads is the source's ``batches_per_step``, or fewer
+    once ``records_per_step``."""
     READS.clear()
     source = Counted(6, per_step, records)
     flow = Dataflow("paced")
     flow.source(source).unary(lambda: NoteReads(source)).collect("out")
     flow.run(workers=1, backend="inline")
     assert seen == READS
+
+
+class Epochs(Counted):
+    """``Counted`` with record ``i`` at epoch ``i // 3``."""
+
+    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
+        got = super().read(partition, offset)
+        return None if got is None else (got[1][0] // 3, got[1], got[2])
+
+
+class NoteBatches(Vertex):
+    def __init__(self, source: Counted, seen: list[tuple[int, list[Any], Any]]) -> None:
+        self.source, self.seen = source, seen
+
+    def on_recv(self, input: int, records: list[Any], time: tuple[int, ...]) -> None:
+        self.seen.append((self.source.reads, records, time))
+
+
+def test_a_steps_reads_go_downstream_one_batch_an_epoch() -> None:
+    """A step that reads batches of two epochs sends one batch at each, each at its own
+    epoch and in the order read (the first before the source's capability passes it)."""
+    source, seen = Epochs(6, 4), []
+    flow = Dataflow("epochs")
+    flow.source(source).unary(lambda: NoteBatches(source, seen)).collect("out")
+    flow.run(workers=1, backend="inline")
+    assert seen == [(4, [0, 1, 2], (0,)), (4, [3], (1,)), (6, [4, 5], (1,))]
 
 
 def test_a_source_whose_reads_wait_reads_one_batch_a_step() -> None:
@@ -224,4 +255,4 @@ def test_a_source_whose_reads_wait_reads_one_batch_a_step() -> None:
     flow = Dataflow("waiting")
     flow.source(source).unary(lambda: NoteReads(source)).collect("out")
     flow.run(workers=1, backend="inline")
-    assert READS == [1, 2, 3, 4]
+    assert [(i, 1) for i in range(1, 5)] == READS

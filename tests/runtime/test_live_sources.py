@@ -27,6 +27,7 @@ from tests.conftest import exhaustive
 from tests.runtime.test_live_rescale import recorder
 from tests.runtime.test_migration import ON_DISK, PIPELINES
 from timely import Dataflow
+from timely.comm.messages import Advance, Send
 from timely.graph.system import SourceVertex
 
 Plan = dict[int, int]
@@ -255,3 +256,126 @@ def test_on_ray_sources_handed_over_live() -> None:
         (3, 1, "live"),
         (1, 2, "live"),
     ]
+
+
+def test_the_control_input_stays_open_while_a_change_sends_its_configurations() -> None:
+    """On Ray, a command that waits for a credit runs the driver's checks, and a check
+    moves the control input after the sources: once ``join`` waits and every source is
+    read, it closes it. A live change sends its configurations one command each (fluid):
+    a check between two of them must not close the control input, else a worker gets a
+    configuration after its close and the run fails ("got Send ... after it was closed",
+    seen in ``bench_autoscale``'s source-live runs). Here the check runs after every
+    command to the control input, as if each waited, saying every source is read."""
+    epochs = EPOCHS[:12]
+    want, _ = run("running_reduce", epochs, 4, 1)
+    flow = Dataflow("live-src-closing")
+    out: dict[int, list[Any]] = {}
+    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    closes: list[bool] = []
+    with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
+        send = session._send_command
+        control = session.plan.control
+
+        def checked(vertex: int, cmd: Any) -> None:
+            send(vertex, cmd)
+            if vertex == control and isinstance(cmd, Send):
+                session._joining = True  # join() waits, and every source is read:
+                session._follow_sources(session._control_epoch, True)
+                closes.append(session._control_closed)
+
+        session._send_command = checked  # type: ignore[method-assign]
+        session.rescale(2)
+        session._send_command = send  # type: ignore[method-assign]
+        session.join()
+    assert len(closes) > 1, "the change sent its configurations in one command"
+    assert not any(closes)  # not closed mid-change
+    assert out == want
+    assert [r["path"] for r in session.rescales] == ["live"]
+
+
+def test_a_change_asked_for_meanwhile_waits_for_the_control_inputs_move() -> None:
+    """A live change asked for from another thread (the autoscaler's) is made on the
+    driver's thread at its next input command or loop check. Not inside the command that
+    moves the control input on: the driver has counted the new epoch, the workers have
+    not got it, and a change made there took effect at an epoch the workers' control
+    input was not at (on Ray a join then waited for ever, seen in ``bench_autoscale``'s
+    source-live runs). Here the change is asked for right before the driver moves the
+    control input after the sources; when it is made, the workers have every move."""
+    epochs = EPOCHS[:12]
+    want, _ = run("running_reduce", epochs, 4, 1)
+    flow = Dataflow("live-src-deferred")
+    out: dict[int, list[Any]] = {}
+    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    sent: list[int] = [0]
+    seen: list[tuple[int, int]] = []
+    with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
+        control = session.plan.control
+        send, control_to, change = (
+            session._send_command,
+            session._control_to,
+            session._change_live,
+        )
+
+        def sending(vertex: int, cmd: Any) -> None:
+            if vertex == control and isinstance(cmd, Advance):
+                sent.append(cmd.epoch)
+            send(vertex, cmd)
+
+        def moving(epoch: int) -> None:
+            if not session.rescales and session._live_deferred is None:
+                session._live_deferred = 2  # the autoscaler's thread asks, just now
+            control_to(epoch)
+
+        def changing(workers: int) -> None:
+            seen.append((session._control_epoch, max(sent)))
+            change(workers)
+
+        session._send_command = sending  # type: ignore[method-assign]
+        session._control_to = moving  # type: ignore[method-assign]
+        session._change_live = changing  # type: ignore[method-assign]
+        session.join()
+    assert seen, "no change was made"
+    assert all(counted == got for counted, got in seen), seen
+    assert out == want
+    assert [r["path"] for r in session.rescales] == ["live"]
+
+
+def test_a_change_is_not_made_by_a_check_while_a_command_waits() -> None:
+    """On Ray a command that waits for a credit runs the driver's loop check before its
+    frame goes out, and the check makes a change asked for from another thread. Made
+    there, inside a command to the control input, the change started at the epoch the
+    driver had counted while the workers' control input was still before it: a joiner
+    then missed the first configuration and got bins at an epoch it did not expect
+    (``KeyError`` in the migration on Ray, under load). Here every control command runs
+    the check before it is sent, with a change asked for: the change waits for a check
+    outside any command, where the workers have every move."""
+    epochs = EPOCHS[:12]
+    want, _ = run("running_reduce", epochs, 4, 1)
+    flow = Dataflow("live-src-credit")
+    out: dict[int, list[Any]] = {}
+    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    sent: list[int] = [0]
+    seen: list[tuple[int, int]] = []
+    with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
+        control = session.plan.control
+        send, change = session._send_command, session._change_live
+
+        def waiting(vertex: int, cmd: Any) -> None:
+            if vertex == control and isinstance(cmd, Advance):
+                if not session.rescales and session._live_deferred is None:
+                    session._live_deferred = 2  # the autoscaler's thread asks, just now
+                session._apply_live()  # the check a credit wait makes, frame not yet out
+                sent.append(cmd.epoch)
+            send(vertex, cmd)
+
+        def changing(workers: int) -> None:
+            seen.append((session._control_epoch, max(sent)))
+            change(workers)
+
+        session._send_command = waiting  # type: ignore[method-assign]
+        session._change_live = changing  # type: ignore[method-assign]
+        session.join()
+    assert seen, "no change was made"
+    assert all(counted == got for counted, got in seen), seen
+    assert out == want
+    assert [r["path"] for r in session.rescales] == ["live"]

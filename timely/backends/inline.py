@@ -181,10 +181,13 @@ class InlineSession(Session):
 
     def _follow(self) -> bool:
         """Move the control input on past what the sources read (:meth:`_follow_sources`),
-        queued, not run; whether anything was sent."""
+        queued, not run; whether anything was sent. A live change asked for from another
+        thread is made here first (the driver's loop check, as on Ray)."""
         if not self._has_sources or self._control_closed:
             return False
         before = (self._control_epoch, self._control_closed)
+        if self._live_deferred is not None:
+            self._guarded(self._apply_live, retry=False)
         alive = self._alive()
         self._ahead += 1
         try:

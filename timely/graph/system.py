@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Any
 
 from progress import Timestamp
@@ -195,6 +196,9 @@ class SourceVertex(Vertex):
         """Partitions whose next batch is at :attr:`bound` or later."""
         self.waiting = -1
         """The latest epoch of a batch held at the bound (the driver moves it past)."""
+        self.unsent: dict[int, list[Sequence[Any]]] = {}
+        """The batches a :meth:`pull` read, per epoch, not sent yet: a step's reads at one
+        epoch go out as one batch (:meth:`_send`)."""
         self.released: dict[int, tuple[int, list[Any]]] = {}
         """Partitions handed to another worker (:meth:`release`), kept for the checkpoints
         before their handover's epoch: ``(epoch, [offset, epoch, done, history])``. Every
@@ -270,19 +274,32 @@ class SourceVertex(Vertex):
     def pull(self) -> None:
         """Read batches from the partitions in turn, up to the source's
         ``batches_per_step``, ``records_per_step`` or ``seconds_per_step``, whichever
-        comes first."""
+        comes first. What they hold at one epoch goes downstream as one batch: small
+        batches (a few records a partition, a tick of a rate source) share the costs
+        a batch has downstream (an activation per step it reaches, a routing)."""
         source = self.source
         limit, records = source.records_per_step, 0
         deadline = time.perf_counter() + source.seconds_per_step
         for _ in range(max(1, source.batches_per_step)):
             if self.cap is None:
-                return
+                break
             n = self._read_one()
             if n < 0:
-                return  # every partition waits for its time
+                break  # every partition waits for its time
             records += n
             if records >= limit or time.perf_counter() >= deadline:
-                return
+                break
+        self._send()
+
+    def _send(self) -> None:
+        """Send what was read and not sent yet, epoch by epoch (before the capability
+        passes their epoch)."""
+        if self.unsent:
+            cap = self.cap
+            assert cap is not None
+            for epoch, parts in sorted(self.unsent.items()):
+                cap.send_by(0, parts[0] if len(parts) == 1 else list(chain(*parts)), (epoch,))
+            self.unsent.clear()
 
     def _read_one(self) -> int:
         """Read one batch from the next partition in turn that is due; returns how many
@@ -331,9 +348,10 @@ class SourceVertex(Vertex):
             if self.keep_history:
                 self.history[p].append((epoch, before))
             if records:
-                cap.send_by(0, records, (epoch,))
+                self.unsent.setdefault(epoch, []).append(records)
                 n = len(records)
         if not self.epochs:
+            self._send()
             cap.drop()
             self.cap = None
             return n
@@ -345,6 +363,7 @@ class SourceVertex(Vertex):
         assert cap is not None
         low = min(self.epochs.values())
         if low > cap.time[0]:
+            self._send()
             cap.downgrade((low,))
 
     def owned(self) -> list[int]:

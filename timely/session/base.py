@@ -173,6 +173,8 @@ class Session(ABC):
         """A live rescale asked for while workers were leaving, or from another thread (a
         controller's): made on the driver's thread, once no worker is leaving."""
         self._changing = False
+        self._commanding = 0
+        """Driver input commands under way (:meth:`input_command`): no live change meanwhile."""
         self._driver_thread = threading.get_ident()
         self._live_target: int | None = None
         """The worker count the last live rescale of this launch went to (a recovery
@@ -271,16 +273,24 @@ class Session(ABC):
     # -- the driver's API -------------------------------------------------------------------
     def input_command(self, vertex: int, cmd: InputCommand) -> None:
         """Hand a driver input command (send, advance, close) to the workers."""
-        if self._live_deferred is not None:
+        if self._live_deferred is not None and vertex != self.plan.control:
+            # Not before the control input's own commands: the driver moved it (its
+            # epoch, a configuration) and the workers must get that before a change
+            # starts at it. The driver's next loop check makes the change instead.
             self._guarded(self._apply_live, retry=False)
-        if isinstance(cmd, Advance) and vertex != self.plan.control:
-            # Configurations stay one epoch ahead of the data: a batch is never held for one.
-            self._control_to(cmd.epoch + 1)
-        if self.coordinator is not None and not self.coordinator.log_input(vertex, cmd):
-            return  # resumed after this epoch: the checkpoint already reflects it
-        if isinstance(cmd, Advance) and vertex != self.plan.control:
-            self.view.advanced(cmd.epoch)
-        self._guarded(self._send_command, vertex, cmd, retry=False)
+        self._commanding += 1
+        try:
+            if isinstance(cmd, Advance) and vertex != self.plan.control:
+                # Configurations stay one epoch ahead of the data: a batch is never held
+                # for one.
+                self._control_to(cmd.epoch + 1)
+            if self.coordinator is not None and not self.coordinator.log_input(vertex, cmd):
+                return  # resumed after this epoch: the checkpoint already reflects it
+            if isinstance(cmd, Advance) and vertex != self.plan.control:
+                self.view.advanced(cmd.epoch)
+            self._guarded(self._send_command, vertex, cmd, retry=False)
+        finally:
+            self._commanding -= 1
 
     @contextlib.contextmanager
     def _batched(self) -> Iterator[None]:
@@ -417,19 +427,23 @@ class Session(ABC):
         epochs = []
         moved = sum(a != b for a, b in zip(self.routing_table, tables[-1])) if tables else 0
         restarts = self.restarts
-        with self._batched():
-            for table in tables:
-                if self.restarts != restarts:
-                    # A worker died meanwhile and the run restored: these tables were for
-                    # workers that are no more (a restore deals the bins afresh).
-                    break
-                epoch = self._control_epoch
-                self.input_command(control, Send([list(table)]))
-                if self.restarts != restarts:
-                    break
-                epochs.append(epoch)
-                self._control_to(epoch + 1)
-                self.routing_table = table
+        changing, self._changing = self._changing, True  # the control input stays open
+        try:
+            with self._batched():
+                for table in tables:
+                    if self.restarts != restarts:
+                        # A worker died meanwhile and the run restored: these tables were
+                        # for workers that are no more (a restore deals the bins afresh).
+                        break
+                    epoch = self._control_epoch
+                    self.input_command(control, Send([list(table)]))
+                    if self.restarts != restarts:
+                        break
+                    epochs.append(epoch)
+                    self._control_to(epoch + 1)
+                    self.routing_table = table
+        finally:
+            self._changing = changing
         if tables:
             record = {"epochs": epochs, "bins": moved, "strategy": strategy, "at": time.time()}
             self.migrations.append(record)
@@ -595,11 +609,14 @@ class Session(ABC):
         """Keep a reconfigurable run's control input ahead of its sources (the latest
         epoch ``read`` anywhere): their records never wait for a configuration, and a
         change takes effect just past what was read. ``done``: every source is read to
-        its end; once :meth:`join` waits too, the control input closes."""
+        its end; once :meth:`join` waits too, the control input closes, but not while a
+        change is under way: its configurations are still to be sent (this runs from the
+        backend's checks, which a command waiting for a credit makes mid-change)."""
         if self.plan.control is None or self._control_closed or not self._has_sources:
             return
         if done and self._joining:
-            self._close_control()
+            if not self._changing:
+                self._close_control()
         elif read + SOURCE_LEAD > self._control_epoch:
             self._control_to(read + SOURCE_LEAD)
 
@@ -609,6 +626,17 @@ class Session(ABC):
         deferred = self._live_deferred
         if deferred is None or self.membership.leaving or self._changing or self._moving_sources():
             return
+        if self._commanding or self._batching:
+            # Not while a command is on its way (a backend's check runs while one waits
+            # for a credit) or held in a batch: the driver has counted the control
+            # input's epoch that some workers have not got, and a change starting there
+            # would take effect at an epoch their control input is not at (a joiner then
+            # missed a configuration: bins arrived at an epoch it did not expect). The
+            # next check after the command makes the change.
+            return
+        if self._control_closed:
+            self._live_deferred = None
+            return  # the input has ended: nothing moves any more
         # Cleared once the change is made, not before: until then rescale_pending() says
         # it waits (a controller that read None while the joiners start would take the
         # old worker count for a refusal, and ask again).
