@@ -379,3 +379,35 @@ def test_a_change_is_not_made_by_a_check_while_a_command_waits() -> None:
     assert all(counted == got for counted, got in seen), seen
     assert out == want
     assert [r["path"] for r in session.rescales] == ["live"]
+
+
+def test_the_control_input_holds_still_while_a_change_joins_a_worker() -> None:
+    """On Ray the driver's checks run while a change waits for its joiner (the actor's
+    start, the handshake), and a check moves the control input after the sources. A
+    move there took the donor's control input past the epoch the change had read, and
+    minting the joiner's capabilities at it failed ("worker 0 holds no capability of
+    'reconfigure' at or before (6,)", seen in CI). Here a check runs inside the join,
+    with the sources far ahead: the control input does not move until the change is
+    made."""
+    epochs = EPOCHS[:12]
+    want, _ = run("running_reduce", epochs, 4, 1)
+    flow = Dataflow("live-src-joining")
+    out: dict[int, list[Any]] = {}
+    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    moved: list[int] = []
+    with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
+        join = session._join_worker
+
+        def joining(worker: int, epoch: int) -> None:
+            before = session._control_epoch
+            session._follow_sources(before + 5, False)  # a check while the joiner starts
+            moved.append(session._control_epoch - before)
+            join(worker, epoch)
+
+        session._join_worker = joining  # type: ignore[method-assign]
+        session.rescale(2)
+        session._join_worker = join  # type: ignore[method-assign]
+        session.join()
+    assert moved == [0]
+    assert out == want
+    assert [r["path"] for r in session.rescales] == ["live"]

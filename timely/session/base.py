@@ -609,14 +609,17 @@ class Session(ABC):
         """Keep a reconfigurable run's control input ahead of its sources (the latest
         epoch ``read`` anywhere): their records never wait for a configuration, and a
         change takes effect just past what was read. ``done``: every source is read to
-        its end; once :meth:`join` waits too, the control input closes, but not while a
-        change is under way: its configurations are still to be sent (this runs from the
-        backend's checks, which a command waiting for a credit makes mid-change)."""
+        its end; once :meth:`join` waits too, the control input closes. Neither while a
+        change is under way (this runs from the backend's checks, which a change's waits
+        make): the joiners join at the epoch the change read, which the donor must not
+        have passed when it mints their capabilities (on Ray: "holds no capability of
+        'reconfigure'"), and its configurations are still to be sent."""
         if self.plan.control is None or self._control_closed or not self._has_sources:
             return
+        if self._changing:
+            return  # the change moves the control input itself; the next check follows
         if done and self._joining:
-            if not self._changing:
-                self._close_control()
+            self._close_control()
         elif read + SOURCE_LEAD > self._control_epoch:
             self._control_to(read + SOURCE_LEAD)
 
