@@ -71,12 +71,53 @@ def _watch_memory() -> None:
         except (OSError, ValueError, IndexError):
             return  # no /proc here: nothing to watch
         if resident > MEMORY_LIMIT:
-            sys.stderr.write(
+            said = (
                 f"\n{_running[0]}: this test process holds {resident / 2**30:.1f} GiB, over "
                 f"{MEMORY_LIMIT / 2**30:.0f} GiB; ending it (stacks follow)\n"
             )
+            sys.stderr.write(said)
             faulthandler.dump_traceback(all_threads=True)
+            _report(said, faulthandler.dump_traceback)
             os._exit(70)
+
+
+REPORTS = "TIMELY_TEST_REPORTS"
+"""A directory where a test process that ends itself leaves why: pytest-xdist says only
+that a worker "crashed", and the process's own stderr does not reach the report."""
+
+
+def _report(said: str, stacks: Any) -> None:
+    folder = os.environ.get(REPORTS)
+    if not folder:
+        return
+    try:
+        with open(os.path.join(folder, f"ended-{os.getpid()}.txt"), "w") as f:
+            f.write(said)
+            f.flush()
+            stacks(file=f, all_threads=True)
+    except OSError:
+        pass
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if REPORTS not in os.environ:  # the controller: its workers inherit it
+        os.environ[REPORTS] = tempfile.mkdtemp(prefix="timely-test-reports-")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Show why a test process ended itself (see :data:`REPORTS`)."""
+    folder = os.environ.get(REPORTS, "")
+    if not os.path.isdir(folder) or hasattr(terminalreporter.config, "workerinput"):
+        return
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name)) as f:
+            terminalreporter.write_line(f"--- {name} ---\n{f.read()}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = os.environ.get(REPORTS, "")
+    if not hasattr(config, "workerinput") and os.path.isdir(folder) and not os.listdir(folder):
+        os.rmdir(folder)  # nothing to say: no directory left behind
 
 
 threading.Thread(target=_watch_memory, name="memory-watch", daemon=True).start()
