@@ -171,7 +171,8 @@ def _maybe_flat(items: list[Any]) -> Any:
             if first is str:
                 "".join(items)
             else:
-                sum(items)
+                with np.errstate(over="ignore"):  # a numpy int among them may overflow
+                    sum(items)
             return msgpack.ExtType(EXT_FLAT, p.scalars.pack(items))
         except Exception:  # not one kind of scalar alone: the checked path
             p.scalars.reset()
