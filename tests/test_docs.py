@@ -99,7 +99,14 @@ def python_blocks() -> list[tuple[Block, str | None]]:
 BLOCKS = python_blocks()
 
 
-@pytest.mark.parametrize("block, output", BLOCKS, ids=[b.name for b, _ in BLOCKS])
+@pytest.mark.parametrize(
+    "block, output",
+    [
+        # The Spark page's blocks start Spark (28 s): in CI's profile.
+        pytest.param(b, o, id=b.name, marks=pytest.mark.ci if "spark.md" in b.name else ())
+        for b, o in BLOCKS
+    ],
+)
 def test_python_block_runs(
     block: Block,
     output: str | None,

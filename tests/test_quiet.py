@@ -98,6 +98,7 @@ def test_a_ray_run_is_quiet_unless_verbose_and_errors_always_show(
         ], err[-3000:]
 
 
+@pytest.mark.ci  # a Spark session of its own (13 s): in CI's profile
 def test_a_quiet_spark_session_shows_errors_but_no_warnings(tmp_path: Path) -> None:
     """The project's SparkSession (``spark_session``) at its first start in a process: no
     start-up WARN lines or notes on the log profile, and a failing job's ERROR still shows."""

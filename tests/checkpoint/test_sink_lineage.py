@@ -418,6 +418,7 @@ def test_every_committing_sink_resumes_past_damage_and_catches_a_changed_replay(
     assert read_any(kind, out) == read_any(kind, ref)
 
 
+@pytest.mark.ci  # 13 s with Spark; the quick profile keeps the file sinks' cases
 def test_spark_sink_resumes_past_a_damaged_newest_checkpoint(spark: Any, tmp_path: Path) -> None:
     """SparkSink is a ParquetSink: its files resume as Parquet's do, and the table it
     publishes to holds every epoch once."""

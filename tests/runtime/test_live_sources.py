@@ -240,6 +240,7 @@ def test_mutation_a_leaver_that_goes_before_handing_over_is_caught(
 # -- on Ray ----------------------------------------------------------------------------------
 
 
+@pytest.mark.ci  # 13 s on Ray; the quick profile keeps the inline handovers
 @pytest.mark.usefixtures("ray_local")
 def test_on_ray_sources_handed_over_live() -> None:
     """1 -> 2 -> 3 -> 1 -> 2 workers while a source is read, on Ray: every change live,
