@@ -259,6 +259,17 @@ def test_on_ray_sources_handed_over_live() -> None:
     ]
 
 
+def over_a_source(name: str) -> tuple[Dataflow, dict[int, list[Any]], dict[int, list[Any]]]:
+    """A running reduce over a 4-partition source of 12 epochs: the flow, where its
+    outputs are recorded, and the outputs of a plain run of it."""
+    epochs = EPOCHS[:12]
+    want, _ = run("running_reduce", epochs, 4, 1)
+    flow = Dataflow(name)
+    out: dict[int, list[Any]] = {}
+    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    return flow, out, want
+
+
 def test_the_control_input_stays_open_while_a_change_sends_its_configurations() -> None:
     """On Ray, a command that waits for a credit runs the driver's checks, and a check
     moves the control input after the sources: once ``join`` waits and every source is
@@ -267,11 +278,7 @@ def test_the_control_input_stays_open_while_a_change_sends_its_configurations() 
     configuration after its close and the run fails ("got Send ... after it was closed",
     seen in ``bench_autoscale``'s source-live runs). Here the check runs after every
     command to the control input, as if each waited, saying every source is read."""
-    epochs = EPOCHS[:12]
-    want, _ = run("running_reduce", epochs, 4, 1)
-    flow = Dataflow("live-src-closing")
-    out: dict[int, list[Any]] = {}
-    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    flow, out, want = over_a_source("live-src-closing")
     closes: list[bool] = []
     with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
         send = session._send_command
@@ -302,11 +309,7 @@ def test_a_change_asked_for_meanwhile_waits_for_the_control_inputs_move() -> Non
     input was not at (on Ray a join then waited for ever, seen in ``bench_autoscale``'s
     source-live runs). Here the change is asked for right before the driver moves the
     control input after the sources; when it is made, the workers have every move."""
-    epochs = EPOCHS[:12]
-    want, _ = run("running_reduce", epochs, 4, 1)
-    flow = Dataflow("live-src-deferred")
-    out: dict[int, list[Any]] = {}
-    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    flow, out, want = over_a_source("live-src-deferred")
     sent: list[int] = [0]
     seen: list[tuple[int, int]] = []
     with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
@@ -350,11 +353,7 @@ def test_a_change_is_not_made_by_a_check_while_a_command_waits() -> None:
     (``KeyError`` in the migration on Ray, under load). Here every control command runs
     the check before it is sent, with a change asked for: the change waits for a check
     outside any command, where the workers have every move."""
-    epochs = EPOCHS[:12]
-    want, _ = run("running_reduce", epochs, 4, 1)
-    flow = Dataflow("live-src-credit")
-    out: dict[int, list[Any]] = {}
-    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    flow, out, want = over_a_source("live-src-credit")
     sent: list[int] = [0]
     seen: list[tuple[int, int]] = []
     with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
@@ -390,11 +389,7 @@ def test_the_control_input_holds_still_while_a_change_joins_a_worker() -> None:
     'reconfigure' at or before (6,)", seen in CI). Here a check runs inside the join,
     with the sources far ahead: the control input does not move until the change is
     made."""
-    epochs = EPOCHS[:12]
-    want, _ = run("running_reduce", epochs, 4, 1)
-    flow = Dataflow("live-src-joining")
-    out: dict[int, list[Any]] = {}
-    PIPELINES["running_reduce"](flow.source(EpochSource(epochs, 4))).subscribe(recorder(out))
+    flow, out, want = over_a_source("live-src-joining")
     moved: list[int] = []
     with flow.activate(workers=1, backend="inline", reconfigurable=True, seed=1) as session:
         join = session._join_worker
