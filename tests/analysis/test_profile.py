@@ -16,7 +16,7 @@ import operators  # noqa: F401  (select, count_by)
 from analysis.pag import build_pag
 from analysis.profile import profile
 from analysis.trace import INPUT, load, timeline
-from timely import Dataflow, Vertex, exchange
+from timely import Dataflow, InputHandle, Probe, Vertex, exchange
 from timely.cli import main
 from timely.eventlog import read_trace
 
@@ -37,16 +37,21 @@ def quick(x: int) -> int:
     return x
 
 
-def pipeline(epochs: int = 30, per_epoch: int = 1000) -> Dataflow:
+def flow_and_input() -> tuple[Dataflow, InputHandle, Probe]:
     flow = Dataflow("profiled")
     nums = flow.new_input("nums")
-    (
+    counts = (
         nums.stream.select(quick, name="quick")
         .select(slow, name="slow")
         .select(quick, name="quick2")
         .count_by(lambda x: x % 7)
-        .collect("counts")
     )
+    counts.collect("counts")
+    return flow, nums, counts.probe()
+
+
+def pipeline(epochs: int = 30, per_epoch: int = 1000) -> Dataflow:
+    flow, nums, _ = flow_and_input()
     for e in range(epochs):
         nums.advance_to(e)
         nums.send(list(range(per_epoch)))
@@ -107,7 +112,27 @@ def test_the_profile_command_prints_tables_and_json(
 
 @pytest.mark.usefixtures("ray_local")
 def test_on_ray_an_operator_ten_times_slower_ranks_first(tmp_path: Path) -> None:
-    pipeline().run(workers=2, backend="ray", trace=tmp_path)
+    """The driver sends its first epochs one at a time, each once the one before has
+    passed the last step, so the workers wait on it in between: the trace must show
+    those waits ended by the driver's input (had it sent every epoch at once, whether a
+    worker ever waits on it would be up to the scheduler). The 30 epochs after those go
+    at once, and keep the workers busy: the slow step is on the critical path there."""
+    flow, nums, probe = flow_and_input()
+    session = flow.activate(workers=2, backend="ray", trace=tmp_path, progress=False)
+    try:
+        for e in range(3):
+            nums.advance_to(e)
+            nums.send(list(range(100)))
+            nums.advance_to(e + 1)
+            while not probe.done(e):
+                session.poll(0.01)
+        for e in range(3, 33):
+            nums.advance_to(e)
+            nums.send(list(range(1000)))
+        nums.close()
+        session.join()
+    finally:
+        session.close()
     result = profile(str(tmp_path))
     operators_by_cp = [name for name, _, _ in result.tables["operators"]]
     assert operators_by_cp[0] == "slow", result.tables["operators"]
