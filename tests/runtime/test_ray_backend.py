@@ -568,7 +568,10 @@ def run_script(tmp_path: Path, name: str, text: str) -> str:
     return done.stdout
 
 
+@pytest.mark.ci
 def test_starts_local_ray_when_none_runs_and_reuses_it(tmp_path: Path) -> None:
+    """In CI's profile: a script of its own lets ``run()`` start Ray from nothing (10 s).
+    The quick profile's Ray tests share the Ray their process's fixture started."""
     assert "LOCAL OK" in run_script(tmp_path, "local_run.py", LOCAL_SCRIPT)
 
 
