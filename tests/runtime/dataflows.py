@@ -151,8 +151,23 @@ def build(stream: Stream, chain: list[Step], log: Log) -> Stream:
     return stream
 
 
-def reference(chain: list[Step], data: Data, workers: int) -> Data:
-    """What ``chain`` computes, in plain Python, time by time."""
+MAX_VOLUME = 20_000
+"""The most records a random dataflow may move in all (see :func:`volume`)."""
+
+
+def volume(chain: list[Step], data: Data, workers: int) -> int:
+    """How many records ``chain`` moves in all: every step's output, summed. A random
+    chain of nested loops, diamonds and flat steps can multiply a few records by 10^8
+    (one drawn example: 418M outputs), which the reference counts in a ``Counter`` but a
+    run holds as records: tests run the chains up to :data:`MAX_VOLUME`."""
+    tally = [0]
+    reference(chain, data, workers, tally)
+    return tally[0]
+
+
+def reference(chain: list[Step], data: Data, workers: int, tally: list[int] | None = None) -> Data:
+    """What ``chain`` computes, in plain Python, time by time (``tally[0]``: increased by
+    the records every step puts out)."""
     for step in chain:
         kind = step[0]
         out: Data = {}
@@ -174,19 +189,23 @@ def reference(chain: list[Step], data: Data, workers: int) -> Data:
                 t: Counter({sum(x * n for x, n in c.items()) % M: 1}) for t, c in data.items() if c
             }
         elif kind == "diamond":
-            out = _merge(reference(step[1], data, workers), reference(step[2], data, workers))
+            out = _merge(
+                reference(step[1], data, workers, tally), reference(step[2], data, workers, tally)
+            )
         elif kind == "iterate":
             body, k = step[1], step[2]
             x = {(*t, 0): c for t, c in data.items()}
             result: Data = {}
             for i in range(k):
-                y = reference(body, x, workers)
+                y = reference(body, x, workers, tally)
                 result = _merge(result, {t[:-1]: c for t, c in y.items()})
                 x = {(*t[:-1], i + 1): c for t, c in y.items()}
                 if not x:
                     break
             out = result
         data = {t: c for t, c in out.items() if c}
+        if tally is not None:
+            tally[0] += sum(sum(c.values()) for c in data.values())
     return data
 
 

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from progress import less_equal, target
-from tests.runtime.dataflows import Data, Log, Step, build, reference, steps
+from tests.runtime.dataflows import MAX_VOLUME, Data, Log, Step, build, reference, steps, volume
 from timely import Dataflow
 from timely.backends.inline import InlineSession
 
 epochs = st.lists(
     st.tuples(st.integers(0, 2), st.lists(st.integers(0, 96), max_size=6)), min_size=1, max_size=4
 )
+
+
+def fed(feed: list[tuple[int, list[int]]]) -> Data:
+    """The records of ``feed`` by time (an epoch gap, then the epoch's records)."""
+    data: Data = {}
+    epoch = 0
+    for gap, records in feed:
+        epoch += gap
+        data.setdefault((epoch,), Counter()).update(records)
+    return data
 
 
 def _run(
@@ -27,15 +37,13 @@ def _run(
     session = flow.activate(workers=workers, backend="inline", seed=seed, accumulate=accumulate)
     assert isinstance(session, InlineSession)
     epoch = 0
-    expected_in: Data = {}
     for gap, records in feed:
         epoch += gap
         inp.advance_to(epoch)
         inp.send(records)
-        expected_in.setdefault((epoch,), Counter()).update(records)
     inp.close()
     results = session.join()
-    return results, log, session, expected_in
+    return results, log, session, fed(feed)
 
 
 @given(
@@ -48,6 +56,9 @@ def _run(
 def test_random_dataflows_match_the_reference(
     chain: list[Step], feed: list[tuple[int, list[int]]], workers: int, seed: int, accumulate: bool
 ) -> None:
+    # A chain that would move more records than a test should hold is left out (volume's
+    # docstring): one such drawn in CI's profile took its test process's memory.
+    assume(volume(chain, fed(feed), workers) <= MAX_VOLUME)
     results, log, session, data_in = _run(chain, feed, workers, seed, accumulate)
 
     # Output equals the plain-Python reference, epoch by epoch.
