@@ -1218,6 +1218,10 @@ class RaySession(Session):
     def _moving_sources(self) -> bool:
         return bool(self._handing)
 
+    def _source_lead(self) -> int:
+        # The driver looks at the sources every _FOLLOW_EVERY: a lead in time, not epochs.
+        return self._lead.epochs()
+
     def _hand_over(self) -> None:
         """Give the source partitions that reached their handover's epoch to their new
         owners."""

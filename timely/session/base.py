@@ -46,6 +46,7 @@ from timely.routing.bins import (
     steps,
     useful_per_bin,
 )
+from timely.session.lead import SourceLead
 from timely.session.loopwatch import LoopWatch
 from timely.session.membership import LEAVING, Membership, live_blocker
 from timely.session.view import RunView
@@ -68,7 +69,9 @@ LIVE_STEPS = 8
 SOURCE_LEAD = 4
 """How many epochs past the latest one its sources read a reconfigurable run's control
 input is kept (:meth:`Session._follow_sources`): records wait for it only when the
-sources outrun the driver's look at them by more."""
+sources outrun the driver's look at them by more. A backend whose driver looks at the
+sources now and then (Ray) keeps a lead in time instead, from the sources' pace
+(:mod:`timely.session.lead`), starting from this."""
 
 
 class _RescaleNow(Exception):
@@ -203,6 +206,8 @@ class Session(ABC):
             v.kind == "source" for v in self.plan.vertices
         )
         """The control input follows sources (:meth:`_follow_sources`)."""
+        self._lead = SourceLead(SOURCE_LEAD)
+        """The pace of the sources' reading, for :meth:`_source_lead`."""
         self._joining = False
         """:meth:`join` was called: the control input closes once the sources are read."""
         self._control_closed = spec.plan.control is None
@@ -618,10 +623,19 @@ class Session(ABC):
             return
         if self._changing:
             return  # the change moves the control input itself; the next check follows
+        self._lead.observe(read, time.monotonic())
+        lead = self._source_lead()
         if done and self._joining:
             self._close_control()
-        elif read + SOURCE_LEAD > self._control_epoch:
-            self._control_to(read + SOURCE_LEAD)
+        elif read + lead > self._control_epoch:
+            self._control_to(read + lead)
+
+    def _source_lead(self) -> int:
+        """How many epochs past the latest read to keep the control input: a fixed
+        :data:`SOURCE_LEAD` where the driver follows the sources at every step (inline,
+        so a seeded run stays the same run); backends that look now and then override
+        this with the lead in time (:class:`~timely.session.lead.SourceLead`)."""
+        return SOURCE_LEAD
 
     def _apply_live(self) -> None:
         """Make the live rescale deferred to the driver's thread, if it can be made now
