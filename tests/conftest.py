@@ -153,6 +153,19 @@ def crash_points(events: int, key: str) -> range:
     return range(1 + zlib.crc32(key.encode()) % SAMPLE, events + 1, SAMPLE)
 
 
+@pytest.fixture(scope="module")
+def eight_live_steps() -> Iterator[None]:
+    """Every live change of the module's tests moves its bins in
+    :data:`~timely.session.base.LIVE_STEPS` configurations, however few keys move (the
+    rule sizes them by the keys: a test's small state would move in one, and the fluid
+    steps would go untested). Module-wide, so hypothesis tests may use it."""
+    import timely.session.base
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timely.session.base, "live_steps", lambda *_: timely.session.base.LIVE_STEPS)
+        yield
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[Any]:
     """Local Ray with 2 CPUs, started once; shut down at the end if this fixture started it."""

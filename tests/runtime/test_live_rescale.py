@@ -36,6 +36,9 @@ from timely.comm.messages import WorkerMessage
 from timely.routing.bins import Routing, resize
 from timely.worker.loop import Join, Worker
 
+# Live changes in LIVE_STEPS configurations, as the fluid steps are meant to be tested.
+pytestmark = pytest.mark.usefixtures("eight_live_steps")
+
 Plan = dict[int, int]
 """Before sending epoch ``e``, rescale to ``plan[e]`` workers."""
 
@@ -267,7 +270,11 @@ def table_per_epoch(s: Any) -> Any:
     )
 
 
-PIPELINES_HERE = {**PIPELINES, "table_per_epoch": table_per_epoch}
+PIPELINES_HERE = {
+    **PIPELINES,
+    "table_per_epoch": table_per_epoch,
+    "running_reduce_wide": lambda s: s.running_reduce(lambda x: x, operator.add),
+}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

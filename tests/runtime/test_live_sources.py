@@ -30,6 +30,9 @@ from timely import Dataflow
 from timely.comm.messages import Advance, Send
 from timely.graph.system import SourceVertex
 
+# Live changes in LIVE_STEPS configurations, as the fluid steps are meant to be tested.
+pytestmark = pytest.mark.usefixtures("eight_live_steps")
+
 Plan = dict[int, int]
 """Before the driver's ``i``-th poll, rescale to ``plan[i]`` workers."""
 

@@ -94,6 +94,9 @@ class InlineSession(Session):
         return [self.worker_list[w] for w in self.membership.alive]
 
     # -- workers that join and leave ----------------------------------------------------------
+    def _keys_held(self) -> int | None:
+        return sum(w.migration.keys_held() for w in self._alive())
+
     def _migratable(self) -> set[int]:
         return set(self.worker_list[0].migration.follows)
 

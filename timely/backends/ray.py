@@ -669,6 +669,10 @@ class WorkerActor:
         agreed = self.worker.request_checkpoint(epoch, every, fraction)
         return agreed, self.worker.checkpoint_floor()
 
+    async def keys_held(self) -> int:
+        """How many keys this worker's migratable steps hold (between steps)."""
+        return self.worker.migration.keys_held()
+
     async def take_load(self) -> BinLoad:
         """Records routed per bin and useful time since the last call (``Session.rebalance``)."""
         return self.worker.migration.take_load()
@@ -1272,6 +1276,12 @@ class RaySession(Session):
         refs = [self.actors[w].request_checkpoint.remote(epoch, every, fraction) for w in alive]
         answers = self._wait_for(refs, list(alive))
         return all(ok for ok, _ in answers), max(seen for _, seen in answers)
+
+    def _keys_held(self) -> int | None:
+        alive = self.membership.alive
+        refs = [self.actors[w].keys_held.remote() for w in alive]
+        held: list[int] = self._wait_for(refs, list(alive))
+        return sum(held)
 
     def _bin_loads(self) -> list[BinLoad]:
         alive = self.membership.alive

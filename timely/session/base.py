@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -66,12 +67,31 @@ class Results(dict[str, list[tuple[int, Any]]]):
 LIVE_STEPS = 8
 """A live rescale moves its bins in at most this many configurations, one an epoch."""
 
+LIVE_KEYS_PER_STEP = 4096
+"""A live rescale moves about this many keys a configuration (fewer configurations when
+fewer keys move: none, one): Megaphone's fluid steps bound what an epoch pays for
+extracting, encoding and installing state (~2 us a key each side on Ray), and a change
+whose keys are few needs no more than one (it then ends an epoch after it starts, not
+:data:`LIVE_STEPS`)."""
+
 SOURCE_LEAD = 4
 """How many epochs past the latest one its sources read a reconfigurable run's control
 input is kept (:meth:`Session._follow_sources`): records wait for it only when the
 sources outrun the driver's look at them by more. A backend whose driver looks at the
 sources now and then (Ray) keeps a lead in time instead, from the sources' pace
 (:mod:`timely.session.lead`), starting from this."""
+
+
+def live_steps(keys: int | None, moving: int, bins: int) -> int:
+    """In how many configurations a live change moves ``moving`` of ``bins`` bins when
+    the migratable steps hold ``keys`` keys: about :data:`LIVE_KEYS_PER_STEP` keys each
+    (bins hold about equal shares of the keys), at least one, at most :data:`LIVE_STEPS`."""
+    if keys is None:
+        return LIVE_STEPS
+    if moving <= 0:
+        return 1
+    share = keys * moving / bins
+    return max(1, min(LIVE_STEPS, moving, math.ceil(share / LIVE_KEYS_PER_STEP)))
 
 
 class _RescaleNow(Exception):
@@ -575,6 +595,11 @@ class Session(ABC):
         if self.coordinator is not None:
             self.coordinator.workers = self.workers
 
+    def _keys_held(self) -> int | None:
+        """How many keys the migratable steps hold over every worker (None: not known,
+        and a live change takes :data:`LIVE_STEPS`)."""
+        return None
+
     def _migratable(self) -> set[int]:
         """The keyed steps whose keys may move live: their state moves with their bins,
         or they keep none across times (backends that run live)."""
@@ -684,7 +709,10 @@ class Session(ABC):
             table[b] = w
         # Fluid, in at most LIVE_STEPS epochs: a leaver goes only after the last one.
         restarts = self.restarts
-        epochs = self.reconfigure(tuple(table), bins_per_step=max(8, -(-len(moves) // LIVE_STEPS)))
+        configurations = live_steps(self._guarded(self._keys_held), len(moves), self.plan.bins)
+        epochs = self.reconfigure(
+            tuple(table), bins_per_step=max(1, -(-len(moves) // configurations))
+        )
         if self.restarts != restarts:  # restored meanwhile, on the change's worker count
             return
         # Sources: partitions re-dealt at the change's first epoch (the joiners take part

@@ -104,6 +104,16 @@ class Migration:
         self.useful_ns = 0
         """Time in the activations of :attr:`migratable` vertices (DS2's useful time), ns."""
 
+    def keys_held(self) -> int:
+        """How many keys the migratable steps hold in all (what a live change would move,
+        bins' share of it): the driver sizes a change's fluid steps by it."""
+        total = 0
+        for v in self.migratable:
+            vertex = self.w.vertices[v]
+            assert isinstance(vertex, StatefulVertex)
+            total += sum(len(state) for state in vertex.states().values())
+        return total
+
     def take_load(self) -> BinLoad:
         """The records routed per bin and the useful time spent since the last call."""
         useful, self.useful_ns = self.useful_ns, 0
