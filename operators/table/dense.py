@@ -68,6 +68,11 @@ def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa
     if not top:
         return None
     slots = raw.astype(np.int64) - low if low else raw.astype(np.int64, copy=False)
+    sums = _sums(table, slots, top, aggs)
+    if every_slot_used(sums, top):  # no counts, no gathers
+        arrays = [pa.array(np.arange(low, low + top), column.type)]
+        arrays += [pa.array(sums[c], _out_type(table.schema.field(c).type, fn)) for c, fn in aggs]
+        return pa.Table.from_arrays(arrays, names=[key, *(f"{c}_{fn}" for c, fn in aggs)])
     rows = np.bincount(slots, minlength=top)
     present = np.flatnonzero(rows)
     names = [key]
@@ -77,6 +82,9 @@ def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa
         names.append(f"{c}_{fn}" if c else fn)
         if fn == "count_all":
             arrays.append(pa.array(rows[present], pa.int64()))
+            continue
+        if c in sums:  # no nulls: the sums of every row, taken already
+            arrays.append(pa.array(sums[c][present], _out_type(table.schema.field(c).type, fn)))
             continue
         if c not in values:
             values[c] = _valid(table.column(c), slots, rows, top)
@@ -88,6 +96,24 @@ def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa
         got = (_sum if fn == "sum" else _extreme)(at, v, top, fn)[present]
         arrays.append(pa.array(got, _out_type(table.schema.field(c).type, fn), mask=empty))
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _sums(
+    table: pa.Table, slots: np.ndarray[Any, Any], top: int, aggs: list[tuple[str, str]]
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Each summed column's sums by slot, when every aggregation is a sum of a column
+    without nulls (else none): a column non-zero in every slot shows every key in range
+    has rows, without counting rows per key (a zero, -0.0 too, may be either)."""
+    if any(fn != "sum" or table.column(c).null_count for c, fn in aggs):
+        return {}
+    return {c: _sum(slots, table.column(c).to_numpy(), top) for c, _ in aggs}
+
+
+def every_slot_used(sums: dict[str, np.ndarray[Any, Any]], top: int) -> bool:
+    """Whether some column's sums show every slot has rows: a slot without sums to
+    exactly 0 (+0.0), so a column with no zero sum has rows in every slot. A zero sum
+    (-0.0 too) may be a slot with rows or one without: then the rows are counted."""
+    return any(np.count_nonzero(s) == top for s in sums.values())
 
 
 def _summable(t: pa.DataType) -> bool:

@@ -210,3 +210,39 @@ def test_node_numbers_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> Non
     got = run_agg([rows], 2, 0)
     assert [r["n"] for r in got] == [6, 6, 6, 6, 6, 5, 5]
     assert taken and all(taken)
+
+
+@st.composite
+def sums_only(draw: Any) -> tuple[pa.Table, list[tuple[str, str]], bool]:
+    """Sums of columns without nulls, over dense keys with and without gaps, values that
+    often cancel to 0 (or -0.0): the case that skips counting rows per key when one
+    column's sums are non-zero in every slot, and must count them otherwise."""
+    low = draw(st.integers(-5, 5))
+    keys = st.integers(low, low + draw(st.integers(0, 12)))
+    floats = st.sampled_from([0.0, -0.0, 0.5, -0.5, 1.0, float("nan")])
+    ints = st.integers(-2, 2)
+    names = draw(st.lists(st.sampled_from(["f", "i"]), min_size=1, max_size=2, unique=True))
+    schema = pa.schema([("k", pa.int64()), *((n, VALUES[n][0]) for n in names)])
+    row = st.fixed_dictionaries({"k": keys, **{n: floats if n == "f" else ints for n in names}})
+    batches = draw(st.lists(st.lists(row, min_size=1, max_size=12), min_size=1, max_size=3))
+    table = pa.Table.from_batches(
+        [pa.RecordBatch.from_pylist(rows, schema=schema) for rows in batches], schema=schema
+    )
+    return table, [(n, "sum") for n in names], False
+
+
+@SETTINGS
+@given(sums_only())
+def test_sums_find_the_keys_present_without_counting_them(case: Any) -> None:
+    check(dense_group_by, case)
+
+
+def test_the_sums_property_catches_keys_taken_as_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that trusts the sums whatever they are (a slot without rows taken as
+    a key summing to 0) fails the property above."""
+    monkeypatch.setattr(dense_mod, "every_slot_used", lambda sums, top: bool(sums))
+    prop = settings(max_examples=300, deadline=None, database=None, derandomize=True)(
+        given(sums_only())(lambda case: check(dense_group_by, case))
+    )
+    with pytest.raises(AssertionError):
+        prop()
