@@ -224,3 +224,74 @@ def test_the_matches_are_each_probe_rows_range_in_turn(
     column = pa.chunked_array([pa.array(probes, pa.int64())])
     repeated = repeat.column(column).to_pylist()
     assert repeated == [p for p, c in zip(probes, counts) for _ in range(c)]
+
+
+WALK = pa.schema([("p", pa.int64()), ("s", pa.string()), ("v", pa.float64())])
+WALK_OUT = WALK.append(pa.field("w", pa.int64()))
+
+
+@st.composite
+def walks(draw: Any) -> tuple[list[int], list[Any]]:
+    """Keys of a dense arrangement and probe keys: half the time in any order, else
+    walking it in key order (a run of its keys, keys that match nothing among them,
+    nulls first), which is when ``probe`` gathers the repeated rows (``_walk_rows``)."""
+    arranged = draw(st.lists(st.integers(0, 8), min_size=1, max_size=20))
+    if draw(st.booleans()):
+        return arranged, draw(st.lists(st.none() | st.integers(0, 9), max_size=12))
+    present = sorted(set(arranged))
+    i = draw(st.integers(0, len(present) - 1))
+    j = draw(st.integers(i + 1, len(present)))
+    absent = draw(st.lists(st.integers(0, 9).filter(lambda k: k not in present), max_size=3))
+    nulls = [None] * draw(st.integers(0, 2)) if i == 0 else []
+    return arranged, nulls + sorted(set(present[i:j] + absent))
+
+
+def probe_rows(arranged: list[int], probes: list[Any]) -> tuple[list[Any], list[Any]]:
+    """``probe`` of a dense arrangement of ``(k, w)`` rows by ``(p, s, v)`` rows, and the
+    inner join in plain Python (probe order, then arrangement order)."""
+    outer = pa.table(
+        {"k": pa.array(arranged, pa.int64()), "w": pa.array(range(len(arranged)), pa.int64())}
+    )
+    got = table_arrange.arrange(outer, "k", ["w"])
+    assert got.dense
+    rows = pa.Table.from_pylist(
+        [{"p": p, "s": f"r{i}", "v": i / 2} for i, p in enumerate(probes)], schema=WALK
+    )
+    out = table_arrange.probe(got, rows, "p", "inner", 1, (["p", "s", "v"], {"w": "w"}), WALK_OUT)
+    pairs = sorted(zip(arranged, range(len(arranged))), key=lambda kw: kw[0])  # stable
+    want = [(p, f"r{i}", i / 2, w) for i, p in enumerate(probes) for k, w in pairs if k == p]
+    return [tuple(r.values()) for r in out.to_pylist()], want
+
+
+def check_walk(case: tuple[list[int], list[Any]]) -> None:
+    got, want = probe_rows(*case)
+    assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(walks())
+def test_a_probe_that_walks_the_arrangement_gathers_its_repeated_rows(case: Any) -> None:
+    """Probe rows in key order (gaps, keys matching nothing, nulls, or the keys
+    ``first .. first + n - 1``) repeat their columns by a gather of the probe row of
+    each match (``_walk_rows``), numbers and strings alike: the plain join's rows, in
+    its order; and so do probe rows in any order (``np.repeat``)."""
+    check_walk(case)
+
+
+def test_a_walk_that_takes_every_probe_key_as_consecutive_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant ``_walk_rows`` that maps each match to its key less the first probe key
+    (right only when the probe keys leave no gap) fails the property above."""
+    monkeypatch.setattr(
+        table_arrange, "_walk_rows", lambda keys, at_keys, counts, no_nulls: keys - int(at_keys[0])
+    )
+    prop = settings(
+        max_examples=200,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        report_multiple_bugs=False,
+    )(given(walks())(check_walk))
+    with pytest.raises((AssertionError, IndexError)):
+        prop()
