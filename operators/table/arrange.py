@@ -158,10 +158,15 @@ def _matches(
     """The arranged rows each probe row matches (``lo[i]:hi[i]``), one after another:
     a slice when each range starts where the one before ended (the probe walks the
     arrangement in key order, as the ranks of a dense ``group_by`` do), so the arranged
-    side's columns are sliced, not gathered; ``lo`` itself (of the rows that matched)
-    when no row matched more than once (unique keys: a lookup)."""
+    side's columns are sliced, not gathered (rows that match nothing, wherever they are,
+    left out of the walk: a left join's rows without a match come after the others);
+    ``lo`` itself (of the rows that matched) when no row matched more than once (unique
+    keys: a lookup)."""
     if len(lo) and np.array_equal(lo[1:], hi[:-1]):
         return slice(int(lo[0]), int(hi[-1]))
+    walk = _walk_of_matched(lo, hi, counts, repeat)
+    if walk is not None:
+        return walk
     if repeat.once:
         return lo
     if repeat.mask is not None:
@@ -172,6 +177,24 @@ def _matches(
     total = int(ends[-1]) if len(ends) else 0
     match: np.ndarray[Any, Any] = np.repeat(shift, counts) + np.arange(total)
     return match
+
+
+def _walk_of_matched(
+    lo: np.ndarray[Any, Any],
+    hi: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    repeat: _Repeat,
+) -> slice | None:
+    """The matches as a slice when the ranges of the rows that matched each start where
+    the one before ended (the rows without a match add nothing, wherever they are);
+    ``None`` if they do not, or if every row matched (then the caller's check said so)."""
+    if repeat.once:
+        return None
+    matched = repeat.mask if repeat.mask is not None else counts > 0
+    starts, ends = lo[matched], hi[matched]
+    if len(starts) and np.array_equal(starts[1:], ends[:-1]):
+        return slice(int(starts[0]), int(ends[-1]))
+    return None
 
 
 class _Repeat:

@@ -198,19 +198,14 @@ def test_a_two_column_table_is_reduced_without_gathering_rows(rows: Any) -> None
     )
 
 
-@settings(max_examples=200, deadline=None)
-@given(
+MATCHES = (
     st.lists(st.integers(0, 6), max_size=12),
     st.lists(st.integers(-1, 7), max_size=12),
     st.booleans(),
 )
-def test_the_matches_are_each_probe_rows_range_in_turn(
-    arranged: Any, probes: Any, unique: bool
-) -> None:
-    """``_matches`` (a slice when the ranges follow each other, the starts themselves
-    when no row matched twice, else index arithmetic) against the ranges ``lo[i]:hi[i]``
-    concatenated, and ``_Repeat`` (the column, a filter, a repeat) against each probe
-    row repeated as often as it matched. Unique arranged keys: lookups."""
+
+
+def check_matches(arranged: Any, probes: Any, unique: bool) -> None:
     keys = np.array(sorted(set(arranged) if unique else arranged), dtype=np.int64)
     at = np.array(probes, dtype=np.int64)
     lo = np.searchsorted(keys, at, side="left")
@@ -226,6 +221,37 @@ def test_the_matches_are_each_probe_rows_range_in_turn(
     assert repeated == [p for p, c in zip(probes, counts) for _ in range(c)]
 
 
+@settings(max_examples=200, deadline=None)
+@given(*MATCHES)
+def test_the_matches_are_each_probe_rows_range_in_turn(
+    arranged: Any, probes: Any, unique: bool
+) -> None:
+    """``_matches`` (a slice when the ranges of the rows that matched follow each other,
+    wherever the rows that matched nothing are; the starts themselves when no row
+    matched twice; else index arithmetic) against the ranges ``lo[i]:hi[i]``
+    concatenated, and ``_Repeat`` (the column, a filter, a repeat) against each probe
+    row repeated as often as it matched. Unique arranged keys: lookups."""
+    check_matches(arranged, probes, unique)
+
+
+def test_a_walk_that_skips_its_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that takes the matched rows' ranges as a walk without checking that
+    each starts where the one before ended fails the property above."""
+
+    def unchecked(lo: Any, hi: Any, counts: Any, repeat: Any) -> Any:
+        matched = counts > 0
+        if repeat.once or not matched.any():
+            return None
+        return slice(int(lo[matched][0]), int(hi[matched][-1]))
+
+    monkeypatch.setattr(table_arrange, "_walk_of_matched", unchecked)
+    prop = settings(max_examples=200, deadline=None, database=None, derandomize=True)(
+        given(*MATCHES)(check_matches)
+    )
+    with pytest.raises(AssertionError):
+        prop()
+
+
 WALK = pa.schema([("p", pa.int64()), ("s", pa.string()), ("v", pa.float64())])
 WALK_OUT = WALK.append(pa.field("w", pa.int64()))
 
@@ -233,8 +259,9 @@ WALK_OUT = WALK.append(pa.field("w", pa.int64()))
 @st.composite
 def walks(draw: Any) -> tuple[list[int], list[Any]]:
     """Keys of a dense arrangement and probe keys: half the time in any order, else
-    walking it in key order (a run of its keys, keys that match nothing among them,
-    nulls first), which is when ``probe`` gathers the repeated rows (``_walk_rows``)."""
+    walking it in key order (a run of its keys, keys that match nothing among them, and
+    nulls or such keys anywhere), which is when ``probe`` gathers the repeated rows
+    (``_walk_rows``)."""
     arranged = draw(st.lists(st.integers(0, 8), min_size=1, max_size=20))
     if draw(st.booleans()):
         return arranged, draw(st.lists(st.none() | st.integers(0, 9), max_size=12))
@@ -242,8 +269,10 @@ def walks(draw: Any) -> tuple[list[int], list[Any]]:
     i = draw(st.integers(0, len(present) - 1))
     j = draw(st.integers(i + 1, len(present)))
     absent = draw(st.lists(st.integers(0, 9).filter(lambda k: k not in present), max_size=3))
-    nulls = [None] * draw(st.integers(0, 2)) if i == 0 else []
-    return arranged, nulls + sorted(set(present[i:j] + absent))
+    walk: list[Any] = sorted(set(present[i:j] + absent))
+    for extra in draw(st.lists(st.none() | st.sampled_from(absent or [None]), max_size=3)):
+        walk.insert(draw(st.integers(0, len(walk))), extra)  # matching nothing, anywhere
+    return arranged, walk
 
 
 def probe_rows(arranged: list[int], probes: list[Any]) -> tuple[list[Any], list[Any]]:
