@@ -1,8 +1,9 @@
 """The dense ``group_by`` (``operators/table/dense.py``) against Arrow's hash aggregation:
 random integer keys (dense and sparse, negative, null), int and float values with
 nulls, NaN, infinities and sums past 2**53, several batches a time (empty ones too),
-every function it covers (hypothesis). The same table but for the row order (key order
-here); mutants that shift the keys by one or drop the last key are caught by the same
+every function it covers, value columns cut into chunks unlike the keys (hypothesis).
+The same table but for the row order (key order here); mutants that shift the keys by
+one, drop the last key or misalign a value column's chunks are caught by the same
 property; a ``group_by().agg(...)`` dataflow gives the same rows with the fast path as
 without it, and takes it on node numbers."""
 
@@ -76,6 +77,11 @@ def cases(draw: Any) -> tuple[pa.Table, list[tuple[str, str]], bool]:
     table = pa.Table.from_batches(
         [pa.RecordBatch.from_pylist(rows, schema=schema) for rows in batches], schema=schema
     )
+    if draw(st.booleans()):  # value columns cut otherwise than the keys: one chunk each
+        table = pa.table(
+            [c if n == "k" else c.combine_chunks() for n, c in zip(schema.names, table.columns)],
+            schema=schema,
+        )
     every = [("", "count_all")] + [(n, fn) for n in names for fn in sorted(FAST - {"count_all"})]
     aggs = draw(st.lists(st.sampled_from(every), min_size=1, max_size=6, unique=True))
     keys = table.column("k").to_pylist()
@@ -139,6 +145,23 @@ def test_the_property_catches_mutants(mutant: GroupBy) -> None:
         given(cases())(lambda case: check(mutant, case))
     )
     with pytest.raises(AssertionError):
+        prop()
+
+
+def test_the_property_catches_pieces_cut_unlike_the_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that takes a value column's chunks as they are, cut unlike the keys'
+    (the rows are no longer beside their keys), fails the property above."""
+    monkeypatch.setattr(
+        dense_mod, "_pieces", lambda column, slots: [c for c in column.chunks if len(c)]
+    )
+    prop = settings(
+        max_examples=300,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        report_multiple_bugs=False,
+    )(given(cases())(lambda case: check(dense_group_by, case)))
+    with pytest.raises((AssertionError, ValueError, IndexError)):
         prop()
 
 
