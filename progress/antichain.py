@@ -32,6 +32,13 @@ class Antichain(Generic[T]):
         for element in elements:
             self.insert(element)
 
+    @classmethod
+    def of(cls, element: T) -> Antichain[T]:
+        """The antichain of one element (no comparisons to make)."""
+        made: Antichain[T] = cls.__new__(cls)
+        made._elements = [element]
+        return made
+
     def insert(self, element: T) -> bool:
         """Insert ``element`` unless some element is ``<=`` it; return whether it was."""
         elements = self._elements
@@ -175,7 +182,10 @@ class MutableAntichain:
 
     def less_equal(self, time: Timestamp) -> bool:
         """Some live time is ``<= time``."""
-        return any(less_equal(f, time) for f in self._frontier)
+        for f in self._frontier:  # a loop: no generator for the worker's check per batch
+            if less_equal(f, time):
+                return True
+        return False
 
     def less_than(self, time: Timestamp) -> bool:
         """Some live time is strictly ``< time``."""

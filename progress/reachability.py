@@ -34,7 +34,7 @@ def _insert(reach: dict[Location, Antichain[PathSummary]], loc: Location, s: Pat
     was not dominated there."""
     found = reach.get(loc)
     if found is None:
-        reach[loc] = Antichain((s,))
+        reach[loc] = Antichain.of(s)
         return True
     return found.insert(s)
 

@@ -416,7 +416,7 @@ class Worker:
             loc = target(v, port)
             if time[0] > self.max_epoch:
                 self.max_epoch = time[0]
-            if not any(less_equal(f, time) for f in frontier(loc)):
+            if not self.tracker.could_reach(loc, time):
                 name = self.plan.vertices[v].name
                 raise ProtocolError(
                     f"worker {self.index}: a batch at {time} reached {name!r} input {port}, "
