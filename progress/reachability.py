@@ -232,12 +232,13 @@ class Graph:
                 if parents is not None:
                     parents[(nxt, s)] = (start, None)
         succ = self._succ
+        identity = PathSummary.identity()  # most steps (edges, most vertices): s itself
         while work:
             loc, s = work.popleft()
             if s not in reach[loc]:
                 continue  # superseded by a smaller summary; its results are dominated
             for nxt, step in succ[loc]:
-                s2 = s.followed_by(step)
+                s2 = s if step is identity else s.followed_by(step)
                 if _insert(reach, nxt, s2):
                     work.append((nxt, s2))
                     if parents is not None:

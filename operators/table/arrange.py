@@ -45,13 +45,22 @@ def arrange(table: pa.Table, key: str, sent: list[str], dense_only: bool = False
         table = table.filter(pc.is_valid(keys_column))
         keys_column = table.column(key)
     keys = keys_column.to_numpy()
-    order = _stable_order(keys, top)
-    rows, index = table.select(sent).take(order), keys[order]
+    if in_order(keys):  # as it is: no sort, no gather
+        rows, index = table.select(sent), keys
+    else:
+        order = _stable_order(keys, top)
+        rows, index = table.select(sent).take(order), keys[order]
     if top:
         starts = np.zeros(top + 1, dtype=np.int64)
         np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
         return Arrangement(starts, rows, True, index)
     return Arrangement(index, rows, False)
+
+
+def in_order(keys: np.ndarray[Any, Any]) -> bool:
+    """The keys are in order already (one pass; a sort and a gather of every column
+    saved: a table keyed by node numbers often comes so)."""
+    return len(keys) < 2 or bool(np.all(keys[:-1] <= keys[1:]))
 
 
 def probe(
@@ -75,7 +84,11 @@ def probe(
         probe_column = probe_column.fill_null(0)
     at_keys = probe_column.to_numpy()
     index = arranged.index
-    if arranged.dense and len(at_keys) and at_keys.min() >= 0 and at_keys.max() < len(index) - 1:
+    n = len(at_keys)
+    first = _first_of_run(at_keys) if arranged.dense and valid is None else None
+    if first is not None and first >= 0 and first + n < len(index):
+        lo, hi = index[first : first + n], index[first + 1 : first + n + 1]  # views, no gather
+    elif arranged.dense and n and at_keys.min() >= 0 and at_keys.max() < len(index) - 1:
         lo, hi = index[at_keys], index[at_keys + 1]  # every key within the index
     elif arranged.dense:
         inside = (at_keys >= 0) & (at_keys < len(index) - 1)
@@ -94,7 +107,7 @@ def probe(
     repeat = _Repeat(counts)
     match = _matches(lo, hi, counts, repeat)
     if isinstance(match, slice) and arranged.keys is not None and repeat.repeats:
-        repeat.rows = _walk_rows(arranged.keys[match], at_keys, counts, valid is None)
+        repeat.rows = _walk_rows(arranged.keys[match], at_keys, counts, first)
     table = arranged.table
     if outer == 0:
         columns = [_gather(table, n, match) for n in left_out]
@@ -126,21 +139,31 @@ def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
     return np.argsort(keys, kind="stable")
 
 
+def _first_of_run(at_keys: np.ndarray[Any, Any]) -> int | None:
+    """``k`` if the keys are ``k, k + 1, ..., k + n - 1`` (the nodes out of a dense
+    ``group_by``, in order), else ``None``."""
+    n = len(at_keys)
+    if not n or at_keys.dtype.kind not in "iu":
+        return None
+    first = int(at_keys[0])
+    if int(at_keys[-1]) - first != n - 1:
+        return None
+    return first if np.array_equal(at_keys, np.arange(first, first + n)) else None
+
+
 def _walk_rows(
     keys: np.ndarray[Any, Any],
     at_keys: np.ndarray[Any, Any],
     counts: np.ndarray[Any, Any],
-    no_nulls: bool,
+    first: int | None,
 ) -> np.ndarray[Any, Any]:
     """The probe row of each matched arranged row when the probe walks a dense
     arrangement in key order (``keys``: the matched rows' keys): each key with matches
     is one probe row's, so a row's probe row is where its key is among the probe keys
-    (the key less the first, when the probe keys are consecutive integers). A gather,
-    where ``np.repeat`` of each probe row by its count costs ~4x as much."""
-    n = len(at_keys)
-    first = int(at_keys[0])
-    consecutive = no_nulls and int(at_keys[-1]) - first == n - 1
-    if consecutive and np.array_equal(at_keys, np.arange(first, first + n)):
+    (the key less the first, ``first``, when the probe keys are consecutive integers
+    without nulls). A gather, where ``np.repeat`` of each probe row by its count costs
+    ~4x as much."""
+    if first is not None:
         return keys - first if first else keys
     matched = counts > 0
     where = np.zeros(int(keys[-1]) + 1, dtype=np.intp)

@@ -62,11 +62,12 @@ def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa
         return None
     if any(c and not _summable(table.schema.field(c).type) for c, _ in aggs):
         return None
-    keys = [chunk.to_numpy() for chunk in column.chunks if len(chunk)]
-    low, high = min(int(k.min()) for k in keys), max(int(k.max()) for k in keys)
+    bounds = pc.min_max(column)  # one pass over every chunk
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
     top = dense_top(0, high - low, n, minimum=0) if high < 1 << 63 else 0
     if not top:
         return None
+    keys = [chunk.to_numpy() for chunk in column.chunks if len(chunk)]
     slots = [k.astype(np.int64) - low if low else k.astype(np.int64, copy=False) for k in keys]
     sums = _sums(table, slots, top, aggs)
     if every_slot_used(sums, top):  # no counts, no gathers

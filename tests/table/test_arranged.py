@@ -324,3 +324,40 @@ def test_a_walk_that_takes_every_probe_key_as_consecutive_is_caught(
     )(given(walks())(check_walk))
     with pytest.raises((AssertionError, IndexError)):
         prop()
+
+
+def check_arrangement(keys: list[int], ordered: bool) -> None:
+    """``arrange`` keeps every row, sorted stably by key (taken as they are when they
+    come in order), and each key's rows at ``index[k]:index[k + 1]``."""
+    if ordered:
+        keys = sorted(keys)
+    table = pa.table({"k": pa.array(keys, pa.int64()), "w": pa.array(range(len(keys)), pa.int64())})
+    got = table_arrange.arrange(table, "k", ["w"])
+    want = sorted(zip(keys, range(len(keys))), key=lambda kw: kw[0])
+    assert got.table.column("w").to_pylist() == [w for _, w in want]
+    assert list(got.keys) == [k for k, _ in want]
+    for k in set(keys):
+        assert sorted(got.table.column("w").to_pylist()[got.index[k] : got.index[k + 1]]) == [
+            w for k2, w in want if k2 == k
+        ]
+
+
+ARRANGED = (st.lists(st.integers(0, 9), min_size=1, max_size=20), st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(*ARRANGED)
+def test_an_arrangement_holds_every_row_in_key_order(keys: Any, ordered: bool) -> None:
+    check_arrangement(keys, ordered)
+
+
+def test_an_arrangement_that_takes_rows_as_in_order_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant that takes every table as in key order already (no sort) fails it."""
+    monkeypatch.setattr(table_arrange, "in_order", lambda keys: True)
+    prop = settings(max_examples=150, deadline=None, database=None, derandomize=True)(
+        given(*ARRANGED)(check_arrangement)
+    )
+    with pytest.raises(AssertionError):
+        prop()
