@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from progress.antichain import Antichain, MutableAntichain
@@ -283,7 +283,7 @@ def test_the_single_update_property_catches_mutants(
     mutant: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(MutableAntichain, "update", mutant)
-    prop = settings(max_examples=300, database=None, derandomize=True)(
+    prop = settings(max_examples=300, database=None, derandomize=True, phases=(Phase.generate,))(
         given(update_programs())(check_single_updates)
     )
     with pytest.raises(AssertionError):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
@@ -245,9 +245,9 @@ def test_a_walk_that_skips_its_check_is_caught(monkeypatch: pytest.MonkeyPatch) 
         return slice(int(lo[matched][0]), int(hi[matched][-1]))
 
     monkeypatch.setattr(table_arrange, "_walk_of_matched", unchecked)
-    prop = settings(max_examples=200, deadline=None, database=None, derandomize=True)(
-        given(*MATCHES)(check_matches)
-    )
+    prop = settings(
+        max_examples=200, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(*MATCHES)(check_matches))
     with pytest.raises(AssertionError):
         prop()
 
@@ -320,6 +320,7 @@ def test_a_walk_that_takes_every_probe_key_as_consecutive_is_caught(
         deadline=None,
         database=None,
         derandomize=True,
+        phases=(Phase.generate,),
         report_multiple_bugs=False,
     )(given(walks())(check_walk))
     with pytest.raises((AssertionError, IndexError)):
@@ -356,8 +357,8 @@ def test_an_arrangement_that_takes_rows_as_in_order_is_caught(
 ) -> None:
     """A mutant that takes every table as in key order already (no sort) fails it."""
     monkeypatch.setattr(table_arrange, "in_order", lambda keys: True)
-    prop = settings(max_examples=150, deadline=None, database=None, derandomize=True)(
-        given(*ARRANGED)(check_arrangement)
-    )
+    prop = settings(
+        max_examples=150, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(*ARRANGED)(check_arrangement))
     with pytest.raises(AssertionError):
         prop()
