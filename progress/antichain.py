@@ -32,14 +32,26 @@ class Antichain(Generic[T]):
         for element in elements:
             self.insert(element)
 
+    @classmethod
+    def of(cls, element: T) -> Antichain[T]:
+        """The antichain of one element (no comparisons to make)."""
+        made: Antichain[T] = cls.__new__(cls)
+        made._elements = [element]
+        return made
+
     def insert(self, element: T) -> bool:
         """Insert ``element`` unless some element is ``<=`` it; return whether it was."""
-        for existing in self._elements:
-            if partial_le(existing, element):
+        elements = self._elements
+        for existing in elements:
+            if existing is element or partial_le(existing, element):
                 return False
-        self._elements = [e for e in self._elements if not partial_le(element, e)]
-        self._elements.append(element)
+        if elements:
+            self._elements = elements = [e for e in elements if not partial_le(element, e)]
+        elements.append(element)
         return True
+
+    def __contains__(self, element: object) -> bool:
+        return element in self._elements
 
     def less_equal(self, element: T) -> bool:
         """Some element of the antichain is ``<= element``."""
@@ -126,8 +138,34 @@ class MutableAntichain:
         return changes
 
     def update(self, time: Timestamp, delta: int) -> list[tuple[Timestamp, int]]:
-        """Apply one update; return the frontier changes."""
-        return self.update_iter(((time, delta),))
+        """Apply one update; return the frontier changes (as :meth:`update_iter` would,
+        in the same order, without its loop: the tracker calls this per pointstamp)."""
+        if not delta:
+            return []
+        counts = self._counts
+        value = counts.get(time, 0) + delta
+        if value:
+            counts[time] = value
+        else:
+            del counts[time]
+        old = self._frontier
+        if delta > 0:
+            if value <= 0 or any(less_equal(f, time) for f in old):
+                return []
+            frontier = [f for f in old if not less_equal(time, f)]
+            frontier.append(time)
+            frontier.sort()
+            self._frontier = frontier
+            changes = [(t, -1) for t in old if less_equal(time, t)]
+            changes.append((time, 1))
+            return changes
+        if value > 0 or time not in old:
+            return []
+        frontier = self._minimal()
+        self._frontier = frontier
+        changes = [(t, -1) for t in old if t not in frontier]
+        changes.extend((t, 1) for t in frontier if t not in old)
+        return changes
 
     def _minimal(self) -> list[Timestamp]:
         fresh: list[Timestamp] = []
@@ -144,7 +182,10 @@ class MutableAntichain:
 
     def less_equal(self, time: Timestamp) -> bool:
         """Some live time is ``<= time``."""
-        return any(less_equal(f, time) for f in self._frontier)
+        for f in self._frontier:  # a loop: no generator for the worker's check per batch
+            if less_equal(f, time):
+                return True
+        return False
 
     def less_than(self, time: Timestamp) -> bool:
         """Some live time is strictly ``< time``."""

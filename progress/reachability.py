@@ -29,6 +29,16 @@ _Parents = dict[tuple[Location, PathSummary], tuple[Location, PathSummary | None
 """For each (location, summary) reached, the step it was reached from."""
 
 
+def _insert(reach: dict[Location, Antichain[PathSummary]], loc: Location, s: PathSummary) -> bool:
+    """Add ``s`` to ``loc``'s antichain in ``reach`` (made on first use); whether it
+    was not dominated there."""
+    found = reach.get(loc)
+    if found is None:
+        reach[loc] = Antichain.of(s)
+        return True
+    return found.insert(s)
+
+
 class GraphError(ValueError):
     """Malformed graph: bad ports, mismatched depths, or a cycle that does not advance time."""
 
@@ -217,17 +227,19 @@ class Graph:
         reach: dict[Location, Antichain[PathSummary]] = {}
         work: deque[tuple[Location, PathSummary]] = deque()
         for nxt, s in self._succ[start]:
-            if reach.setdefault(nxt, Antichain()).insert(s):
+            if _insert(reach, nxt, s):
                 work.append((nxt, s))
                 if parents is not None:
                     parents[(nxt, s)] = (start, None)
+        succ = self._succ
+        identity = PathSummary.identity()  # most steps (edges, most vertices): s itself
         while work:
             loc, s = work.popleft()
-            if s not in reach[loc].elements:
+            if s not in reach[loc]:
                 continue  # superseded by a smaller summary; its results are dominated
-            for nxt, step in self._succ[loc]:
-                s2 = s.followed_by(step)
-                if reach.setdefault(nxt, Antichain()).insert(s2):
+            for nxt, step in succ[loc]:
+                s2 = s if step is identity else s.followed_by(step)
+                if _insert(reach, nxt, s2):
                     work.append((nxt, s2))
                     if parents is not None:
                         parents[(nxt, s2)] = (loc, s)

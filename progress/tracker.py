@@ -78,7 +78,7 @@ class Tracker:
             for t, d in self._pointstamps[i].update(time, delta):
                 push(worklist, (t, i, d))
 
-        changes: ChangeBatch[tuple[int, Timestamp]] = ChangeBatch()
+        changes: dict[tuple[int, Timestamp], int] = {}  # net, as a ChangeBatch keeps them
         implications = self._implications
         succ = self._succ
         pop = heapq.heappop
@@ -92,19 +92,29 @@ class Tracker:
             if not delta:
                 continue
             for t, d in implications[i].update(time, delta):
-                changes.update((i, t), d)
+                key = (i, t)
+                net = changes.get(key, 0) + d
+                if net:
+                    changes[key] = net
+                else:
+                    del changes[key]
                 for j, s in succ[i]:
                     r = s.results_in(t)
                     if r is not None:
                         push(worklist, (r, j, d))
         self.worklist_pops += pops
         locations = self.graph.locations
-        return [(locations[i], t, d) for (i, t), d in changes.drain()]
+        return [(locations[i], t, d) for (i, t), d in changes.items()]
 
     # -- queries ----------------------------------------------------------------------
     def frontier(self, loc: Location) -> tuple[Timestamp, ...]:
         """Minimal times that could still reach ``loc`` (as of the last propagation)."""
         return self._implications[self.graph.index[loc]].frontier()
+
+    def could_reach(self, loc: Location, time: Timestamp) -> bool:
+        """Some time in the frontier at ``loc`` is ``<= time``: ``time`` may still be seen
+        there (as of the last propagation)."""
+        return self._implications[self.graph.index[loc]].less_equal(time)
 
     def pointstamp_frontier(self, loc: Location) -> tuple[Timestamp, ...]:
         """Minimal times of the live pointstamps at ``loc`` itself."""

@@ -24,6 +24,8 @@ class Arrangement(NamedTuple):
     index: Any
     table: pa.Table
     dense: bool
+    keys: Any = None
+    """If ``dense``: the rows' keys, sorted (a numpy array)."""
 
 
 def arrange(table: pa.Table, key: str, sent: list[str], dense_only: bool = False) -> Arrangement:
@@ -43,13 +45,22 @@ def arrange(table: pa.Table, key: str, sent: list[str], dense_only: bool = False
         table = table.filter(pc.is_valid(keys_column))
         keys_column = table.column(key)
     keys = keys_column.to_numpy()
-    order = _stable_order(keys, top)
-    rows, index = table.select(sent).take(order), keys[order]
+    if in_order(keys):  # as it is: no sort, no gather
+        rows, index = table.select(sent), keys
+    else:
+        order = _stable_order(keys, top)
+        rows, index = table.select(sent).take(order), keys[order]
     if top:
         starts = np.zeros(top + 1, dtype=np.int64)
         np.cumsum(np.bincount(index, minlength=top), out=starts[1:])
-        return Arrangement(starts, rows, True)
+        return Arrangement(starts, rows, True, index)
     return Arrangement(index, rows, False)
+
+
+def in_order(keys: np.ndarray[Any, Any]) -> bool:
+    """The keys are in order already (one pass; a sort and a gather of every column
+    saved: a table keyed by node numbers often comes so)."""
+    return len(keys) < 2 or bool(np.all(keys[:-1] <= keys[1:]))
 
 
 def probe(
@@ -73,7 +84,11 @@ def probe(
         probe_column = probe_column.fill_null(0)
     at_keys = probe_column.to_numpy()
     index = arranged.index
-    if arranged.dense and len(at_keys) and at_keys.min() >= 0 and at_keys.max() < len(index) - 1:
+    n = len(at_keys)
+    first = _first_of_run(at_keys) if arranged.dense and valid is None else None
+    if first is not None and first >= 0 and first + n < len(index):
+        lo, hi = index[first : first + n], index[first + 1 : first + n + 1]  # views, no gather
+    elif arranged.dense and n and at_keys.min() >= 0 and at_keys.max() < len(index) - 1:
         lo, hi = index[at_keys], index[at_keys + 1]  # every key within the index
     elif arranged.dense:
         inside = (at_keys >= 0) & (at_keys < len(index) - 1)
@@ -91,6 +106,8 @@ def probe(
         return rows.select(left_out).filter(pa.array(keep))
     repeat = _Repeat(counts)
     match = _matches(lo, hi, counts, repeat)
+    if isinstance(match, slice) and arranged.keys is not None and repeat.repeats:
+        repeat.rows = _walk_rows(arranged.keys[match], at_keys, counts, first)
     table = arranged.table
     if outer == 0:
         columns = [_gather(table, n, match) for n in left_out]
@@ -122,6 +139,39 @@ def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:
     return np.argsort(keys, kind="stable")
 
 
+def _first_of_run(at_keys: np.ndarray[Any, Any]) -> int | None:
+    """``k`` if the keys are ``k, k + 1, ..., k + n - 1`` (the nodes out of a dense
+    ``group_by``, in order), else ``None``."""
+    n = len(at_keys)
+    if not n or at_keys.dtype.kind not in "iu":
+        return None
+    first = int(at_keys[0])
+    if int(at_keys[-1]) - first != n - 1:
+        return None
+    return first if np.array_equal(at_keys, np.arange(first, first + n)) else None
+
+
+def _walk_rows(
+    keys: np.ndarray[Any, Any],
+    at_keys: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    first: int | None,
+) -> np.ndarray[Any, Any]:
+    """The probe row of each matched arranged row when the probe walks a dense
+    arrangement in key order (``keys``: the matched rows' keys): each key with matches
+    is one probe row's, so a row's probe row is where its key is among the probe keys
+    (the key less the first, ``first``, when the probe keys are consecutive integers
+    without nulls). A gather, where ``np.repeat`` of each probe row by its count costs
+    ~4x as much."""
+    if first is not None:
+        return keys - first if first else keys
+    matched = counts > 0
+    where = np.zeros(int(keys[-1]) + 1, dtype=np.intp)
+    where[at_keys[matched]] = np.flatnonzero(matched)
+    rows: np.ndarray[Any, Any] = where[keys]
+    return rows
+
+
 def _matches(
     lo: np.ndarray[Any, Any],
     hi: np.ndarray[Any, Any],
@@ -131,10 +181,15 @@ def _matches(
     """The arranged rows each probe row matches (``lo[i]:hi[i]``), one after another:
     a slice when each range starts where the one before ended (the probe walks the
     arrangement in key order, as the ranks of a dense ``group_by`` do), so the arranged
-    side's columns are sliced, not gathered; ``lo`` itself (of the rows that matched)
-    when no row matched more than once (unique keys: a lookup)."""
+    side's columns are sliced, not gathered (rows that match nothing, wherever they are,
+    left out of the walk: a left join's rows without a match come after the others);
+    ``lo`` itself (of the rows that matched) when no row matched more than once (unique
+    keys: a lookup)."""
     if len(lo) and np.array_equal(lo[1:], hi[:-1]):
         return slice(int(lo[0]), int(hi[-1]))
+    walk = _walk_of_matched(lo, hi, counts, repeat)
+    if walk is not None:
+        return walk
     if repeat.once:
         return lo
     if repeat.mask is not None:
@@ -145,6 +200,24 @@ def _matches(
     total = int(ends[-1]) if len(ends) else 0
     match: np.ndarray[Any, Any] = np.repeat(shift, counts) + np.arange(total)
     return match
+
+
+def _walk_of_matched(
+    lo: np.ndarray[Any, Any],
+    hi: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    repeat: _Repeat,
+) -> slice | None:
+    """The matches as a slice when the ranges of the rows that matched each start where
+    the one before ended (the rows without a match add nothing, wherever they are);
+    ``None`` if they do not, or if every row matched (then the caller's check said so)."""
+    if repeat.once:
+        return None
+    matched = repeat.mask if repeat.mask is not None else counts > 0
+    starts, ends = lo[matched], hi[matched]
+    if len(starts) and np.array_equal(starts[1:], ends[:-1]):
+        return slice(int(starts[0]), int(ends[-1]))
+    return None
 
 
 class _Repeat:
@@ -161,8 +234,15 @@ class _Repeat:
         """Which rows matched, when each matched at most once (and some did not)."""
         if most <= 1 and not self.once:
             self.mask = counts.astype(bool)
-        self._rows: np.ndarray[Any, Any] | None = None
+        self.rows: np.ndarray[Any, Any] | None = None
+        """The probe row of each output row, when known without ``np.repeat``
+        (:func:`_walk_rows`): the columns are gathered by it."""
         self._filter: Any = None
+
+    @property
+    def repeats(self) -> bool:
+        """Some probe row matched more than once: its columns are repeated."""
+        return not self.once and self.mask is None
 
     def column(self, column: Any) -> Any:
         if self.once:
@@ -172,13 +252,16 @@ class _Repeat:
                 self._filter = pa.array(self.mask)
             return column.filter(self._filter)
         t = column.type
-        if column.null_count == 0 and (
+        numbers = column.null_count == 0 and (
             pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-        ):
+        )
+        if numbers and self.rows is not None:
+            return pa.array(column.to_numpy().take(self.rows), t)
+        if numbers:
             return pa.array(np.repeat(column.to_numpy(), self.counts), t)
-        if self._rows is None:
-            self._rows = np.repeat(np.arange(len(self.counts)), self.counts)
-        return column.take(self._rows)
+        if self.rows is None:
+            self.rows = np.repeat(np.arange(len(self.counts)), self.counts)
+        return column.take(self.rows)
 
 
 def _gather(table: pa.Table, name: str, at: np.ndarray[Any, Any] | slice) -> Any:

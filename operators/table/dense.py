@@ -4,8 +4,11 @@ Graph algorithms key their rows by node number, ``0 .. n-1``: such keys need no 
 table and no sort. An array indexed by key holds one slot per possible key, so it pays
 when the keys fill enough of their range (:func:`dense_top` decides, for every table
 step that indexes by key). :func:`dense_group_by` is ``Table.group_by(key).aggregate``
-for one such key column: counts and sums are ``np.bincount`` (numpy's round of the
-power iteration), minima and maxima one ``fmin.at``/``minimum.at`` pass.
+for one such key column: counts, sums, minima and maxima are one ``add.at`` /
+``fmin.at`` / ``minimum.at`` pass per batch (a sum adds in row order as numpy's
+``bincount``, the power iteration's round, does), over Arrow's buffers as they are:
+no batch is concatenated, and ``bincount`` would copy read-only arrays. When sums
+show every key in range has rows, the rows are not counted.
 """
 
 from __future__ import annotations
@@ -23,9 +26,6 @@ DENSE_MIN = 1 << 16
 
 FAST = frozenset({"count_all", "count", "sum", "min", "max"})
 """Arrow's hash aggregates :func:`dense_group_by` computes itself."""
-
-_EXACT = 1 << 53
-"""Integers below this are exact in a float64, so ``bincount``'s float sums of them are."""
 
 
 def dense_top(low: int, high: int, keys: int, minimum: int | None = None) -> int:
@@ -62,21 +62,30 @@ def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa
         return None
     if any(c and not _summable(table.schema.field(c).type) for c, _ in aggs):
         return None
-    raw = column.to_numpy()
-    low, high = int(raw.min()), int(raw.max())
+    bounds = pc.min_max(column)  # one pass over every chunk
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
     top = dense_top(0, high - low, n, minimum=0) if high < 1 << 63 else 0
     if not top:
         return None
-    slots = raw.astype(np.int64) - low if low else raw.astype(np.int64, copy=False)
-    rows = np.bincount(slots, minlength=top)
+    keys = [chunk.to_numpy() for chunk in column.chunks if len(chunk)]
+    slots = [k.astype(np.int64) - low if low else k.astype(np.int64, copy=False) for k in keys]
+    sums = _sums(table, slots, top, aggs)
+    if every_slot_used(sums, top):  # no counts, no gathers
+        arrays = [pa.array(np.arange(low, low + top), column.type)]
+        arrays += [pa.array(sums[c], _out_type(table.schema.field(c).type, fn)) for c, fn in aggs]
+        return pa.Table.from_arrays(arrays, names=[key, *(f"{c}_{fn}" for c, fn in aggs)])
+    rows = _count(slots, top)
     present = np.flatnonzero(rows)
     names = [key]
     arrays = [pa.array(present + low, column.type)]
-    values: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], Any]] = {}
+    values: dict[str, tuple[Pieces, Pieces, Any]] = {}
     for c, fn in aggs:
         names.append(f"{c}_{fn}" if c else fn)
         if fn == "count_all":
             arrays.append(pa.array(rows[present], pa.int64()))
+            continue
+        if c in sums:  # no nulls: the sums of every row, taken already
+            arrays.append(pa.array(sums[c][present], _out_type(table.schema.field(c).type, fn)))
             continue
         if c not in values:
             values[c] = _valid(table.column(c), slots, rows, top)
@@ -90,51 +99,98 @@ def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa
     return pa.Table.from_arrays(arrays, names=names)
 
 
+Pieces = list[np.ndarray[Any, Any]]
+"""A column as numpy arrays, one per non-empty chunk of the key column: the rows in
+order, never concatenated (numpy's ``ufunc.at`` reads Arrow's read-only buffers as they
+are, where ``bincount`` would copy them)."""
+
+
+def _pieces(column: Any, slots: Pieces) -> list[Any]:
+    """``column``'s rows as Arrow arrays cut as ``slots`` are (its chunks, when they
+    are: a table made of batches has every column cut alike)."""
+    chunks = [chunk for chunk in column.chunks if len(chunk)]
+    if [len(chunk) for chunk in chunks] == [len(s) for s in slots]:
+        return chunks
+    whole, out, at = column.combine_chunks(), [], 0
+    for s in slots:
+        out.append(whole.slice(at, len(s)))
+        at += len(s)
+    return out
+
+
+def _count(slots: Pieces, top: int) -> np.ndarray[Any, Any]:
+    """How many rows each slot has."""
+    rows = np.zeros(top, dtype=np.int64)
+    for s in slots:
+        np.add.at(rows, s, 1)
+    return rows
+
+
+def _sums(table: pa.Table, slots: Pieces, top: int, aggs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Each summed column's sums by slot, when every aggregation is a sum of a column
+    without nulls (else none): a column non-zero in every slot shows every key in range
+    has rows, without counting rows per key (a zero, -0.0 too, may be either)."""
+    if any(fn != "sum" or table.column(c).null_count for c, fn in aggs):
+        return {}
+    return {
+        c: _sum(slots, [p.to_numpy() for p in _pieces(table.column(c), slots)], top)
+        for c, _ in aggs
+    }
+
+
+def every_slot_used(sums: dict[str, np.ndarray[Any, Any]], top: int) -> bool:
+    """Whether some column's sums show every slot has rows: a slot without sums to
+    exactly 0 (+0.0), so a column with no zero sum has rows in every slot. A zero sum
+    (-0.0 too) may be a slot with rows or one without: then the rows are counted."""
+    return any(np.count_nonzero(s) == top for s in sums.values())
+
+
 def _summable(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t))
 
 
 def _valid(
-    column: Any, slots: np.ndarray[Any, Any], rows: np.ndarray[Any, Any], top: int
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    column: Any, slots: Pieces, rows: np.ndarray[Any, Any], top: int
+) -> tuple[Pieces, Pieces, np.ndarray[Any, Any]]:
     """A value column's non-null values, their slots, and how many each slot has."""
+    pieces = _pieces(column, slots)
     if not column.null_count:
-        return slots, column.to_numpy(), rows
-    keep = pc.is_valid(column).to_numpy(zero_copy_only=False)
-    at = slots[keep]
-    v = column.fill_null(0).to_numpy()[keep]
-    return at, v, np.bincount(at, minlength=top)
+        return slots, [p.to_numpy() for p in pieces], rows
+    at, v = [], []
+    for s, p in zip(slots, pieces):
+        keep = pc.is_valid(p).to_numpy(zero_copy_only=False)
+        at.append(s[keep])
+        v.append(p.fill_null(0).to_numpy()[keep])
+    return at, v, _count(at, top)
 
 
-def _sum(
-    at: np.ndarray[Any, Any], v: np.ndarray[Any, Any], top: int, fn: str = "sum"
-) -> np.ndarray[Any, Any]:
-    """Per slot, the sum of its values: float64 for floats, int64 or uint64 for integers
-    (exact: through float64 ``bincount`` while no partial sum can reach 2**53, else an
-    integer ``add.at``, which wraps as Arrow does)."""
-    if v.dtype.kind == "f":
-        return np.bincount(at, weights=v, minlength=top)
-    wide = np.int64 if v.dtype.kind == "i" else np.uint64
-    if len(v) == 0 or max(-int(v.min()), int(v.max())) * len(v) < _EXACT:
-        return np.bincount(at, weights=v, minlength=top).astype(wide)
+def _sum(at: Pieces, v: Pieces, top: int, fn: str = "sum") -> np.ndarray[Any, Any]:
+    """Per slot, the sum of its values in row order (as ``bincount`` adds them, so the
+    same floats): float64 for floats, int64 or uint64 for integers, wrapping as Arrow's
+    do."""
+    kind = v[0].dtype.kind
+    wide = np.float64 if kind == "f" else np.int64 if kind == "i" else np.uint64
     sums = np.zeros(top, dtype=wide)
-    np.add.at(sums, at, v.astype(wide, copy=False))
+    for a, x in zip(at, v):
+        np.add.at(sums, a, x.astype(wide, copy=False))
     return sums
 
 
-def _extreme(
-    at: np.ndarray[Any, Any], v: np.ndarray[Any, Any], top: int, fn: str
-) -> np.ndarray[Any, Any]:
+def _extreme(at: Pieces, v: Pieces, top: int, fn: str) -> np.ndarray[Any, Any]:
     """Per slot, the least (``fn == "min"``) or greatest value; floats skip NaN unless a
     slot has nothing else (``fmin``/``fmax`` from a NaN start)."""
     least = fn == "min"
-    if v.dtype.kind == "f":
-        got = np.full(top, np.nan, dtype=v.dtype)
-        (np.fmin if least else np.fmax).at(got, at, v)
-        return got
-    bound = np.iinfo(v.dtype)
-    got = np.full(top, bound.max if least else bound.min, dtype=v.dtype)
-    (np.minimum if least else np.maximum).at(got, at, v)
+    dtype = v[0].dtype
+    op: np.ufunc
+    if dtype.kind == "f":
+        got = np.full(top, np.nan, dtype=dtype)
+        op = np.fmin if least else np.fmax
+    else:
+        bound = np.iinfo(dtype)
+        got = np.full(top, bound.max if least else bound.min, dtype=dtype)
+        op = np.minimum if least else np.maximum
+    for a, x in zip(at, v):
+        op.at(got, a, x)
     return got
 
 

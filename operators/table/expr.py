@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -560,7 +561,7 @@ class When(Expr):
             out = default(batch) if default is not None else pa.nulls(n)
             for cond, value in zip(reversed(conds), reversed(values)):
                 c = pc.fill_null(_array(cond(batch), n), False)
-                v, o = _array(value(batch), n), _array(out, n)
+                v, o = value(batch), out  # a literal stays a scalar: if_else broadcasts it
                 if o.type == pa.null():
                     o = pc.cast(o, v.type)
                 out = pc.if_else(c, v, o)
@@ -585,6 +586,9 @@ def when(condition: Any) -> _Then:
 
 def _array(v: Value, n: int) -> pa.Array:
     if isinstance(v, pa.Scalar):
+        t = v.type
+        if v.is_valid and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+            return pa.array(np.full(n, v.as_py(), dtype=t.to_pandas_dtype()), t)  # ~5x repeat's
         return pa.repeat(v, n)
     return v
 

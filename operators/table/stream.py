@@ -14,6 +14,7 @@ batches, e.g. a source that reads batches) and ``stream.to_table(schema)`` (rows
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -798,13 +799,23 @@ def _partial_schema(
     schema: pa.Schema, keys: list[str], aggs: list[tuple[str, str, str]]
 ) -> pa.Schema:
     """The schema ``group_by(keys).aggregate(aggs)`` gives, found on an empty table."""
-    empty = schema.empty_table()
-    got = group_aggregate(empty, keys, _arrow(aggs)) if keys else None
+    if keys:
+        types = _aggregate_types(schema, tuple(keys), tuple(aggs))
+    else:
+        types = tuple(_scalar_type(schema, c, fn[5:]) for c, fn, _ in aggs)
     fields = [schema.field(k) for k in keys]
-    for c, fn, out in aggs:
-        t = got.schema.field(out).type if got is not None else _scalar_type(schema, c, fn[5:])
-        fields.append(pa.field(out, t))
+    fields += [pa.field(out, t) for (_, _, out), t in zip(aggs, types)]
     return pa.schema(fields)
+
+
+@functools.lru_cache(maxsize=256)
+def _aggregate_types(
+    schema: pa.Schema, keys: tuple[str, ...], aggs: tuple[tuple[str, str, str], ...]
+) -> tuple[pa.DataType, ...]:
+    """The types of ``aggs`` by ``keys`` over ``schema``'s columns: Arrow's group_by of an
+    empty table (~0.2 ms, twice a ``group_by``), once per schema a process builds."""
+    got = group_aggregate(schema.empty_table(), list(keys), _arrow(list(aggs)))
+    return tuple(got.schema.field(out).type for _, _, out in aggs)
 
 
 def _scalar_type(schema: pa.Schema, column: str, fn: str) -> pa.DataType:

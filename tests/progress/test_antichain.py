@@ -10,9 +10,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from functools import cache
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from hypothesis import given
+import pytest
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from progress.antichain import Antichain, MutableAntichain
@@ -257,6 +258,39 @@ def test_mutable_antichain_matches_the_model(
 
 @given(update_programs())
 def test_mutable_antichain_single_updates_match_the_model(
+    program: tuple[list[list[tuple[Timestamp, int]]], list[Timestamp]],
+) -> None:
+    """``update`` (the tracker's, a loop of its own) against the model, change by change."""
+    check_single_updates(program)
+
+
+def forgets_evictions(self: MutableAntichain, time: Timestamp, delta: int) -> Any:
+    """A mutant ``update``: a time that joins reports itself, not what it evicts."""
+    return [c for c in MUTABLE_UPDATE(self, time, delta) if c[1] > 0 or c[0] == time]
+
+
+def forgets_rebuilds(self: MutableAntichain, time: Timestamp, delta: int) -> Any:
+    """A mutant ``update``: a time that leaves reports its leaving only."""
+    got = MUTABLE_UPDATE(self, time, delta)
+    return [c for c in got if c[1] < 0] if delta < 0 else got
+
+
+MUTABLE_UPDATE = MutableAntichain.update
+
+
+@pytest.mark.parametrize("mutant", [forgets_evictions, forgets_rebuilds])
+def test_the_single_update_property_catches_mutants(
+    mutant: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(MutableAntichain, "update", mutant)
+    prop = settings(max_examples=300, database=None, derandomize=True, phases=(Phase.generate,))(
+        given(update_programs())(check_single_updates)
+    )
+    with pytest.raises(AssertionError):
+        prop()
+
+
+def check_single_updates(
     program: tuple[list[list[tuple[Timestamp, int]]], list[Timestamp]],
 ) -> None:
     batches, probes = program

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
@@ -198,19 +198,14 @@ def test_a_two_column_table_is_reduced_without_gathering_rows(rows: Any) -> None
     )
 
 
-@settings(max_examples=200, deadline=None)
-@given(
+MATCHES = (
     st.lists(st.integers(0, 6), max_size=12),
     st.lists(st.integers(-1, 7), max_size=12),
     st.booleans(),
 )
-def test_the_matches_are_each_probe_rows_range_in_turn(
-    arranged: Any, probes: Any, unique: bool
-) -> None:
-    """``_matches`` (a slice when the ranges follow each other, the starts themselves
-    when no row matched twice, else index arithmetic) against the ranges ``lo[i]:hi[i]``
-    concatenated, and ``_Repeat`` (the column, a filter, a repeat) against each probe
-    row repeated as often as it matched. Unique arranged keys: lookups."""
+
+
+def check_matches(arranged: Any, probes: Any, unique: bool) -> None:
     keys = np.array(sorted(set(arranged) if unique else arranged), dtype=np.int64)
     at = np.array(probes, dtype=np.int64)
     lo = np.searchsorted(keys, at, side="left")
@@ -224,3 +219,146 @@ def test_the_matches_are_each_probe_rows_range_in_turn(
     column = pa.chunked_array([pa.array(probes, pa.int64())])
     repeated = repeat.column(column).to_pylist()
     assert repeated == [p for p, c in zip(probes, counts) for _ in range(c)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(*MATCHES)
+def test_the_matches_are_each_probe_rows_range_in_turn(
+    arranged: Any, probes: Any, unique: bool
+) -> None:
+    """``_matches`` (a slice when the ranges of the rows that matched follow each other,
+    wherever the rows that matched nothing are; the starts themselves when no row
+    matched twice; else index arithmetic) against the ranges ``lo[i]:hi[i]``
+    concatenated, and ``_Repeat`` (the column, a filter, a repeat) against each probe
+    row repeated as often as it matched. Unique arranged keys: lookups."""
+    check_matches(arranged, probes, unique)
+
+
+def test_a_walk_that_skips_its_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that takes the matched rows' ranges as a walk without checking that
+    each starts where the one before ended fails the property above."""
+
+    def unchecked(lo: Any, hi: Any, counts: Any, repeat: Any) -> Any:
+        matched = counts > 0
+        if repeat.once or not matched.any():
+            return None
+        return slice(int(lo[matched][0]), int(hi[matched][-1]))
+
+    monkeypatch.setattr(table_arrange, "_walk_of_matched", unchecked)
+    prop = settings(
+        max_examples=200, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(*MATCHES)(check_matches))
+    with pytest.raises(AssertionError):
+        prop()
+
+
+WALK = pa.schema([("p", pa.int64()), ("s", pa.string()), ("v", pa.float64())])
+WALK_OUT = WALK.append(pa.field("w", pa.int64()))
+
+
+@st.composite
+def walks(draw: Any) -> tuple[list[int], list[Any]]:
+    """Keys of a dense arrangement and probe keys: half the time in any order, else
+    walking it in key order (a run of its keys, keys that match nothing among them, and
+    nulls or such keys anywhere), which is when ``probe`` gathers the repeated rows
+    (``_walk_rows``)."""
+    arranged = draw(st.lists(st.integers(0, 8), min_size=1, max_size=20))
+    if draw(st.booleans()):
+        return arranged, draw(st.lists(st.none() | st.integers(0, 9), max_size=12))
+    present = sorted(set(arranged))
+    i = draw(st.integers(0, len(present) - 1))
+    j = draw(st.integers(i + 1, len(present)))
+    absent = draw(st.lists(st.integers(0, 9).filter(lambda k: k not in present), max_size=3))
+    walk: list[Any] = sorted(set(present[i:j] + absent))
+    for extra in draw(st.lists(st.none() | st.sampled_from(absent or [None]), max_size=3)):
+        walk.insert(draw(st.integers(0, len(walk))), extra)  # matching nothing, anywhere
+    return arranged, walk
+
+
+def probe_rows(arranged: list[int], probes: list[Any]) -> tuple[list[Any], list[Any]]:
+    """``probe`` of a dense arrangement of ``(k, w)`` rows by ``(p, s, v)`` rows, and the
+    inner join in plain Python (probe order, then arrangement order)."""
+    outer = pa.table(
+        {"k": pa.array(arranged, pa.int64()), "w": pa.array(range(len(arranged)), pa.int64())}
+    )
+    got = table_arrange.arrange(outer, "k", ["w"])
+    assert got.dense
+    rows = pa.Table.from_pylist(
+        [{"p": p, "s": f"r{i}", "v": i / 2} for i, p in enumerate(probes)], schema=WALK
+    )
+    out = table_arrange.probe(got, rows, "p", "inner", 1, (["p", "s", "v"], {"w": "w"}), WALK_OUT)
+    pairs = sorted(zip(arranged, range(len(arranged))), key=lambda kw: kw[0])  # stable
+    want = [(p, f"r{i}", i / 2, w) for i, p in enumerate(probes) for k, w in pairs if k == p]
+    return [tuple(r.values()) for r in out.to_pylist()], want
+
+
+def check_walk(case: tuple[list[int], list[Any]]) -> None:
+    got, want = probe_rows(*case)
+    assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(walks())
+def test_a_probe_that_walks_the_arrangement_gathers_its_repeated_rows(case: Any) -> None:
+    """Probe rows in key order (gaps, keys matching nothing, nulls, or the keys
+    ``first .. first + n - 1``) repeat their columns by a gather of the probe row of
+    each match (``_walk_rows``), numbers and strings alike: the plain join's rows, in
+    its order; and so do probe rows in any order (``np.repeat``)."""
+    check_walk(case)
+
+
+def test_a_walk_that_takes_every_probe_key_as_consecutive_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant ``_walk_rows`` that maps each match to its key less the first probe key
+    (right only when the probe keys leave no gap) fails the property above."""
+    monkeypatch.setattr(
+        table_arrange, "_walk_rows", lambda keys, at_keys, counts, no_nulls: keys - int(at_keys[0])
+    )
+    prop = settings(
+        max_examples=200,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=(Phase.generate,),
+        report_multiple_bugs=False,
+    )(given(walks())(check_walk))
+    with pytest.raises((AssertionError, IndexError)):
+        prop()
+
+
+def check_arrangement(keys: list[int], ordered: bool) -> None:
+    """``arrange`` keeps every row, sorted stably by key (taken as they are when they
+    come in order), and each key's rows at ``index[k]:index[k + 1]``."""
+    if ordered:
+        keys = sorted(keys)
+    table = pa.table({"k": pa.array(keys, pa.int64()), "w": pa.array(range(len(keys)), pa.int64())})
+    got = table_arrange.arrange(table, "k", ["w"])
+    want = sorted(zip(keys, range(len(keys))), key=lambda kw: kw[0])
+    assert got.table.column("w").to_pylist() == [w for _, w in want]
+    assert list(got.keys) == [k for k, _ in want]
+    for k in set(keys):
+        assert sorted(got.table.column("w").to_pylist()[got.index[k] : got.index[k + 1]]) == [
+            w for k2, w in want if k2 == k
+        ]
+
+
+ARRANGED = (st.lists(st.integers(0, 9), min_size=1, max_size=20), st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(*ARRANGED)
+def test_an_arrangement_holds_every_row_in_key_order(keys: Any, ordered: bool) -> None:
+    check_arrangement(keys, ordered)
+
+
+def test_an_arrangement_that_takes_rows_as_in_order_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant that takes every table as in key order already (no sort) fails it."""
+    monkeypatch.setattr(table_arrange, "in_order", lambda keys: True)
+    prop = settings(
+        max_examples=150, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(*ARRANGED)(check_arrangement))
+    with pytest.raises(AssertionError):
+        prop()

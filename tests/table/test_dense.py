@@ -1,8 +1,9 @@
 """The dense ``group_by`` (``operators/table/dense.py``) against Arrow's hash aggregation:
 random integer keys (dense and sparse, negative, null), int and float values with
 nulls, NaN, infinities and sums past 2**53, several batches a time (empty ones too),
-every function it covers (hypothesis). The same table but for the row order (key order
-here); mutants that shift the keys by one or drop the last key are caught by the same
+every function it covers, value columns cut into chunks unlike the keys (hypothesis).
+The same table but for the row order (key order here); mutants that shift the keys by
+one, drop the last key or misalign a value column's chunks are caught by the same
 property; a ``group_by().agg(...)`` dataflow gives the same rows with the fast path as
 without it, and takes it on node numbers."""
 
@@ -15,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
@@ -76,6 +77,11 @@ def cases(draw: Any) -> tuple[pa.Table, list[tuple[str, str]], bool]:
     table = pa.Table.from_batches(
         [pa.RecordBatch.from_pylist(rows, schema=schema) for rows in batches], schema=schema
     )
+    if draw(st.booleans()):  # value columns cut otherwise than the keys: one chunk each
+        table = pa.table(
+            [c if n == "k" else c.combine_chunks() for n, c in zip(schema.names, table.columns)],
+            schema=schema,
+        )
     every = [("", "count_all")] + [(n, fn) for n in names for fn in sorted(FAST - {"count_all"})]
     aggs = draw(st.lists(st.sampled_from(every), min_size=1, max_size=6, unique=True))
     keys = table.column("k").to_pylist()
@@ -139,6 +145,24 @@ def test_the_property_catches_mutants(mutant: GroupBy) -> None:
         given(cases())(lambda case: check(mutant, case))
     )
     with pytest.raises(AssertionError):
+        prop()
+
+
+def test_the_property_catches_pieces_cut_unlike_the_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that takes a value column's chunks as they are, cut unlike the keys'
+    (the rows are no longer beside their keys), fails the property above."""
+    monkeypatch.setattr(
+        dense_mod, "_pieces", lambda column, slots: [c for c in column.chunks if len(c)]
+    )
+    prop = settings(
+        max_examples=300,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=(Phase.generate,),
+        report_multiple_bugs=False,
+    )(given(cases())(lambda case: check(dense_group_by, case)))
+    with pytest.raises((AssertionError, ValueError, IndexError)):
         prop()
 
 
@@ -210,3 +234,39 @@ def test_node_numbers_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> Non
     got = run_agg([rows], 2, 0)
     assert [r["n"] for r in got] == [6, 6, 6, 6, 6, 5, 5]
     assert taken and all(taken)
+
+
+@st.composite
+def sums_only(draw: Any) -> tuple[pa.Table, list[tuple[str, str]], bool]:
+    """Sums of columns without nulls, over dense keys with and without gaps, values that
+    often cancel to 0 (or -0.0): the case that skips counting rows per key when one
+    column's sums are non-zero in every slot, and must count them otherwise."""
+    low = draw(st.integers(-5, 5))
+    keys = st.integers(low, low + draw(st.integers(0, 12)))
+    floats = st.sampled_from([0.0, -0.0, 0.5, -0.5, 1.0, float("nan")])
+    ints = st.integers(-2, 2)
+    names = draw(st.lists(st.sampled_from(["f", "i"]), min_size=1, max_size=2, unique=True))
+    schema = pa.schema([("k", pa.int64()), *((n, VALUES[n][0]) for n in names)])
+    row = st.fixed_dictionaries({"k": keys, **{n: floats if n == "f" else ints for n in names}})
+    batches = draw(st.lists(st.lists(row, min_size=1, max_size=12), min_size=1, max_size=3))
+    table = pa.Table.from_batches(
+        [pa.RecordBatch.from_pylist(rows, schema=schema) for rows in batches], schema=schema
+    )
+    return table, [(n, "sum") for n in names], False
+
+
+@SETTINGS
+@given(sums_only())
+def test_sums_find_the_keys_present_without_counting_them(case: Any) -> None:
+    check(dense_group_by, case)
+
+
+def test_the_sums_property_catches_keys_taken_as_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that trusts the sums whatever they are (a slot without rows taken as
+    a key summing to 0) fails the property above."""
+    monkeypatch.setattr(dense_mod, "every_slot_used", lambda sums, top: bool(sums))
+    prop = settings(
+        max_examples=300, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(sums_only())(lambda case: check(dense_group_by, case)))
+    with pytest.raises(AssertionError):
+        prop()

@@ -37,6 +37,10 @@ class VertexContext:
         self.requests: set[Timestamp] = set()
         self.now: tuple[int, Timestamp] | None = None
         """``(input, time)`` while in ``on_recv`` (input -1 for ``on_notify``/roots)."""
+        self._depth = (
+            spec.output_depths[0] if spec.outputs else (spec.input_depths[0] if spec.inputs else 0)
+        )
+        """The loop depth of the times this vertex acts at, unless an output says otherwise."""
 
     # -- time checks --------------------------------------------------------------------
     def _may_act_at(self, time: Timestamp, output: int | None, held: Timestamp | None) -> bool:
@@ -63,11 +67,7 @@ class VertexContext:
         depth = (
             self.spec.output_depths[output]
             if output is not None and self.spec.outputs
-            else (
-                self.spec.output_depths[0]
-                if self.spec.outputs
-                else (self.spec.input_depths[0] if self.spec.inputs else 0)
-            )
+            else self._depth
         )
         if not isinstance(time, tuple) or len(time) != depth + 1:
             raise ValueError(

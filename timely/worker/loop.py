@@ -142,6 +142,10 @@ class Worker:
         """Workers that left, and how many progress batches each sent: forgotten once
         every one of them is applied here."""
         self._updates: ChangeBatch[Pointstamp] = ChangeBatch()
+        self._ins = [tuple(target(s.index, i) for i in range(s.inputs)) for s in plan.vertices]
+        """Each vertex's input locations (made once: the loop counts at them per batch)."""
+        self._outs = [tuple(source(s.index, o) for o in range(s.outputs)) for s in plan.vertices]
+        """Each vertex's output locations."""
         self.contexts = [VertexContext(self, spec) for spec in plan.vertices]
         self.vertices: list[Vertex] = []
         for spec, ctx in zip(plan.vertices, self.contexts):
@@ -413,10 +417,10 @@ class Worker:
             if not queue:
                 continue
             port, time, records = queue.popleft()
-            loc = target(v, port)
+            loc = self._ins[v][port]
             if time[0] > self.max_epoch:
                 self.max_epoch = time[0]
-            if not any(less_equal(f, time) for f in frontier(loc)):
+            if not self.tracker.could_reach(loc, time):
                 name = self.plan.vertices[v].name
                 raise ProtocolError(
                     f"worker {self.index}: a batch at {time} reached {name!r} input {port}, "
@@ -480,10 +484,9 @@ class Worker:
 
     def _ready_now(self, v: int, t: Timestamp) -> bool:
         """No input of ``v`` can still see a time ``<= t``, and none is waiting in its inbox."""
-        frontier = self.tracker.frontier
-        spec = self.plan.vertices[v]
-        for i in range(spec.inputs):
-            if any(less_equal(f, t) for f in frontier(target(v, i))):
+        could_reach = self.tracker.could_reach
+        for loc in self._ins[v]:
+            if could_reach(loc, t):
                 return False
         if any(less_equal(p, t) for _, p, _ in self.inbox[v]):
             return False
@@ -572,8 +575,8 @@ class Worker:
         """``v`` holds ``delta`` more capabilities at ``time``: count them at its outputs."""
         if delta > 0 and time[0] > self.max_epoch:
             self.max_epoch = time[0]
-        for o in range(outputs):
-            self._updates.update((source(v, o), time), delta)
+        for loc in self._outs[v][:outputs]:
+            self._updates.update((loc, time), delta)
 
     def recheck_notifications(self) -> None:
         """Notifications held back may go now (a snapshot was taken)."""
@@ -589,7 +592,7 @@ class Worker:
                 # part of it, once released, may reach a third worker before the
                 # release itself, and must not cancel the count that holds the frontier.
                 migration.hold(edge, records, time)
-                self._updates.update((source(v, output), time), 1)
+                self._updates.update((self._outs[v][output], time), 1)
                 continue
             self.route(v, edge, records, time)
 
@@ -631,13 +634,13 @@ class Worker:
                 else:
                     self.inbox[edge.dst].append((edge.dst_port, time, part))
                     self._ready.append(edge.dst)
-                self._updates.update((target(edge.dst, edge.dst_port), time), 1)
+                self._updates.update((self._ins[edge.dst][edge.dst_port], time), 1)
             else:
                 key = (dest, edge.dst, edge.dst_port, time)
                 buf = self._out.get(key)
                 if buf is None:
                     self._out[key] = buf = []
-                    self._updates.update((target(edge.dst, edge.dst_port), time), 1)
+                    self._updates.update((self._ins[edge.dst][edge.dst_port], time), 1)
                 buf.extend(part)
 
     def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
