@@ -268,6 +268,103 @@ def against(
     return out
 
 
+_PAIR_CODE = """
+import json, operator, random, statistics, sys, tempfile, time
+from timely import Dataflow
+import operators
+from benchmarks.bench_checkpoint import running_wordcount, text
+
+case, rounds = {case!r}, {rounds}
+
+
+def touched(keys, checkpoint):
+    rng = random.Random(3)
+    batches = [rng.sample(range(keys), keys // 100) for _ in range(20)]
+    flow = Dataflow("touched")
+    handle = flow.new_input()
+    seen = []
+    handle.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1).subscribe(
+        lambda e, _: seen.append(e))
+    with tempfile.TemporaryDirectory() as d:
+        opts = dict(checkpoint=d, checkpoint_incremental=True) if checkpoint else {{}}
+        with flow.activate(workers=1, backend="inline", **opts) as session:
+            handle.send(list(range(keys)))
+            handle.advance_to(1)
+            while not seen:
+                session.poll()
+            w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
+            for e, batch in enumerate(batches, start=1):
+                handle.send(batch)
+                handle.advance_to(e + 1)
+                session.poll()
+            handle.close()
+            session.join()
+            return time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - t0
+
+
+def wordcount(checkpoint, data=text(60, 400)):
+    with tempfile.TemporaryDirectory() as d:
+        opts = {{}}
+        if checkpoint:
+            opts = dict(checkpoint=d)
+            if case == "wordcount-incremental":
+                opts["checkpoint_incremental"] = True
+        w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
+        running_wordcount(data, "inline", 1, **opts)
+        return time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - t0
+
+
+run = (lambda c: touched(1_000_000, c)) if case == "touched" else wordcount
+run(False)  # warm up
+plain, ckpt = [], []
+for _ in range(rounds):
+    plain.append(run(False))
+    ckpt.append(run(True))
+out = {{
+    k: statistics.median(c[i] / p[i] for p, c in zip(plain, ckpt)) - 1
+    for i, k in enumerate(("wall", "process_cpu", "main_thread_cpu"))
+}}
+out["plain_wall_s"] = statistics.median(p[0] for p in plain)
+print(json.dumps(out))
+"""
+
+PAIR_CASES = {
+    "wordcount": "word count, 5,000 keys, inline x1, every epoch",
+    "wordcount-incremental": "the same, incremental",
+    "touched": "1M keys, 1% touched an epoch, incremental, every epoch",
+}
+
+
+def pairs(checkout: str, processes: int, rounds: int, cases: list[str]) -> dict[str, Any]:
+    """Checkpoints' cost, this checkout against ``checkout`` (an export of another
+    commit): each measurement a process of its own, the two checkouts' processes in
+    turn, ``processes`` of each per case; in each process ``rounds`` rounds of a run
+    without checkpoints then one with, and the median of each round's ratio, in wall
+    time, the process's CPU time and the main thread's (which inline is every worker's
+    and the driver's)."""
+    here = str(Path(__file__).resolve().parents[1])
+    out: dict[str, Any] = {}
+    for case in cases:
+        code = _PAIR_CODE.format(case=case, rounds=rounds)
+        runs: dict[str, list[dict[str, float]]] = {"this": [], "other": []}
+        for i in range(2 * processes):
+            side = ("this", "other")[(i + (case == "touched")) % 2]
+            root = here if side == "this" else checkout
+            done = subprocess.run(
+                [sys.executable, "-c", code],
+                cwd=root,
+                env={**os.environ, "PYTHONPATH": root},
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode:
+                raise RuntimeError(f"the run in {root} failed:\n{done.stderr[-2000:]}")
+            runs[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"  {case} {side}: {runs[side][-1]}", file=sys.stderr)
+        out[case] = runs
+    return out
+
+
 def recovery(epochs: int, kills: int) -> dict[str, Any]:
     """Kill a worker every few epochs; time from each kill to the next new epoch output."""
     import ray
@@ -402,8 +499,34 @@ def main() -> None:
         help="also measure inline throughput with the timely of another checkout (a git "
         "worktree of an earlier commit), alternating rounds with this one",
     )
+    ap.add_argument(
+        "--pairs",
+        type=int,
+        metavar="N",
+        help="with --against: only the checkpoints' cost, N processes of each checkout in "
+        "turn per case, wall, process CPU and main-thread CPU",
+    )
+    ap.add_argument("--rounds", type=int, default=6, help="rounds per process with --pairs")
     args = ap.parse_args()
     quick = args.quick
+    if args.pairs:
+        assert args.against, "--pairs measures against --against CHECKOUT"
+        found = pairs(args.against, args.pairs, args.rounds, list(PAIR_CASES))
+        rows = []
+        for case, runs in found.items():
+            for side, label in (("other", args.against), ("this", "this checkout")):
+                cells = [
+                    ", ".join(f"{r[m]:+.0%}" for r in runs[side])
+                    + f" (median {statistics.median(r[m] for r in runs[side]):+.0%})"
+                    for m in ("main_thread_cpu", "process_cpu", "wall")
+                ]
+                rows.append((PAIR_CASES[case], label, *cells))
+        print(markdown(["what", "code", "main thread CPU", "process CPU", "wall"], rows))
+        write_results_file = RESULTS / "bench_checkpoint_pairs.json"
+        write_results_file.write_text(
+            json.dumps({"load_average": os.getloadavg(), "pairs": found}, indent=1)
+        )
+        return
     out: dict[str, Any] = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "load_average": os.getloadavg(),
