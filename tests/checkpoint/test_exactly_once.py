@@ -63,7 +63,12 @@ INCREMENTAL = [
 expiry, join_streaming), in a loop's company, and one whose tables go whole."""
 
 
-@pytest.mark.parametrize("pipeline", INCREMENTAL)
+# table_running in CI's profile (6 s; the quick profile sweeps table_windowed and
+# table_joined, the same column state).
+@pytest.mark.parametrize(
+    "pipeline",
+    [pytest.param(p, marks=pytest.mark.ci) if p == "table_running" else p for p in INCREMENTAL],
+)
 def test_every_crash_point_with_incremental_checkpoints(pipeline: str) -> None:
     """Parts are deltas on the part before, a whole one after every two: a restore
     applies the chain and gives the failure-free outputs at every crash point."""
@@ -75,8 +80,14 @@ def test_every_crash_point_with_incremental_checkpoints(pipeline: str) -> None:
     )
 
 
+# table_running in CI's profile (6 s; the quick profile sweeps the other tables on disk).
 @pytest.mark.parametrize(
-    "pipeline", [p for p in INCREMENTAL if p not in ("windowed", "loop_and_running")]
+    "pipeline",
+    [
+        pytest.param(p, marks=pytest.mark.ci) if p == "table_running" else p
+        for p in INCREMENTAL
+        if p not in ("windowed", "loop_and_running")
+    ],
 )
 def test_every_crash_point_with_state_on_disk(
     pipeline: str, monkeypatch: pytest.MonkeyPatch
