@@ -152,17 +152,10 @@ def build(stream: Stream, chain: list[Step], log: Log) -> Stream:
 
 
 MAX_VOLUME = 20_000
-"""The most records a random dataflow may move in all (see :func:`volume`)."""
-
-
-def volume(chain: list[Step], data: Data, workers: int) -> int:
-    """How many records ``chain`` moves in all: every step's output, summed. A random
-    chain of nested loops, diamonds and flat steps can multiply a few records by 10^8
-    (one drawn example: 418M outputs), which the reference counts in a ``Counter`` but a
-    run holds as records: tests run the chains up to :data:`MAX_VOLUME`."""
-    tally = [0]
-    reference(chain, data, workers, tally)
-    return tally[0]
+"""The most records a random dataflow may move in all, every step's output summed (the
+reference's ``tally``): a random chain of nested loops, diamonds and flat steps can
+multiply a few records by 10^8 (one drawn example: 418M outputs), which the reference
+counts in a ``Counter`` but a run holds as records."""
 
 
 def reference(chain: list[Step], data: Data, workers: int, tally: list[int] | None = None) -> Data:

@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from progress import less_equal, target
-from tests.runtime.dataflows import MAX_VOLUME, Data, Log, Step, build, reference, steps, volume
+from tests.runtime.dataflows import MAX_VOLUME, Data, Log, Step, build, reference, steps
 from timely import Dataflow
 from timely.backends.inline import InlineSession
 
@@ -43,7 +43,7 @@ def _run(
         inp.send(records)
     inp.close()
     results = session.join()
-    return results, log, session, fed(feed)
+    return results, log, session
 
 
 @given(
@@ -56,13 +56,15 @@ def _run(
 def test_random_dataflows_match_the_reference(
     chain: list[Step], feed: list[tuple[int, list[int]]], workers: int, seed: int, accumulate: bool
 ) -> None:
-    # A chain that would move more records than a test should hold is left out (volume's
-    # docstring): one such drawn in CI's profile took its test process's memory.
-    assume(volume(chain, fed(feed), workers) <= MAX_VOLUME)
-    results, log, session, data_in = _run(chain, feed, workers, seed, accumulate)
+    # A chain that would move more records than a test should hold is left out
+    # (MAX_VOLUME): one such drawn in CI's profile took its test process's memory.
+    tally = [0]
+    expected = reference(chain, fed(feed), workers, tally)
+    assume(tally[0] <= MAX_VOLUME)
+    results, log, session = _run(chain, feed, workers, seed, accumulate)
 
     # Output equals the plain-Python reference, epoch by epoch.
-    want = {t[0]: c for t, c in reference(chain, data_in, workers).items()}
+    want = {t[0]: c for t, c in expected.items()}
     got: dict[int, Counter[int]] = defaultdict(Counter)
     for epoch, record in results["out"]:
         got[epoch][record] += 1
