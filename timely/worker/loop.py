@@ -410,7 +410,6 @@ class Worker:
 
     def _drain_inbox(self) -> None:
         inbox, ready = self.inbox, self._ready
-        frontier = self.tracker.frontier
         while ready:
             v = ready.popleft()
             queue = inbox[v]
@@ -424,7 +423,7 @@ class Worker:
                 name = self.plan.vertices[v].name
                 raise ProtocolError(
                     f"worker {self.index}: a batch at {time} reached {name!r} input {port}, "
-                    f"whose frontier {frontier(loc)} has passed it"
+                    f"whose frontier {self.tracker.frontier(loc)} has passed it"
                 )
             self._updates.update((loc, time), -1)
             if port == self.plan.vertices[v].control_port:
