@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from operators.loops import loop_finished
 from operators.table.arrange import Arrangement, arrange, probe
 from operators.table.dense import DENSE_MIN, dense_top
-from operators.table.vertices import Batch, PerTime, as_batches
+from operators.table.vertices import Batch, PerTime, as_batches, cross_tables
 from progress import Timestamp
 from timely import Vertex
 
@@ -345,16 +345,17 @@ class ArrangedJoin(PerTime):
 
     def _arrangement(self, base: Timestamp) -> Arrangement:
         """The outer side of ``base``, arranged (only the columns sent); not arranged
-        (``index`` None) for other keys than one column of numbers."""
+        (``index`` None) for other keys than one column of numbers, nor for a cross
+        join (no keys)."""
         got = self.arranged.get(base)
         if got is not None:
             return got
         schema = self.schemas[self.outer]
         table = pa.Table.from_batches(self.held.pop(base, []), schema=schema)
-        key = self.keys[self.outer][0]
-        if len(self.keys[self.outer]) == 1 and _numeric(schema.field(key).type):
+        keys = self.keys[self.outer]
+        if self.how != "cross" and len(keys) == 1 and _numeric(schema.field(keys[0]).type):
             sent = self.left_out if self.outer == 0 else list(self.right_out)
-            got = arrange(table, key, sent)
+            got = arrange(table, keys[0], sent)
         else:
             got = Arrangement(None, table, False)
         self.arranged[base] = got
@@ -363,6 +364,10 @@ class ArrangedJoin(PerTime):
     def _probe(self, rows: pa.Table, base: Timestamp) -> list[Batch]:
         arranged = self._arrangement(base)
         outer, inner = self.outer, 1 - self.outer
+        if self.how == "cross":  # every pair: the side from outside as it came
+            left, right = (arranged.table, rows) if outer == 0 else (rows, arranged.table)
+            got = cross_tables(left, right, (self.left_out, self.right_out), self.out_schema)
+            return as_batches(got, self.out_schema)
         if arranged.index is None:  # other keys: Arrow's hash join, this round
             sides = [arranged.table, rows] if outer == 0 else [rows, arranged.table]
             return _hash_join(sides, self.keys, self.how, self.out_schema, self.right_names)

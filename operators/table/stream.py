@@ -48,6 +48,7 @@ from timely import (
     InputHandle,
     Sink,
     Stream,
+    broadcast,
     exchange,
     exchange_columns,
     pipeline,
@@ -253,21 +254,40 @@ class Table:
         ``how`` is ``"inner"``, ``"left"`` (nulls where ``other`` has no match),
         ``"semi"`` (rows with a match) or ``"anti"`` (rows without). The output has this
         table's columns, then ``other``'s but its keys (equal to this table's), suffixed
-        with ``suffix`` where a name is taken."""
-        if how not in ("inner", "left", "semi", "anti"):
+        with ``suffix`` where a name is taken.
+
+        ``how="cross"`` (no keys): every row of this table with every row of ``other``
+        of the same time. ``other`` is sent whole to every worker (a broadcast: put the
+        small table there, a one-row aggregate to add a scalar to every row); this
+        table's rows stay where they are. An empty side makes an empty output."""
+        if how not in ("inner", "left", "semi", "anti", "cross"):
             raise GraphBuildError(
-                f"step {name!r}: how must be 'inner', 'left', 'semi' or 'anti', got {how!r}"
+                f"step {name!r}: how must be 'inner', 'left', 'semi', 'anti' or 'cross', "
+                f"got {how!r}"
             )
-        lk, rk, out, right_names = self._join_plan(other, on, left_on, right_on, how, suffix, name)
+        if how == "cross":
+            if on is not None or left_on is not None or right_on is not None:
+                raise GraphBuildError(
+                    f"step {name!r}: a cross join pairs every row with every row of the "
+                    "time; it takes no keys (on=, left_on=, right_on=)"
+                )
+            lk: list[str] = []
+            rk: list[str] = []
+            out, right_names = self._join_schema(other, rk, how, suffix, name)
+            inputs = [(self.stream, pipeline()), (other.stream, broadcast())]
+        else:
+            lk, rk, out, right_names = self._join_plan(
+                other, on, left_on, right_on, how, suffix, name
+            )
+            inputs = [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))]
         left_schema = self.schema
         schemas = (left_schema, other.schema)
-        inputs = [(self.stream, exchange_columns(*lk)), (other.stream, exchange_columns(*rk))]
         depths = (self.stream.scope.depth, other.stream.scope.depth)
         if depths[0] != depths[1]:
             # One side comes from outside the loop the other is in: it is arranged once
             # per epoch instead of sent again (and hashed again) at every round.
             outer = 0 if depths[0] < depths[1] else 1
-            if how != "inner" and outer == 0:
+            if how not in ("inner", "cross") and outer == 0:
                 raise GraphBuildError(
                     f"step {name!r}: a {how!r} join keeps the left side's rows, and the "
                     "left side here is from outside the loop; put the loop's table on the "
@@ -319,6 +339,14 @@ class Table:
                     f"step {name!r}: key {a!r} is {ta} but {b!r} is {tb}; cast one "
                     f"(select(..., {b}=col({b!r}).cast('{ta}')))"
                 )
+        out, right_names = self._join_schema(other, rk, how, suffix, name)
+        return lk, rk, out, right_names
+
+    def _join_schema(
+        self, other: Table, rk: list[str], how: str, suffix: str, name: str
+    ) -> tuple[pa.Schema, dict[str, str]]:
+        """A join's output schema and the right side's output names: this table's
+        columns, then ``other``'s but its keys ``rk`` (none for a semi or anti join)."""
         left_schema = self.schema
         if how in ("semi", "anti"):
             out = left_schema
@@ -333,8 +361,16 @@ class Table:
                 right_names[f.name] = out_name
                 nullable_type = f.type
                 fields.append(pa.field(out_name, nullable_type))
+            names = [f.name for f in fields]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise GraphBuildError(
+                    f"step {name!r}: output column {twice[0]!r} twice (a column of "
+                    f"{other!r} suffixed {suffix!r} is one of this table's); rename one "
+                    "with select, or give another suffix="
+                )
             out = pa.schema(fields)
-        return lk, rk, out, right_names
+        return out, right_names
 
     def join_streaming(
         self,

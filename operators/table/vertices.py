@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -348,6 +349,9 @@ class Join(PerTime):
         right = _table(sides[1], self.schemas[1])
         if left.num_rows == 0:
             return []
+        if self.how == "cross":
+            got = cross_tables(left, right, (self.left_out, self.right_out), self.out_schema)
+            return as_batches(got, self.out_schema)
         key = self.right_keys[0]
         if len(self.right_keys) == 1 and pa.types.is_integer(self.schemas[1].field(key).type):
             # Dense integer keys (node numbers): the right side arranged, no hash table.
@@ -395,6 +399,38 @@ def join_tables(
         use_threads=False,
     )
     return got.select(out_schema.names)
+
+
+def cross_tables(
+    left: pa.Table, right: pa.Table, out: tuple[list[str], dict[str, str]], out_schema: pa.Schema
+) -> pa.Table:
+    """Every row of ``left`` with every row of ``right`` (left-major: each left row's
+    pairs together, in ``right``'s order). ``out``: the left's columns sent and the
+    right's, with their output names. A one-row ``right`` (a scalar to add to every
+    row) leaves the left's columns as they are and repeats its values."""
+    left_out, right_out = out
+    nl, nr = left.num_rows, right.num_rows
+    if nl == 0 or nr == 0:
+        return out_schema.empty_table()
+    if nr == 1:
+        columns = [left.column(n) for n in left_out]
+        columns += [_repeat_row(right.column(n), nl) for n in right_out]
+    else:
+        each_left = np.repeat(np.arange(nl), nr)
+        each_right = np.tile(np.arange(nr), nl)
+        columns = [left.column(n).take(each_left) for n in left_out]
+        columns += [right.column(n).take(each_right) for n in right_out]
+    return pa.Table.from_arrays(columns, schema=out_schema)
+
+
+def _repeat_row(column: Any, n: int) -> Any:
+    """A column of one row's value, ``n`` times: numpy's ``full`` for a number (a
+    quarter of Arrow's ``repeat``), else a gather of row 0."""
+    t = column.type
+    if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        values = column.to_numpy()
+        return pa.array(np.full(n, values[0], dtype=values.dtype), t)
+    return column.take(np.zeros(n, dtype=np.int64))
 
 
 class GatherTables(PerTime):
