@@ -104,6 +104,8 @@ def probe(
     if how in ("semi", "anti"):  # the probe rows are the left side here
         keep = counts > 0 if how == "semi" else counts == 0
         return rows.select(left_out).filter(pa.array(keep))
+    if how == "left" and outer == 1 and n and int(counts.max()) <= 1:
+        return _lookup(arranged.table, rows, lo, counts, out, out_schema)
     repeat = _Repeat(counts)
     match = _matches(lo, hi, counts, repeat)
     if isinstance(match, slice) and arranged.keys is not None and repeat.repeats:
@@ -123,6 +125,49 @@ def probe(
             lone = [alone.column(n) for n in left_out]
             got = pa.concat_tables([got, pa.Table.from_arrays([*lone, *nulls], schema=out_schema)])
     return got
+
+
+def _lookup(
+    table: pa.Table,
+    rows: pa.Table,
+    lo: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+    out: tuple[list[str], dict[str, str]],
+    out_schema: pa.Schema,
+) -> pa.Table:
+    """A left join where no probe row matched twice (the arranged keys are unique): each
+    probe row once, in its order (the next join's probe keeps walking its arrangement in
+    key order), its columns as they are, the arranged side's at the match or null."""
+    left_out, right_out = out
+    columns = [rows.column(n) for n in left_out]
+    if right_out:
+        matched = counts > 0
+        at = lo[matched]
+        for n in right_out:
+            columns.append(_at_or_null(table.column(n), at, matched))
+    return pa.Table.from_arrays(columns, schema=out_schema)
+
+
+def _at_or_null(column: Any, at: np.ndarray[Any, Any], matched: np.ndarray[Any, Any]) -> Any:
+    """Per probe row, ``column`` at its match (``at``: of the rows that ``matched``, in
+    order) or null: numbers without nulls by a numpy gather put in place, their
+    validity the bits of ``matched``; other columns by Arrow's gather of indices that
+    are null where nothing matched (~3x the time)."""
+    t = column.type
+    n = len(matched)
+    if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        values = column.to_numpy()[at]
+        if len(at) == n:
+            return pa.array(values, t)
+        placed = np.zeros(n, dtype=values.dtype)
+        placed[matched] = values
+        valid = pa.py_buffer(np.packbits(matched, bitorder="little"))
+        return pa.Array.from_buffers(t, n, [valid, pa.py_buffer(placed)], n - len(at))
+    if len(column) == 0:
+        return pa.nulls(n, t)
+    index = np.zeros(n, dtype=np.int64)
+    index[matched] = at
+    return column.take(pa.array(index, mask=~matched))
 
 
 def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:

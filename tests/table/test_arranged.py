@@ -5,8 +5,9 @@ keys, dense, sparse and negative ids, 1-2 workers, random delivery orders
 (hypothesis). Its fast paths are in these runs: the columns its only reader, a
 ``select``, drops are never gathered (projection push-down), the probe rows repeated
 by ``np.repeat`` or passed whole when each matched once, the arrangement sorted by a
-radix sort (16 bits a pass). A push-down that drops a column still read is
-caught, and the sort is checked equal to a stable one."""
+radix sort (16 bits a pass), a left join on unique keys as a lookup in the probe's
+order. A push-down that drops a column still read is caught, a lookup without its
+nulls too, and the sort is checked equal to a stable one."""
 
 from __future__ import annotations
 
@@ -360,5 +361,88 @@ def test_an_arrangement_that_takes_rows_as_in_order_is_caught(
     prop = settings(
         max_examples=150, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
     )(given(*ARRANGED)(check_arrangement))
+    with pytest.raises(AssertionError):
+        prop()
+
+
+LOOKUP_OUT = pa.schema(
+    [*WALK, ("w", pa.int64()), ("t", pa.string()), ("u", pa.float64()), ("i", pa.int32())]
+)
+
+
+def check_lookup(keys: list[int], probes: list[Any], shift: int) -> None:
+    """A left join on unique arranged keys (a lookup): every probe row once, in the
+    probe's order, with its match's columns or nulls (null keys, keys not there):
+    numbers without nulls (a numpy gather and a validity bitmap), a column with nulls
+    and strings (Arrow's gather)."""
+    keys = [k << shift for k in keys]
+    probes = [None if p is None else p << shift for p in probes]
+    outer = pa.table(
+        {
+            "k": pa.array(keys, pa.int64()),
+            "w": pa.array([None if k % 3 == 0 else k * 10 for k in keys], pa.int64()),
+            "t": pa.array([f"t{k}" for k in keys], pa.string()),
+            "u": pa.array([k / 4 for k in keys], pa.float64()),
+            "i": pa.array([k % 1000 - 7 for k in keys], pa.int32()),
+        }
+    )
+    right = ["w", "t", "u", "i"]
+    arranged = table_arrange.arrange(outer, "k", right)
+    rows = pa.Table.from_pylist(
+        [{"p": p, "s": f"r{i}", "v": i / 2} for i, p in enumerate(probes)], schema=WALK
+    )
+    out = (["p", "s", "v"], {n: n for n in right})
+    got = table_arrange.probe(arranged, rows, "p", "left", 1, out, LOOKUP_OUT)
+    at = {r["k"]: tuple(r[n] for n in right) for r in outer.to_pylist()}
+    nothing = (None,) * len(right)
+    want = [(p, f"r{i}", i / 2, *at.get(p, nothing)) for i, p in enumerate(probes)]
+    assert [tuple(r.values()) for r in got.to_pylist()] == want
+
+
+LOOKUPS = (
+    st.lists(st.integers(0, 12), min_size=1, max_size=12, unique=True),
+    st.lists(st.none() | st.integers(-2, 14), min_size=1, max_size=14),
+    st.sampled_from([0, 36]),  # dense (an index of starts) or sparse (searchsorted)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(*LOOKUPS)
+def test_a_left_join_on_unique_keys_keeps_the_probe_order(
+    keys: Any, probes: Any, shift: int
+) -> None:
+    check_lookup(keys, probes, shift)
+
+
+def test_a_lookup_without_its_nulls_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant lookup that gathers at each probe row's range start whether it matched
+    or not (no nulls for the rows without a match) fails the property above."""
+
+    def unmasked(table: Any, rows: Any, lo: Any, counts: Any, out: Any, schema: Any) -> Any:
+        at = np.minimum(lo, max(table.num_rows - 1, 0))
+        columns = [rows.column(n) for n in out[0]]
+        columns += [table.column(n).take(pa.array(at)) for n in out[1]]
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    monkeypatch.setattr(table_arrange, "_lookup", unmasked)
+    prop = settings(
+        max_examples=150, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(*LOOKUPS)(check_lookup))
+    with pytest.raises(AssertionError):
+        prop()
+
+
+def test_a_lookup_with_its_validity_bits_reversed_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant that packs the numbers' validity bits most significant first (Arrow's
+    bitmaps are least significant first) fails the property above."""
+    packbits = np.packbits
+    monkeypatch.setattr(
+        table_arrange.np, "packbits", lambda bits, bitorder="big": packbits(bits, bitorder="big")
+    )
+    prop = settings(
+        max_examples=150, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(*LOOKUPS)(check_lookup))
     with pytest.raises(AssertionError):
         prop()
