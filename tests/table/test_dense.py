@@ -239,11 +239,16 @@ def test_node_numbers_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> Non
 @st.composite
 def sums_only(draw: Any) -> tuple[pa.Table, list[tuple[str, str]], bool]:
     """Sums of columns without nulls, over dense keys with and without gaps, values that
-    often cancel to 0 (or -0.0): the case that skips counting rows per key when one
-    column's sums are non-zero in every slot, and must count them otherwise."""
+    often cancel to 0 (or -0.0), or floats all > 0 (the smallest subnormal, the largest
+    finite, infinity): the case that skips counting rows per key when one column's sums
+    are non-zero in every slot, or when a column's values are all > 0, and must find
+    the keys with rows otherwise."""
     low = draw(st.integers(-5, 5))
     keys = st.integers(low, low + draw(st.integers(0, 12)))
-    floats = st.sampled_from([0.0, -0.0, 0.5, -0.5, 1.0, float("nan")])
+    if draw(st.booleans()):
+        floats = st.sampled_from([0.0, -0.0, 0.5, -0.5, 1.0, float("nan")])
+    else:  # every value > 0: a slot's sum is non-zero iff it has rows
+        floats = st.sampled_from([0.5, 1.0, 5e-324, 1e308, float("inf")])
     ints = st.integers(-2, 2)
     names = draw(st.lists(st.sampled_from(["f", "i"]), min_size=1, max_size=2, unique=True))
     schema = pa.schema([("k", pa.int64()), *((n, VALUES[n][0]) for n in names)])
@@ -265,6 +270,34 @@ def test_the_sums_property_catches_keys_taken_as_present(monkeypatch: pytest.Mon
     """A mutant that trusts the sums whatever they are (a slot without rows taken as
     a key summing to 0) fails the property above."""
     monkeypatch.setattr(dense_mod, "every_slot_used", lambda sums, top: bool(sums))
+    prop = settings(
+        max_examples=300, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(sums_only())(lambda case: check(dense_group_by, case)))
+    with pytest.raises(AssertionError):
+        prop()
+
+
+def test_the_sums_property_catches_keys_seen_in_one_batch_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sums alone find the keys present by marking their slots, batch by batch, not
+    by counting rows: a mutant that marks only the first batch's keys (the keys only
+    later batches have are lost) fails the property above."""
+    real = dense_mod._seen
+    monkeypatch.setattr(dense_mod, "_seen", lambda slots, top: real(slots[:1], top))
+    prop = settings(
+        max_examples=300, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
+    )(given(sums_only())(lambda case: check(dense_group_by, case)))
+    with pytest.raises(AssertionError):
+        prop()
+
+
+def test_the_sums_property_catches_any_float_column_taken_as_positive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant that takes every float column as > 0 (its zero sums as slots without
+    rows: a key whose values cancel, or are 0.0, is lost) fails the property above."""
+    monkeypatch.setattr(dense_mod, "_positive", lambda column: pa.types.is_floating(column.type))
     prop = settings(
         max_examples=300, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
     )(given(sums_only())(lambda case: check(dense_group_by, case)))
