@@ -14,9 +14,10 @@ over all nodes (as networkx does).
   around ``join`` and ``aggregate`` with no vertex of its own; the edges and degrees
   come from outside the loop and each join keeps them indexed once per epoch.
 - **timely, table API**: ``examples/table_graphs.py``'s ``pagerank``: the same
-  algorithm as table expressions, ``iterate(step, rounds=iters)`` around joins with
-  the links and degrees (arranged once per epoch) and ``group_by().agg(sum)``; every
-  step on whole Arrow columns.
+  algorithm as table expressions, ``iterate(step, rounds=iters)`` around a join with
+  the edges (arranged once per epoch), ``group_by().agg(sum)`` per node, a left join
+  from every node and a cross join with the dangling mass (one row); every step on
+  whole Arrow columns.
 
 Every system's ranks are asserted equal to the Python reference's within 1e-9. The
 repetitions are interleaved (every system once, then every system in reverse order...),

@@ -68,35 +68,39 @@ def pagerank(nodes: Table, edges: Table, n: int, iters: int, damping: float = 0.
 
     Ranks start at ``1/n``; a round gives each node ``(1 - d)/n + d * dangling/n`` plus
     ``d * rank(u)/outdeg(u)`` for each edge ``u -> v`` into it, where ``dangling`` is the
-    rank held by nodes with no out-edge. Ranks go round as ``(node, rank, deg)``."""
+    rank held by nodes with no out-edge. Ranks go round as ``(node, rank, share)``, where
+    ``share`` is ``d/outdeg`` (0 for a node without out-edges): each node's part of its
+    rank sent along its edges, summed per node, joined to every node (``how="left"``:
+    nothing for a node without in-edges), and the dangling mass, one row, added to all
+    (``how="cross"``)."""
     d = damping
     outdeg = edges.group_by("src").agg(deg=count())
-    degree = nodes.join(outdeg, left_on="node", right_on="src", how="left").select(
-        node=col("node"), deg=col("deg").fill_null(0)
+    start = nodes.join(outdeg, left_on="node", right_on="src", how="left").select(
+        node=col("node"),
+        rank=lit(1.0 / n),
+        share=(d / col("deg").cast("float64")).fill_null(0.0),
     )
-    links = edges.join(outdeg, on="src").select(
-        src=col("src"), dst=col("dst"), share=d / col("deg").cast("float64")
-    )
-    everyone = degree.select(k=lit(0), node=col("node"))  # to spread one value to all
 
     def step(ranks: Table) -> Table:
-        shares = ranks.join(links, left_on="node", right_on="src").select(
-            node=col("dst"), rank=col("rank") * col("share")
+        inflow = (
+            ranks.select(node=col("node"), part=col("rank") * col("share"))
+            .join(edges, left_on="node", right_on="src")
+            .group_by("dst")
+            .agg(inflow=col("part").sum())
         )
-        dangling = (
-            ranks.select(k=lit(0), m=when(col("deg") == 0).then(col("rank")).otherwise(0.0))
-            .group_by("k")
-            .agg(m=col("m").sum())
+        dangling = ranks.group_by().agg(  # one row whatever the ranks: a sum without keys
+            m=when(col("share") == 0.0).then(col("rank")).otherwise(0.0).sum()
         )
-        spread = dangling.join(everyone, on="k").select(
-            node=col("node"), rank=(1 - d) / n + col("m") * (d / n)
-        )
-        summed = shares.concat(spread).group_by("node").agg(rank=col("rank").sum())
-        return summed.join(degree, on="node").select(
-            node=col("node"), rank=col("rank"), deg=col("deg")
+        return (
+            ranks.join(inflow, left_on="node", right_on="dst", how="left")
+            .join(dangling, how="cross")
+            .select(
+                node=col("node"),
+                rank=(1 - d) / n + col("m") * (d / n) + col("inflow").fill_null(0.0),
+                share=col("share"),
+            )
         )
 
-    start = degree.select(node=col("node"), rank=lit(1.0 / n), deg=col("deg"))
     return start.iterate(step, rounds=iters).select(node=col("node"), rank=col("rank"))
 
 
