@@ -78,8 +78,8 @@ def dense_group_by(table: pa.Table, key: str, aggs: list[tuple[str, str]]) -> pa
             arrays += [pa.array(sums[c], t) for (c, _), t in zip(aggs, types)]
             return pa.Table.from_arrays(arrays, names=names)
         positive = next((c for c in sums if _positive(table.column(c))), None)
-        present = np.flatnonzero(sums[positive] if positive else _seen(slots, top))
-        arrays = [pa.array(present + low, column.type)]
+        present = np.flatnonzero(sums[positive] != 0 if positive else _seen(slots, top))
+        arrays = [pa.array(present + low if low else present, column.type)]
         arrays += [pa.array(sums[c][present], t) for (c, _), t in zip(aggs, types)]
         return pa.Table.from_arrays(arrays, names=names)
     rows = _count(slots, top)
@@ -137,7 +137,7 @@ def _positive(column: Any) -> bool:
     exactly when it has rows. Integers may wrap to 0: not them."""
     if not pa.types.is_floating(column.type):
         return False
-    return all(chunk.to_numpy().min() > 0 for chunk in column.chunks if len(chunk))
+    return all(bool(chunk.to_numpy().min() > 0) for chunk in column.chunks if len(chunk))
 
 
 def _seen(slots: Pieces, top: int) -> np.ndarray[Any, Any]:
