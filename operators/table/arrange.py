@@ -127,6 +127,58 @@ def probe(
     return got
 
 
+def lookup_run(
+    rows: pa.Table,
+    table: pa.Table,
+    keys: tuple[str, str],
+    how: str,
+    out: tuple[list[str], dict[str, str]],
+    out_schema: pa.Schema,
+) -> pa.Table | None:
+    """``rows`` (the left side) joined with ``table`` (``how``: inner or left) when the
+    rows' keys are ``k, k + 1, ...`` without nulls (node numbers in order) and the
+    table's are unique and in order (a dense ``group_by``'s output): each table row's
+    match is the row at its key less ``k``, so its columns are put in place, with no
+    arrangement and no search. ``None`` when the keys are not so (or are ``uint64``)."""
+    left_key, right_key = keys
+    probe_keys = rows.column(left_key)
+    table_keys = table.column(right_key)
+    if probe_keys.null_count or table_keys.null_count or not rows.num_rows:
+        return None
+    at_keys = probe_keys.to_numpy()
+    first = _first_of_run(at_keys)
+    if first is None:
+        return None
+    found = table_keys.to_numpy()
+    if found.dtype == np.uint64 or at_keys.dtype == np.uint64:
+        return None  # keys past int64's range would not subtract
+    if not unique_in_order(found):
+        return None
+    n = len(at_keys)
+    where = found.astype(np.int64, copy=False) - first
+    if len(where) and (where[0] < 0 or where[-1] >= n):  # keys beyond the rows match none
+        inside = np.flatnonzero((where >= 0) & (where < n))
+        where = where[inside]
+    else:
+        inside = np.arange(len(where))
+    matched = np.zeros(n, dtype=bool)
+    matched[where] = True
+    left_out, right_out = out
+    if how == "left":
+        columns = [rows.column(c) for c in left_out]
+        columns += [_at_or_null(table.column(c), inside, matched) for c in right_out]
+    else:
+        keep = pa.array(matched)
+        columns = [rows.column(c).filter(keep) for c in left_out]
+        columns += [table.column(c).take(inside) for c in right_out]
+    return pa.Table.from_arrays(columns, schema=out_schema)
+
+
+def unique_in_order(keys: np.ndarray[Any, Any]) -> bool:
+    """Each key greater than the one before: unique and in order (one pass)."""
+    return len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1]))
+
+
 def _lookup(
     table: pa.Table,
     rows: pa.Table,
@@ -161,13 +213,18 @@ def _at_or_null(column: Any, at: np.ndarray[Any, Any], matched: np.ndarray[Any, 
             return pa.array(values, t)
         placed = np.zeros(n, dtype=values.dtype)
         placed[matched] = values
-        valid = pa.py_buffer(np.packbits(matched, bitorder="little"))
+        valid = _validity(matched)
         return pa.Array.from_buffers(t, n, [valid, pa.py_buffer(placed)], n - len(at))
     if len(column) == 0:
         return pa.nulls(n, t)
     index = np.zeros(n, dtype=np.int64)
     index[matched] = at
     return column.take(pa.array(index, mask=~matched))
+
+
+def _validity(valid: np.ndarray[Any, Any]) -> Any:
+    """An Arrow validity bitmap of a boolean array (least significant bit first)."""
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
 def _stable_order(keys: np.ndarray[Any, Any], top: int) -> np.ndarray[Any, Any]:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.table.arrange import arrange, probe
+from operators.table.arrange import arrange, lookup_run, probe
 from operators.table.dense import dense_group_by
 from operators.table.expr import Compiled, evaluate
 from progress import Timestamp
@@ -354,10 +354,15 @@ class Join(PerTime):
             return as_batches(got, self.out_schema)
         key = self.right_keys[0]
         if len(self.right_keys) == 1 and pa.types.is_integer(self.schemas[1].field(key).type):
+            out = (self.left_out, self.right_out)
+            if self.how in ("inner", "left"):  # node numbers in order: a lookup by position
+                keys = (self.left_keys[0], key)
+                got = lookup_run(left, right, keys, self.how, out, self.out_schema)
+                if got is not None:
+                    return as_batches(got, self.out_schema)
             # Dense integer keys (node numbers): the right side arranged, no hash table.
             arranged = arrange(right, key, list(self.right_out), dense_only=True)
             if arranged.index is not None:
-                out = (self.left_out, self.right_out)
                 got = probe(arranged, left, self.left_keys[0], self.how, 1, out, self.out_schema)
                 return as_batches(got, self.out_schema)
         how = {"inner": "inner", "left": "left outer", "semi": "left semi", "anti": "left anti"}[

@@ -6,12 +6,15 @@ keys, dense, sparse and negative ids, 1-2 workers, random delivery orders
 ``select``, drops are never gathered (projection push-down), the probe rows repeated
 by ``np.repeat`` or passed whole when each matched once, the arrangement sorted by a
 radix sort (16 bits a pass), a left join on unique keys as a lookup in the probe's
-order. A push-down that drops a column still read is caught, a lookup without its
-nulls too, and the sort is checked equal to a stable one."""
+order, and a join of rows keyed ``k, k + 1, ...`` with unique keys in order by
+position (``lookup_run``). A push-down that drops a column still read is caught, a
+lookup without its nulls or with its validity bits reversed, a run lookup that
+trusts either side's keys, and the sort is checked equal to a stable one."""
 
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -437,12 +440,103 @@ def test_a_lookup_with_its_validity_bits_reversed_is_caught(
 ) -> None:
     """A mutant that packs the numbers' validity bits most significant first (Arrow's
     bitmaps are least significant first) fails the property above."""
-    packbits = np.packbits
     monkeypatch.setattr(
-        table_arrange.np, "packbits", lambda bits, bitorder="big": packbits(bits, bitorder="big")
+        table_arrange, "_validity", lambda bits: pa.py_buffer(np.packbits(bits, bitorder="big"))
     )
     prop = settings(
         max_examples=150, deadline=None, database=None, derandomize=True, phases=(Phase.generate,)
     )(given(*LOOKUPS)(check_lookup))
     with pytest.raises(AssertionError):
         prop()
+
+
+RUN_OUT = pa.schema([*WALK, ("w", pa.int64()), ("t", pa.string()), ("u", pa.float64())])
+
+
+def check_run(first: int, n: int, keys: list[int], tidy: bool, gap: int, how: str) -> None:
+    """``lookup_run``: rows keyed ``first, first + 1, ...`` (with ``gap`` > 0: that row's
+    key moved on by one, no longer a run) joined with rows of unique keys in order
+    (unless not ``tidy``: keys as drawn, repeated or out of order) is the plain join,
+    inner or left, in the rows' order; anything else it declines (``None``)."""
+    if tidy:
+        keys = sorted(set(keys))
+    probes = list(range(first, first + n))
+    if gap:
+        probes[gap % n] += n + 1
+    table = pa.table(
+        {
+            "k": pa.array(keys, pa.int64()),
+            "w": pa.array([None if k % 3 == 0 else k * 10 for k in keys], pa.int64()),
+            "t": pa.array([f"t{k}" for k in keys], pa.string()),
+            "u": pa.array([k / 4 for k in keys], pa.float64()),
+        }
+    )
+    rows = pa.Table.from_pylist(
+        [{"p": p, "s": f"r{i}", "v": i / 2} for i, p in enumerate(probes)], schema=WALK
+    )
+    right = ["w", "t", "u"]
+    out = (["p", "s", "v"], {c: c for c in right})
+    got = table_arrange.lookup_run(rows, table, ("p", "k"), how, out, RUN_OUT)
+    unique_in_order = all(a < b for a, b in pairwise(keys))
+    if got is None:
+        assert gap or not unique_in_order, "declined a run of keys"
+        return
+    at: dict[int, list[Any]] = {}
+    for r in table.to_pylist():
+        at.setdefault(r["k"], []).append(tuple(r[c] for c in right))
+    want = []
+    for i, p in enumerate(probes):
+        matches = at.get(p, [])
+        if how == "left" and not matches:
+            matches = [(None,) * len(right)]
+        want += [(p, f"r{i}", i / 2, *m) for m in matches]
+    assert [tuple(r.values()) for r in got.to_pylist()] == want
+
+
+RUNS = (
+    st.integers(-4, 4),
+    st.integers(1, 10),
+    st.lists(st.integers(-6, 16), max_size=14),
+    st.booleans(),
+    st.sampled_from([0, 0, 1, 3]),
+    st.sampled_from(["inner", "left"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(*RUNS)
+def test_a_join_of_a_run_of_keys_puts_each_match_in_place(
+    first: int, n: int, keys: Any, tidy: bool, gap: int, how: str
+) -> None:
+    check_run(first, n, keys, tidy, gap, how)
+
+
+def run_fails(monkeypatch: pytest.MonkeyPatch, name: str, mutant: Any) -> None:
+    monkeypatch.setattr(table_arrange, name, mutant)
+    prop = settings(
+        max_examples=200,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=(Phase.generate,),
+        report_multiple_bugs=False,
+    )(given(*RUNS)(check_run))
+    with pytest.raises((AssertionError, IndexError)):
+        prop()
+
+
+def test_a_run_lookup_that_takes_any_keys_as_a_run_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant that takes the rows' first key as the start of a run without checking
+    the others follow it fails the property above."""
+    run_fails(monkeypatch, "_first_of_run", lambda keys: int(keys[0]) if len(keys) else None)
+
+
+def test_a_run_lookup_that_trusts_the_other_keys_order_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mutant whose check of the other side's keys (unique, in order) always passes
+    fails the property above (a repeated key's rows are lost, keys out of order put
+    the wrong rows' values in place)."""
+    run_fails(monkeypatch, "unique_in_order", lambda keys: True)
