@@ -72,7 +72,8 @@ def pagerank(nodes: Table, edges: Table, n: int, iters: int, damping: float = 0.
     ``share`` is ``d/outdeg`` (0 for a node without out-edges): each node's part of its
     rank sent along its edges, summed per node, joined to every node (``how="left"``:
     nothing for a node without in-edges), and the dangling mass, one row, added to all
-    (``how="cross"``)."""
+    (``how="cross"``: on the ranks, while the shares are joined and summed, so a round
+    waits for three per-time steps in a row, not four)."""
     d = damping
     outdeg = edges.group_by("src").agg(deg=count())
     start = nodes.join(outdeg, left_on="node", right_on="src", how="left").select(
@@ -92,8 +93,8 @@ def pagerank(nodes: Table, edges: Table, n: int, iters: int, damping: float = 0.
             m=when(col("share") == 0.0).then(col("rank")).otherwise(0.0).sum()
         )
         return (
-            ranks.join(inflow, left_on="node", right_on="dst", how="left")
-            .join(dangling, how="cross")
+            ranks.join(dangling, how="cross")  # beside the shares' join and sum, not after
+            .join(inflow, left_on="node", right_on="dst", how="left")
             .select(
                 node=col("node"),
                 rank=(1 - d) / n + col("m") * (d / n) + col("inflow").fill_null(0.0),
