@@ -67,11 +67,12 @@ RECYCLE_DIRS = 8
 """At most this many empty checkpoint folders wait there, to be renamed to new ones."""
 RECYCLE_BYTES = 1 << 20
 """Larger files are deleted, not kept (their write costs far more than a new inode)."""
-_RELIST = 8
+_RELIST = 1
+"""Writes that create new files before a writer lists :data:`RECYCLE` again after
+finding it empty (a listing of an empty folder is ~5 us; the collection that fills it
+runs on another thread, or in another process)."""
 _DIR = "d-"
 """The names of folders in :data:`RECYCLE` start with it."""
-"""Writes that create new files before a writer lists :data:`RECYCLE` again after
-finding it empty."""
 
 
 class CheckpointError(TimelyError):
