@@ -240,7 +240,8 @@ def test_a_chain_restores_on_another_worker_count(tmp_path: Path, workers: int, 
     """A rescale on restore makes each old worker's chain whole before re-partitioning."""
     flow, expected = build("running", EPOCHS)
     flow.run(workers=2, backend="inline")
-    stopped_run(tmp_path, "running", 6, checkpoint_incremental=True, **STATE[state])
+    # (a count: with True, this small state's deltas soon add up to half a whole part)
+    stopped_run(tmp_path, "running", 6, checkpoint_incremental=10, **STATE[state])
     assert manifests(tmp_path)[6]["parts"][0]["chain"]  # a delta
     flow, got = build("running", EPOCHS)
     session = flow.activate(
@@ -538,3 +539,78 @@ def test_old_checkpoints_are_collected_in_batches(tmp_path: Path) -> None:
     assert 2 < most <= 2 + COLLECT_EVERY
     coordinator.settle()
     assert sorted(manifests(tmp_path)) == [5 * COLLECT_EVERY - 2, 5 * COLLECT_EVERY - 1]
+
+
+# -- checkpoint_incremental=True: chains end by size ---------------------------------------
+
+
+def sized_chain_run(root: Path, touched: int, epochs: int = 16) -> dict[int, dict[str, Any]]:
+    """2,000 keys loaded at epoch 0, then ``touched`` of them changed each epoch, with
+    ``checkpoint_incremental=True``: the manifests of the run."""
+    import operator
+
+    flow = Dataflow("sized")
+    handle = flow.new_input("keys")
+    handle.stream.running_reduce(lambda k: k, operator.add, value=lambda k: 1).collect("c")
+    with flow.activate(
+        workers=1,
+        backend="inline",
+        checkpoint=str(root),
+        checkpoint_incremental=True,
+        keep_checkpoints=epochs + 1,
+    ) as session:
+        handle.send(list(range(2000)))
+        for e in range(1, epochs):
+            handle.advance_to(e)
+            handle.send([(e * 37 + i) % 2000 for i in range(touched)])
+        handle.close()
+        session.join()
+    return manifests(root)
+
+
+def test_small_deltas_make_long_chains(tmp_path: Path) -> None:
+    """A few keys touched an epoch: the deltas add up to half the whole part only after
+    far more than the ten deltas a fixed count would allow, so no whole part is written
+    again in 16 epochs; the last checkpoint restores through all 15 links."""
+    found = sized_chain_run(tmp_path, touched=5)
+    bases = [found[e]["parts"][0]["base"] for e in sorted(found)]
+    assert bases == [None, *range(15)]
+    assert len(found[15]["parts"][0]["chain"]) == 15
+    store = CheckpointStore(str(tmp_path))
+    epoch, parts = store.latest(found[15]["fingerprint"], "sized") or (None, [])
+    assert epoch == 15
+    state = parts[0]["vertices"]
+    (vertex,) = [
+        s for s in state.values() if s.get("kind") == "keyed" and s["tables"]["state"]["times"]
+    ]
+    keys, values = vertex["tables"]["state"]["times"][0][1:]
+    counts = dict(zip(keys, values))
+    expected = dict.fromkeys(range(2000), 1)
+    for e in range(1, 16):
+        for i in range(5):
+            expected[(e * 37 + i) % 2000] += 1
+    assert counts == expected
+
+
+def test_large_deltas_end_chains_soon(tmp_path: Path) -> None:
+    """A third of the keys touched an epoch (deltas, each a third of the whole part's
+    size): a whole part again after two deltas, not ten."""
+    found = sized_chain_run(tmp_path, touched=700, epochs=8)
+    bases = [found[e]["parts"][0]["base"] for e in sorted(found)]
+    assert bases[:4] == [None, 0, 1, None], bases
+    assert max(len(m["parts"][0]["chain"]) for m in found.values()) <= 2
+
+
+def test_a_count_for_chains_with_true_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: ``checkpoint_incremental=True`` a fixed ten deltas again."""
+    from timely.worker.snapshots import Snapshots
+
+    monkeypatch.setattr(
+        Snapshots, "whole_next", lambda self: self.base is None or self.deltas >= 10
+    )
+    with pytest.raises(AssertionError):
+        test_small_deltas_make_long_chains(tmp_path / "small")
+    with pytest.raises(AssertionError):
+        test_large_deltas_end_chains_soon(tmp_path / "large")

@@ -13,9 +13,17 @@ from typing import Any
 from timely.checkpoint.aimd import DEFAULT_BOUNDS, check_bounds
 from timely.errors import ConfigError
 
-DEFAULT_CHAIN = 10
-"""``checkpoint_incremental=True``: a whole part after this many deltas (a restore reads
-at most this many increments after a whole part)."""
+DEFAULT_CHAIN = 100
+"""``checkpoint_incremental=True``: a whole part after at most this many deltas, and
+sooner once the deltas since the last whole part add up to half its size (a restore
+then reads at most 1.5 times a whole part): see :data:`BY_SIZE`."""
+BY_SIZE = -DEFAULT_CHAIN
+"""``CheckpointConfig.incremental`` for ``checkpoint_incremental=True``: chains end by
+size (:meth:`timely.worker.snapshots.Snapshots.whole_next`), not after a fixed count."""
+COUNT_CHAIN = 10
+"""With ``checkpoint_incremental=True``, deltas between whole parts where a part's size is
+not known on the loop (Ray encodes a keyed snapshot on its writer thread): the count of
+before issue 30's sized chains."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class CheckpointConfig:
     ``resume``: start from the latest checkpoint found under ``uri``, if any.
     ``incremental``: parts write what changed since the worker's previous part (the keys
     operators report changed), a whole part after every ``incremental`` deltas (0: every
-    part whole).
+    part whole; :data:`BY_SIZE`: once the deltas add up to half a whole part).
     """
 
     uri: str
@@ -87,13 +95,14 @@ class CheckpointConfig:
         fraction = _fraction(every, given)
         incremental = given.get("checkpoint_incremental", False)
         if incremental is True:
-            incremental = DEFAULT_CHAIN
+            incremental = BY_SIZE
         elif incremental is False:
             incremental = 0
         elif not isinstance(incremental, int) or incremental < 1:
             raise ConfigError(
-                "checkpoint_incremental must be True (a whole checkpoint after every "
-                f"{DEFAULT_CHAIN} deltas), False, or the number of deltas between whole "
+                "checkpoint_incremental must be True (a whole checkpoint once the deltas "
+                f"add up to half of one, at most {DEFAULT_CHAIN} deltas), False, or the "
+                "number of deltas between whole "
                 f"ones (>= 1); got {incremental!r}"
             )
         config = CheckpointConfig(

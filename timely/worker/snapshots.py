@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from progress import source, target
+from progress import Location, source, target
+from timely.checkpoint.config import COUNT_CHAIN
 from timely.checkpoint.cost import LoopCost
 from timely.comm import serialization
 from timely.eventlog import clock
@@ -101,6 +102,9 @@ class Snapshots:
         """The latest epoch any vertex here has been notified at."""
         self.vertices = list(range(len(worker.plan.vertices)))
         plan = worker.plan
+        self._targets: dict[int, list[Location]] = {}
+        """Per vertex, its inputs' locations (whose frontiers :meth:`open_at` reads), made
+        on first use (:meth:`_inputs`)."""
         self._moving = (
             frozenset(v for v, spec in enumerate(plan.vertices) if spec.kind == "source")
             if plan.live_control
@@ -117,13 +121,18 @@ class Snapshots:
         self.done: list[Part] = []
         self.incremental = incremental
         """Incremental checkpoints: a whole part after every ``incremental`` deltas (0: every
-        part whole)."""
+        part whole; negative, ``checkpoint_incremental=True``: by size, see
+        :meth:`whole_next`)."""
         self.base: int | None = None
         """The epoch of the latest part begun, which the next part's deltas are on (None:
         the next part is whole). Every vertex is snapshotted for every part, in epoch
         order, so the part before is every vertex's previous snapshot."""
         self.deltas = 0
         """Parts begun since the last whole one."""
+        self._whole_bytes: int | None = None
+        """The size of the latest whole part completed (None: none yet, or not known)."""
+        self._chain_bytes: int | None = 0
+        """The sizes of the deltas completed since it, added up (None: one not known)."""
         self.bases: dict[int, int | None] = {}
         """Per part in progress, the base its deltas are on (None: whole), fixed at its
         first snapshot."""
@@ -183,8 +192,8 @@ class Snapshots:
         frontiers (most often the earliest), its notification requests, its capabilities
         and its inbox."""
         frontier = self.w.tracker.frontier
-        for i in range(self.w.plan.vertices[v].inputs):
-            for t in frontier(target(v, i)):
+        for loc in self._targets.get(v) or self._inputs(v):
+            for t in frontier(loc):
                 yield t[0]
         ctx = self.w.contexts[v]
         for t in ctx.requests:
@@ -197,17 +206,42 @@ class Snapshots:
             for t in self.w.tracker.pointstamp_frontier(source(v, 0)):
                 yield t[0]
 
+    def _inputs(self, v: int) -> list[Location]:
+        locs = self._targets[v] = [target(v, i) for i in range(self.w.plan.vertices[v].inputs)]
+        return locs
+
     def open_epoch(self, v: int) -> int | None:
         """The lowest epoch ``v`` may still receive, be notified or send at (None: it is
         finished for good)."""
         return min(self._open_epochs(v), default=None)
 
+    def finished(self, v: int) -> bool:
+        """``open_epoch(v) is None``, stopping at the first epoch found."""
+        return next(self._open_epochs(v), None) is None
+
     def open_at(self, v: int, epoch: int) -> bool:
         """Whether ``v`` may still act at ``epoch`` or earlier: ``open_epoch(v) <= epoch``,
-        stopping at the first witness (it is asked of every vertex at every step)."""
-        for e in self._open_epochs(v):
-            if e <= epoch:
+        stopping at the first witness (it is asked of every vertex at every step, so it
+        is :meth:`_open_epochs` written out, without a generator)."""
+        frontier = self.w.tracker.frontier
+        for loc in self._targets.get(v) or self._inputs(v):
+            for t in frontier(loc):
+                if t[0] <= epoch:
+                    return True
+        ctx = self.w.contexts[v]
+        for t in ctx.requests:
+            if t[0] <= epoch:
                 return True
+        for t in ctx.caps:
+            if t[0] <= epoch:
+                return True
+        for t in self.w.queued(v):
+            if t[0] <= epoch:
+                return True
+        if v in self._moving:
+            for t in self.w.tracker.pointstamp_frontier(source(v, 0)):
+                if t[0] <= epoch:
+                    return True
         return False
 
     def due(self, after: int, upto: int | None) -> range | list[int]:
@@ -311,6 +345,41 @@ class Snapshots:
         self.w.recheck_notifications()
         return True
 
+    def whole_next(self) -> bool:
+        """Whether the next part begun is whole: the first one, after ``incremental``
+        deltas, or (``checkpoint_incremental=True``, ``BY_SIZE``) once the deltas
+        completed since the last whole part add up to half its size, or after
+        ``-incremental`` of them (``DEFAULT_CHAIN``). A chain costs a restore what its
+        bytes do, so a whole part of 1M keys (~6 MB) need not be written again after
+        ten 60 KB deltas. Where a part's size is unknown here (snapshots encoded off the
+        loop), after :data:`COUNT_CHAIN` deltas."""
+        if self.base is None:
+            return True
+        every = self.incremental
+        if every > 0:
+            return self.deltas >= every
+        if self.deltas >= -every:
+            return True
+        whole, chain = self._whole_bytes, self._chain_bytes
+        if whole is None or chain is None:
+            return self.deltas >= COUNT_CHAIN
+        return 2 * chain >= whole
+
+    def _sized(self, base: int | None, vertices: dict[int, Any]) -> None:
+        """A part is complete: count its size towards :meth:`whole_next`'s rule."""
+        size: int | None = 0
+        for data in vertices.values():
+            if data is None:  # a stateless vertex: nothing written
+                continue
+            if type(data) is not bytes:
+                size = None  # encoded later, off the loop: not known here
+                break
+            size += len(data)  # type: ignore[operator]
+        if base is None:
+            self._whole_bytes, self._chain_bytes = size, 0
+        elif self._chain_bytes is not None:
+            self._chain_bytes = None if size is None else self._chain_bytes + size
+
     def take(self, v: int, epoch: int) -> None:
         """Snapshot ``v`` for the checkpoint at ``epoch``, encoded at once.
 
@@ -321,7 +390,7 @@ class Snapshots:
         ctx.now = None
         t0 = clock()
         if epoch not in self.bases:
-            whole = self.base is None or self.deltas >= self.incremental
+            whole = self.whole_next()
             self.bases[epoch] = None if whole else self.base
             self.base = epoch
             self.deltas = 0 if whole else self.deltas + 1
@@ -369,14 +438,25 @@ class Snapshots:
             self.cost.section(t0, clock())
 
     def _scan(self) -> None:
+        snapped, boundaries = self.snapped, self._boundaries
         for v in self.vertices:
+            # snapshot(v)'s first test, written out: this runs for every vertex at every step.
+            cached = boundaries.get(v)
+            if (
+                cached is not None
+                and cached[0] == snapped[v]
+                and (cached[1] is None or self.open_at(v, cached[1]))
+            ):
+                continue
             self.snapshot(v)
+        if not self.parts:
+            return
         for epoch in sorted(self.parts):
             part = self.parts[epoch]
             missing = [v for v in self.vertices if v not in part]
             # A finished vertex's state is final and, by hold_back, reflects
             # no epoch after the one following its last snapshot: valid for this part.
-            if not all(self.open_epoch(v) is None and self.snapped[v] < epoch for v in missing):
+            if not all(snapped[v] < epoch and self.finished(v) for v in missing):
                 continue
             for v in missing:
                 self.take(v, epoch)
@@ -384,6 +464,8 @@ class Snapshots:
             base = self.bases.pop(epoch, None)
             moved = epoch in self.moved
             self.moved.discard(epoch)
+            if self.incremental < 0:
+                self._sized(base, part)
             self.done.append(
                 (
                     epoch,

@@ -1,0 +1,191 @@
+"""A local store writes over the files and folders of deleted checkpoints
+(:data:`timely.checkpoint.store.RECYCLE`) instead of making new ones.
+
+The property: whatever the sizes written and however often old checkpoints are
+collected, every committed checkpoint still kept reads back as exactly the bytes its
+parts were written with, and a recycled file or folder is never one a kept checkpoint
+uses. The store runs against a dict of what each kept checkpoint holds. Three broken
+variants must be caught: a recycled file not cut to its new length, a kept checkpoint's
+part handed out for reuse, and a recycled folder renamed over one in use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from tests.checkpoint.pipelines import build
+from tests.checkpoint.test_incremental import EPOCHS, resumed, stopped_run
+from timely.checkpoint import store as store_module
+from timely.checkpoint.store import RECYCLE, CheckpointStore, epoch_dir
+
+# Per checkpoint: the parts' sizes (a worker's part each), then whether old checkpoints
+# are collected after its commit.
+plans = st.lists(
+    st.tuples(st.lists(st.integers(0, 3000), min_size=1, max_size=3), st.booleans()),
+    min_size=1,
+    max_size=25,
+)
+
+
+def check_store(root: Path, plan: list[tuple[list[int], bool]], keep: int = 2) -> int:
+    """Run ``plan`` against a store at ``root``; return how many writes reused a file."""
+    store = CheckpointStore(str(root))
+    reused = 0
+    reuse = store._reuse
+
+    def counted(tmp: str) -> bool:
+        nonlocal reused
+        took = reuse(tmp)
+        reused += took
+        return took
+
+    store._reuse = counted  # type: ignore[method-assign]
+    written: dict[int, list[bytes]] = {}
+    committed: list[int] = []
+    for epoch, (sizes, collect) in enumerate(plan):
+        datas = [bytes([(epoch * 7 + w) % 251]) * size for w, size in enumerate(sizes)]
+        infos = [store.write_part(epoch, w, len(datas), d) for w, d in enumerate(datas)]
+        store.commit(epoch, len(datas), "fp", "flow", infos)
+        written[epoch] = datas
+        committed.append(epoch)
+        if collect:
+            store.collect_garbage(keep, upto=epoch)
+            committed = committed[-keep:]
+        for kept in committed:
+            manifest, parts = store.load(kept)
+            assert parts == written[kept], f"checkpoint {kept} does not read back"
+            assert manifest["epoch"] == kept
+        assert store.epochs()[-len(committed) :] == committed
+    return reused
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=plans)
+@example(plan=[([3000], True), ([10], True), ([2000, 5], True), ([7], True), ([1], True)])
+def test_kept_checkpoints_read_back_whatever_was_recycled(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[list[int], bool]]
+) -> None:
+    check_store(tmp_path_factory.mktemp("store"), plan)
+
+
+def test_files_and_folders_are_reused(tmp_path: Path) -> None:
+    """Collected checkpoints' files and folders are written over: no new inode for them."""
+    plan = [([500, 600], True)] * 12
+    assert check_store(tmp_path, plan) > 0
+    waiting = os.listdir(tmp_path / RECYCLE)
+    assert len(waiting) <= store_module.RECYCLE_FILES + store_module.RECYCLE_DIRS
+    made: list[str] = []
+    real = os.makedirs
+
+    def spy(path: str, *args: object, **kwargs: object) -> None:
+        made.append(path)
+        real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    store = CheckpointStore(str(tmp_path))
+    os.makedirs = spy  # type: ignore[assignment]
+    try:
+        store.write_part(99, 0, 1, b"x")
+    finally:
+        os.makedirs = real
+    assert any(n.startswith(store_module._DIR) for n in waiting)
+    assert made == []  # the folder was a recycled one
+
+
+def test_large_files_are_deleted_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "RECYCLE_BYTES", 1000)
+    check_store(tmp_path, [([3000], True)] * 5)
+    waiting = os.listdir(tmp_path / RECYCLE)
+    files = [n for n in waiting if not n.startswith(store_module._DIR)]
+    # Only the manifests (small) wait; the 3,000-byte parts were deleted.
+    assert files and all((tmp_path / RECYCLE / n).stat().st_size <= 1000 for n in files)
+
+
+def test_a_run_recycles_and_resumes(tmp_path: Path) -> None:
+    """A run with a checkpoint every epoch and one kept recycles (16 commits: two
+    collections), and a run resuming from its last checkpoint gives the outputs of a run
+    without a stop; incremental chains too."""
+    flow, expected = build("running", EPOCHS)
+    flow.run(workers=2, backend="inline")
+    for options in ({}, {"checkpoint_incremental": 3}):
+        root = tmp_path / str(len(options))
+        stopped_run(root, "running", 10, keep_checkpoints=1, **options)
+        assert os.listdir(root / RECYCLE)
+        restored, got = resumed(root, "running", keep_checkpoints=1, **options)
+        assert restored == 10
+        assert got == {e: r for e, r in expected.items() if e > 10}
+
+
+# -- the mutants -----------------------------------------------------------------------------
+
+MUTANT_PLAN = [([3000], True), ([10], True), ([2000, 5], True), ([7], True), ([1], True)]
+
+
+def test_a_recycled_file_not_cut_to_length_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_truncate(path: str, tmp: str, data: bytes) -> None:
+        fd = os.open(tmp, os.O_WRONLY)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    monkeypatch.setattr(store_module, "_write_over", no_truncate)
+    with pytest.raises((AssertionError, store_module.CheckpointError)):
+        check_store(tmp_path, MUTANT_PLAN * 3)
+
+
+def test_a_kept_part_recycled_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collection hands the newest checkpoint's part out for reuse as well."""
+    collect = CheckpointStore.collect_garbage
+
+    def greedy(self: CheckpointStore, keep: int, *args: object, **kwargs: object) -> None:
+        collect(self, keep, *args, **kwargs)  # type: ignore[arg-type]
+        newest = self.epochs()[-1]
+        os.makedirs(self._path(RECYCLE), exist_ok=True)
+        os.link(
+            self._path(epoch_dir(newest), "part-0-of-1.bin"),
+            self._path(RECYCLE, f"stolen-{newest}"),
+        )
+
+    monkeypatch.setattr(CheckpointStore, "collect_garbage", greedy)
+    with pytest.raises((AssertionError, store_module.CheckpointError)):
+        check_store(tmp_path, [([50], True)] * 6)
+
+
+def test_a_folder_renamed_over_one_in_use_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recycled folder put in place of a checkpoint's even when it exists (its files
+    then gone: a rename that replaces what it should not)."""
+    import shutil
+
+    def clobber(self: CheckpointStore, folder: str) -> None:
+        names = [n for n in self._recycled_names() if n.startswith(store_module._DIR)]
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        if names:
+            self._recycled.remove(names[0])
+            os.rename(self._path(RECYCLE, names[0]), folder)
+        else:
+            os.makedirs(folder, exist_ok=True)
+
+    monkeypatch.setattr(CheckpointStore, "_make_dir", clobber)
+    # Two parts a checkpoint: the second part's write must not lose the first.
+    monkeypatch.setattr(store_module, "_RELIST", 0)
+
+    def missing_dir_every_time(self: CheckpointStore, tmp: str) -> bool:
+        self._make_dir(os.path.dirname(tmp))
+        return False
+
+    monkeypatch.setattr(CheckpointStore, "_reuse", missing_dir_every_time)
+    with pytest.raises((AssertionError, store_module.CheckpointError)):
+        check_store(tmp_path, [([40, 40], True)] * 8)
