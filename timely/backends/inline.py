@@ -32,6 +32,23 @@ if TYPE_CHECKING:
     pass
 
 
+class _EarlySend:
+    """Worker ``index``'s early sends (the worker loop's ``EarlySend``): onto its FIFO
+    queue to the peer at once, as the step's end would put them."""
+
+    __slots__ = ("index", "session")
+
+    def __init__(self, session: InlineSession, index: int) -> None:
+        self.session = session
+        self.index = index
+
+    def ready(self, peer: int) -> bool:
+        return True
+
+    def send(self, peer: int, message: WorkerMessage) -> None:
+        self.session._queue(self.index, [(peer, message)])
+
+
 class InlineSession(Session):
     """All workers in one process."""
 
@@ -82,6 +99,8 @@ class InlineSession(Session):
             )
             for i in range(self.workers)
         ]
+        for worker in self.worker_list:
+            worker.early = _EarlySend(self, worker.index)
         self.channels: dict[tuple[int, int], deque[WorkerMessage]] = {}
         self.commands: list[deque[tuple[int, InputCommand]]] = [
             deque() for _ in range(self.workers)
@@ -122,6 +141,7 @@ class InlineSession(Session):
             checkpoint_incremental=self._incremental,
             join=join,
         )
+        new.early = _EarlySend(self, worker)
         for w in self._alive():
             if w is not donor:
                 w.add_peer(worker, epoch, first)

@@ -72,7 +72,7 @@ from timely.checkpoint.store import CheckpointStore, Share
 from timely.comm import serialization
 from timely.comm.allocator import DRIVER, Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
-from timely.comm.messages import InputCommand, command_from_wire, command_to_wire
+from timely.comm.messages import InputCommand, WorkerMessage, command_from_wire, command_to_wire
 from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.eventlog import EventLog, clock, message_event
 from timely.graph.plan import Plan
@@ -106,6 +106,32 @@ _START_TIMEOUT = 60.0
 
 BATCH = -1
 """The vertex a driver frame names when it carries several commands ``[[vertex, wire], ...]``."""
+
+
+class _EarlySend:
+    """A worker actor's channels for its worker's early sends (the worker loop's
+    ``EarlySend``): a frame goes only if its channel has a credit now, never waiting
+    inside the step."""
+
+    __slots__ = ("actor",)
+
+    def __init__(self, actor: WorkerActor) -> None:
+        self.actor = actor
+
+    def ready(self, peer: int) -> bool:
+        return self.actor.comm.channel(peer).usable()
+
+    def send(self, peer: int, message: WorkerMessage) -> None:
+        actor = self.actor
+        log = actor.log
+        t0 = clock()
+        payload = serialization.encode_message_parts(message)
+        if log is not None:
+            size = sum(memoryview(part).nbytes for part in payload)
+            log.add(message_event("s", t0, clock(), peer, message, size))
+        actor.comm.channel(peer).send_nowait(payload)
+        actor.sent += 1
+        actor.early_frames += 1
 
 
 class WorkerActor:
@@ -149,6 +175,8 @@ class WorkerActor:
         self.max_inbox = 0
         """The most batches ever waiting in the worker's inboxes right after taking in."""
         self.credit_waits = 0
+        self.early_frames = 0
+        """Frames of data sent before their step's end (:class:`_EarlySend`)."""
         self.leave_epoch: int | None = None
         """This worker leaves the run at this epoch (None: it stays)."""
         self.left_after: int | None = None
@@ -196,6 +224,7 @@ class WorkerActor:
         self.store = store
         self.writer = concurrent.futures.ThreadPoolExecutor(1) if store else None
         self._defer_encoding()
+        self.worker.early = _EarlySend(self)
         self.loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
         self.comm = Allocator(
@@ -607,6 +636,7 @@ class WorkerActor:
         )
         self.log = self.worker.log
         self._defer_encoding()
+        self.worker.early = _EarlySend(self)
 
     async def leave_at(self, peer: int, epoch: int) -> None:
         """Worker ``peer`` leaves the run at ``epoch`` (this one, if it is ``self.index``:
@@ -710,6 +740,7 @@ class WorkerActor:
             "max_queued": self.comm.max_queued,
             "max_commands": self.comm.max_commands,
             "credit_waits": self.credit_waits,
+            "early_frames": self.early_frames,
             "refused": self.comm.refused,
             "links": self.comm.kinds(),
         }

@@ -136,6 +136,12 @@ class Channel:
         link = self._link
         return link.sent - link.credit < self._allocator.window
 
+    def usable(self) -> bool:
+        """Whether a frame may go now without raising: a credit is left and the
+        connection is up."""
+        link = self._link
+        return link.lost is None and not link.writer.is_closing() and self.ready()
+
     def send_nowait(self, payload: bytes | Sequence[Any]) -> None:
         """Send one frame whose payload is ``payload`` or, given a list of bytes-like
         parts, their concatenation (written as they are, not joined); the caller has

@@ -61,8 +61,6 @@ _WITH_BLOBS = 0xC1
 that is a multiple of 8 (Arrow's alignment). Any other payload is the envelope alone."""
 _PREFIX = struct.Struct("<BI")
 _ZEROS = bytes(8)
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-"""Arrow IPC's end-of-stream marker (a continuation token and a zero length)."""
 _UNICODE = "surrogatepass"
 """Strings with lone surrogates are valid Python strings: carry them as they are."""
 
@@ -389,37 +387,84 @@ def _is_arrow(record: Any) -> bool:
     return t.__module__ == "pyarrow.lib" and t.__name__ in ("RecordBatch", "Table")
 
 
-def _ipc_parts(record: Any) -> list[Any]:
-    """A record batch or table as the buffers of one Arrow IPC stream. A batch without
-    dictionary columns is its schema's message, its own message and the end-of-stream
-    marker, each serialized at its exact size (one copy of the columns, into a buffer
-    allocated once; the stream writer grows its buffer as it writes, copying again);
-    anything else goes through the stream writer."""
-    if type(record).__name__ == "RecordBatch" and not any(
-        _is_dictionary(f.type) for f in record.schema
-    ):
-        return [record.schema.serialize(), record.serialize(), _EOS]
-    return [_arrow_buffer(record)]
+_BIG = 1 << 12
+"""A buffer Arrow's IPC writer hands over that is at least this large (a column's
+values, offsets, bitmap) goes to the socket as it is; smaller ones (the messages'
+metadata, padding, small columns) are copied into the frame's runs of small bytes
+(:func:`_coalesce`), one socket write each instead of one per piece."""
 
 
-def _is_dictionary(t: Any) -> bool:
+class _IpcSink:
+    """The file Arrow's IPC stream writer writes to (through ``pyarrow.PythonFile``),
+    keeping what it is handed as it is: the metadata as ``bytes``, each body buffer as
+    the ``pyarrow.Buffer`` the writer passes, which for a column's values is a view
+    over the column's own memory (a sliced column's too: the writer slices the buffer
+    at the column's offset, and rebuilds only what a slice cannot carry, such as a
+    bitmap starting mid-byte or a string column's offsets). No copy of the columns."""
+
+    __slots__ = ("closed", "parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        n = len(data)
+        if n:
+            self.parts.append(data)
+            self.size += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _ipc_parts(record: Any) -> _IpcSink:
+    """A record batch or table as the pieces of one Arrow IPC stream (the schema's
+    message, any dictionaries, each batch's message, the end-of-stream marker), the
+    same bytes ``pa.ipc.new_stream`` writes, with the columns' buffers not copied."""
     import pyarrow as pa
 
-    return bool(pa.types.is_dictionary(t))
+    sink = _IpcSink()
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), record.schema) as writer:
+        writer.write(record)
+    return sink
 
 
-def _records(records: list[Any], blobs: list[list[Any]]) -> Any:
+def _coalesce(parts: list[Any]) -> list[Any]:
+    """``parts`` with every run of pieces smaller than :data:`_BIG` joined into one
+    ``bytes``; larger pieces stay as they are (not copied), in order."""
+    out: list[Any] = []
+    run = bytearray()
+    for part in parts:
+        if len(part) < _BIG:
+            run += part
+            continue
+        if run:
+            out.append(bytes(run))
+            run.clear()
+        out.append(part)
+    if run:
+        out.append(bytes(run))
+    return out
+
+
+def _records(records: list[Any], blobs: list[_IpcSink]) -> Any:
     """A batch's records as the envelope carries them: Arrow records (a table stream's
-    batches) moved out to ``blobs`` (each as the buffers of its IPC stream), the rest as
+    batches) moved out to ``blobs`` (each as the pieces of its IPC stream), the rest as
     :func:`encode` packs them."""
     if not any(map(_is_arrow, records)):
         return _maybe_flat(records)
     out = []
     for r in records:
         if _is_arrow(r):
-            parts = _ipc_parts(r)
-            blobs.append(parts)
-            size = sum(memoryview(p).nbytes for p in parts)
+            sink = _ipc_parts(r)
+            blobs.append(sink)
+            size = sink.size
             code = EXT_ARROW_BATCH if type(r).__name__ == "RecordBatch" else EXT_ARROW_TABLE
             out.append(msgpack.ExtType(EXT_ARROW_BLOB, _BLOB.pack(code, size)))
         else:
@@ -437,29 +482,32 @@ def encode_message_parts(msg: WorkerMessage) -> list[Any]:
     """One worker-to-worker message as the buffers of one frame's payload, in order:
     a msgpack envelope ``[sender, seq, data, progress]``, and ``state`` after them when
     a migration ships some; then, if the data holds Arrow record batches or tables,
-    each one's IPC stream as the buffers Arrow serialized it to (``_ipc_parts``),
-    written to the socket as they are: no copy into msgpack, the frame or ``bytes``.
+    each one's IPC stream as Arrow's stream writer writes it (``_ipc_parts``): its
+    columns' buffers as they are, views over the columns' own memory, written to the
+    socket as they are (no copy into msgpack, the frame, ``bytes`` or an IPC buffer),
+    and the small pieces between them (metadata, padding) joined (``_coalesce``).
+    The batches must not change until the frame is sent: Arrow's arrays are
+    immutable (one built zero-copy over a numpy array its owner then changes in
+    place would not be, on the wire or in the ``inline`` backend either).
 
     Data batches are ``[vertex, port, time, records]`` with the time as an int list;
     progress is ``[sender, seq, [[node, kind, port, time, delta], ...]]`` (and ``after``,
     ``[worker, seq]``, for a joining worker's first batch); state is
     ``[[vertex, epoch, bins, tables], ...]``.
     """
-    blobs: list[list[Any]] = []
+    blobs: list[_IpcSink] = []
     envelope = _envelope(msg, blobs)
     if not blobs:
         return [envelope]
     head = _PREFIX.pack(_WITH_BLOBS, len(envelope))
-    parts: list[Any] = [b"".join((head, envelope, _ZEROS[: _pad(len(head) + len(envelope))]))]
+    parts: list[Any] = [head, envelope, _ZEROS[: _pad(len(head) + len(envelope))]]
     for blob in blobs:
-        parts.extend(blob)
-        size = sum(memoryview(p).nbytes for p in blob)
-        if _pad(size):
-            parts.append(_ZEROS[: _pad(size)])
-    return parts
+        parts.extend(blob.parts)
+        parts.append(_ZEROS[: _pad(blob.size)])
+    return _coalesce(parts)
 
 
-def _envelope(msg: WorkerMessage, blobs: list[list[Any]]) -> bytes:
+def _envelope(msg: WorkerMessage, blobs: list[_IpcSink]) -> bytes:
     data = [[v, port, list(time), _records(records, blobs)] for v, port, time, records in msg.data]
     progress = None
     batch = msg.progress

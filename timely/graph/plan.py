@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from timely.state.disk import StoreConfig
 
 
+SEND_EARLY = 1 << 21
+"""The Arrow bytes a step routes to one peer before it sends them (when its host can send
+mid-step: ``Worker.early``), without waiting for the step's end: the peer then reads and
+routes while this worker still routes, instead of each waiting on the other's step."""
+
+
 @dataclass
 class VertexSpec:
     """One logical vertex: how to make it, its ports, and what its paths do to time."""
@@ -97,6 +103,9 @@ class Plan:
         self.coalesce_rows = DEFAULT_TARGET
         """Rows a step's small Arrow batches for one peer are merged toward before they
         are sent (:mod:`timely.comm.coalesce`; 0: never merged). A run option."""
+        self.send_early = SEND_EARLY
+        """The Arrow bytes a step routes to one peer before it sends them, without
+        waiting for the step's end (0: only at the step's end). A run option."""
         self.profile_dir: str | None = None
         """Where each worker writes its cProfile (:mod:`timely.worker.profiling`; None:
         not profiled). A run option."""
@@ -130,6 +139,7 @@ class Plan:
             plain = copy.copy(self)
             plain.bins, plain.control = bins, None
             plain.store, plain.coalesce_rows, plain.profile_dir = None, DEFAULT_TARGET, None
+            plain.send_early = SEND_EARLY
             return plain
         vertices = list(self.vertices)
         edges = list(self.edges)

@@ -24,6 +24,7 @@ from timely.eventlog import (
     temporary_trace,
     trace_option,
 )
+from timely.graph.plan import SEND_EARLY
 from timely.graph.spec import RunSpec
 from timely.routing.bins import (
     Table,
@@ -96,6 +97,17 @@ def coalesce_option(options: dict[str, Any]) -> int:
     return rows
 
 
+def send_early_option(options: dict[str, Any]) -> int:
+    """Take ``send_early_bytes`` out of ``options``: the Arrow bytes a step routes to one
+    peer before it sends them mid-step (:attr:`Plan.send_early`; 0: at the step's end)."""
+    size = options.pop("send_early_bytes", SEND_EARLY)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ConfigError(
+            f"send_early_bytes must be a number of bytes (0: send at the step's end), got {size!r}"
+        )
+    return size
+
+
 def start_session(
     spec: RunSpec, workers: int, backend: str | None, address: str | None, **options: Any
 ) -> Session:
@@ -111,6 +123,7 @@ def start_session(
     spec, schedule = _routing_options(spec, workers, options)
     store = state_options(options)
     coalesce_rows = coalesce_option(options)
+    send_early = send_early_option(options)
     profile_dir = profile_dir_option(options.pop("profile_dir", None))
     trace = trace_option(options)
     loop_warning = loop_warning_option(options)
@@ -135,6 +148,7 @@ def start_session(
                 )
             trace = temporary = temporary_trace()
         spec.plan.coalesce_rows = coalesce_rows
+        spec.plan.send_early = send_early
         spec.plan.profile_dir = profile_dir
         if store is not None:
             spec.plan.store = store = store.made()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from progress import (
     ChangeBatch,
@@ -52,6 +52,17 @@ from timely.vertex import Capability, Vertex
 from timely.worker.context import ProtocolError, VertexContext
 from timely.worker.migration import Migration
 from timely.worker.snapshots import Part, Snapshots
+
+
+class EarlySend(Protocol):
+    """A host's channels, as :meth:`Worker.route` sends a step's data early on them."""
+
+    def ready(self, peer: int) -> bool:
+        """Whether a frame to ``peer`` may go now (a credit left, the link up)."""
+
+    def send(self, peer: int, message: WorkerMessage) -> None:
+        """Encode and send ``message`` (data, no progress) to ``peer``, now."""
+
 
 ROUNDS_AHEAD = 8
 """How many rounds a loop's records may run ahead of its oldest round not done yet (on
@@ -178,6 +189,14 @@ class Worker:
         self._round_check = False  # frontiers moved since held rounds were last checked
         self._out: dict[tuple[int, int, int, Timestamp], list[Any]] = {}
         self._seq = [0] * peers
+        self.early: EarlySend | None = None
+        """Where a step's Arrow data for a peer goes once ``plan.send_early`` bytes of it
+        are routed, before the step ends (the host's channels; None: at the step's end
+        only)."""
+        self._early_at = plan.send_early
+        self._early_bytes: dict[int, int] = {}
+        """Per peer, the Arrow bytes routed to it in this step and not yet sent."""
+        self._sent_early = False
         self._commands: dict[int, deque[InputCommand]] = {}
         self._notify_pending: set[int] = set()
         self._frontier_moved = True  # progress applied but not yet propagated
@@ -641,6 +660,39 @@ class Worker:
                     self._out[key] = buf = []
                     self._updates.update((self._ins[edge.dst][edge.dst_port], time), 1)
                 buf.extend(part)
+                if (
+                    self.early is not None
+                    and self._early_at
+                    and type(part[0]).__name__ == "RecordBatch"
+                ):
+                    size = self._early_bytes.get(dest, 0) + sum(b.nbytes for b in part)
+                    if size >= self._early_at and self._send_early(dest):
+                        size = 0
+                    self._early_bytes[dest] = size
+
+    def _send_early(self, dest: int) -> bool:
+        """Send what this step routed to ``dest`` so far, as a message without progress,
+        if its channel takes a frame now (else it waits for the step's end, as all data
+        does without ``early``). Each buffer sent was counted (+1) when it was begun, in
+        this step's progress batch, which goes after it on the same FIFO channel; what
+        is routed to the same place later in the step begins a buffer (and a count) of
+        its own. The receiver may take the data in before that batch: the count of the
+        input this step consumes (or the capability it sends at) holds every frontier
+        at the data's time until the batch arrives, as in timely-dataflow, whose
+        operators send as their buffers fill."""
+        early = self.early
+        assert early is not None
+        if not early.ready(dest):
+            return False
+        rows = self.plan.coalesce_rows
+        msg = WorkerMessage(self.index, self._seq[dest])
+        for key in [k for k in self._out if k[0] == dest]:
+            _, v, port, time = key
+            msg.data.append((v, port, time, coalesce(self._out.pop(key), rows)))
+        self._seq[dest] += 1
+        self._sent_early = True
+        early.send(dest, msg)
+        return True
 
     def _finish_step(self) -> list[tuple[int, WorkerMessage]]:
         shipped = self.migration.take_shipped()
@@ -673,7 +725,11 @@ class Worker:
         # cost another message. Otherwise accumulation decides. A running source does not
         # count as more work in this round: it always has some, and its epochs would
         # otherwise complete for no one until it ends.
-        batch = self.progress.flush(force=bool(messages), idle=not self._local_work(False))
+        # Data sent early in this step: its counts go now too, as they would have with it.
+        force = bool(messages) or self._sent_early
+        self._sent_early = False
+        self._early_bytes.clear()
+        batch = self.progress.flush(force=force, idle=not self._local_work(False))
         if batch is not None:
             self.tracker.update_all(self.progress.receive(batch))
             self._frontier_moved = True
