@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
+from ray.exceptions import RayActorError
 
 from timely import (
     ConfigError,
@@ -413,6 +415,49 @@ def test_a_clean_run_leaves_its_actors_reset_for_the_next_one() -> None:
     # The second run starts from nothing: state of the first (the counts) did not leak.
     assert sorted(got1["counts"]) == sorted(got2["counts"]) == expected
     assert len(POOL) == 2
+
+
+def test_a_kept_actor_that_died_while_idle_is_replaced() -> None:
+    """The run that ends does not wait for its actors' resets: the next run's take reads
+    them. An actor killed while it waits in the pool (its reset done, or still under way)
+    is replaced by a new one, and the run's results are right."""
+    release_workers()
+    data = lines_by_epoch(seed=12)
+    expected = sorted(wordcount(data).run(workers=1, backend="inline")["counts"])
+    first, _ = _activate_and_join(wordcount(data))
+    assert len(POOL) == 2
+    victim = POOL._idle[0]
+    ray.kill(victim.actor, no_restart=True)
+    while True:  # until this driver knows it died (else a call may still reach it)
+        try:
+            ray.get(victim.actor.left.remote(), timeout=30)
+        except RayActorError:
+            break
+        time.sleep(0.01)
+    dead = first.pids[first.actors.index(victim.actor)]
+    second, got = _activate_and_join(wordcount(data))
+    assert sorted(got["counts"]) == expected
+    assert dead not in second.pids and second.cold_starts >= 1
+    assert len(POOL) == 2
+
+
+def test_a_session_start_asks_the_cluster_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start on warm actors reads the cluster's nodes once (each worker's CPU share,
+    whether they fit, whether they talk over TCP), where it asked Ray three times.
+    Caught: the TCP question asked again in ``_launch``."""
+    _activate_and_join(wordcount(lines_by_epoch(seed=13)))  # the actors are warm
+    calls: Counter[str] = Counter()
+    for name in ("nodes", "cluster_resources"):
+        real = getattr(ray, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(ray, name, counted)
+    session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=14)))
+    assert session.reused == 2
+    assert calls == {"nodes": 1}
 
 
 def test_actors_of_a_failed_run_are_not_kept() -> None:

@@ -60,12 +60,13 @@ import os
 import secrets
 import shutil
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
-from timely.backends.ray_pool import POOL, kill
+from timely.backends.ray_pool import POOL, kill, read_calls
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import Restore
 from timely.checkpoint.store import CheckpointStore, Share
@@ -856,10 +857,11 @@ class RaySession(Session):
 
         self.started_ray = _connect(address, verbose)
         self._cpus_option = num_cpus_per_worker
-        self.cpus = num_cpus_per_worker or _share_cpus(workers)
+        cluster = _Cluster.now()  # one GCS query for the start: the CPUs, the fit, TCP
+        self.cpus = num_cpus_per_worker or _share_cpus(workers, cluster)
         self._cluster = address is not None or bool(os.environ.get("RAY_ADDRESS"))
         if not self._cluster:
-            _check_fits(self.cpus, workers)
+            _check_fits(self.cpus, workers, cluster)
         self.accumulate = accumulate
         try:
             self.plan_ref = ray.put(self.plan)
@@ -869,7 +871,7 @@ class RaySession(Session):
                 "vertex, key function and source in the graph must be picklable by cloudpickle"
             ) from e
         try:
-            self._launch(self._initial_restore())
+            self._launch(self._initial_restore(), cluster=cluster)
         except BaseException:
             self._stop()
             raise
@@ -897,9 +899,16 @@ class RaySession(Session):
         self._delivering = False
         self._rr = 0
 
-    def _launch(self, restore: Restore | None, survivors: Sequence[Any] = ()) -> None:
+    def _launch(
+        self,
+        restore: Restore | None,
+        survivors: Sequence[Any] = (),
+        cluster: _Cluster | None = None,
+    ) -> None:
         """Start one actor per worker (from ``restore`` if given), connect them to each
         other (a fresh secret and fresh sockets every time), and start their loops.
+        ``cluster``: the cluster's nodes as the session's start read them (else they are
+        read here: a relaunch may find a node gone).
 
         The actors are, in this order: ``survivors`` (a recovery's workers that outlived
         the failure, reset), kept actors of this shape from an earlier run, standbys (a
@@ -924,7 +933,7 @@ class RaySession(Session):
         self._cpus_of = {id(a): c for a, c in zip(actors, cpus)}
         every = self._every
         secret = self._secret = secrets.token_bytes(32)
-        tcp = _nodes() > 1
+        tcp = (cluster or _Cluster.now()).nodes > 1
         self.membership = Membership(workers, 0 if restore is None else restore[0] + 1)
         self._handing: set[int] = set()
         """Workers with source partitions to hand over (:meth:`_hand_over`)."""
@@ -953,7 +962,7 @@ class RaySession(Session):
             # A kept actor died while idle (its node went, say): start afresh, cold.
             self._kill_actors()
             POOL.release()
-            self._launch(restore)
+            self._launch(restore)  # the cluster read again: the idle actor's node may be gone
             return
         self.nodes = [node for node, _, _ in placed]
         self.pids = [pid for _, pid, _ in placed]
@@ -1011,26 +1020,35 @@ class RaySession(Session):
     def _keep_actors(self) -> None:
         """Reset the actors of a run that ended cleanly and hand them to the pool, each
         under its own shape (a standby that became a worker has none of the CPUs), with
-        the standbys; any that does not reset in time is killed instead."""
+        the standbys. The run does not wait for the resets (unless its state is on disk):
+        the pool's ``take`` reads each before it hands the actor out, and kills one that
+        failed or did not answer within ``heartbeat_timeout`` instead."""
         if self._links is not None:
             self._links.close()
         actors = self.actors + self._standbys
         shapes = [(self._cpus_of.get(id(a), self.cpus), self._shape()[1]) for a in self.actors]
         shapes += [self._standby_shape()] * len(self._standbys)
         self._standbys = []
-        refs = [a.reset.remote() for a in actors]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.heartbeat_timeout)
-        kept: dict[tuple[float, int], list[Any]] = {}
-        for actor, shape, ref in zip(actors, shapes, refs):
-            try:
-                if ref not in ready:
-                    raise TimeoutError
-                ray.get(ref)
-                kept.setdefault(shape, []).append(actor)
-            except Exception:
-                kill(actor)
-        for shape, group in kept.items():
-            POOL.give_back(group, shape, self.idle_timeout)
+        calls = [a.reset.remote() for a in actors]
+        if self.plan.store is not None:
+            # The session removes the run's state directory once this returns: every
+            # worker's disk tables must be closed first (else a closing store writes
+            # into the directory being removed, which stays). These resets are waited
+            # for, and an actor whose reset fails or does not answer is killed.
+            ok = read_calls(calls, self.heartbeat_timeout)
+            for actor, fine in zip(actors, ok, strict=True):
+                if not fine:
+                    kill(actor)
+            kept_ones = [(a, s, None) for a, s, f in zip(actors, shapes, ok, strict=True) if f]
+        else:
+            kept_ones = list(zip(actors, shapes, calls, strict=True))
+        kept: dict[tuple[float, int], tuple[list[Any], list[Any]]] = {}
+        for actor, shape, call in kept_ones:
+            group, resets = kept.setdefault(shape, ([], []))
+            group.append(actor)
+            resets.append(call)
+        for shape, (group, resets) in kept.items():
+            POOL.give_back(group, shape, self.idle_timeout, resets, self.heartbeat_timeout)
 
     def _kill_actors(self, standbys: bool = False) -> None:
         if self._links is not None:
@@ -1049,9 +1067,10 @@ class RaySession(Session):
                 shutil.rmtree(folder, ignore_errors=True)
 
     def _set_workers(self, workers: int) -> None:
-        cpus = self._cpus_option or _share_cpus(workers)
+        cluster = _Cluster.now()
+        cpus = self._cpus_option or _share_cpus(workers, cluster)
         if not self._cluster:
-            _check_fits(cpus, workers)
+            _check_fits(cpus, workers, cluster)
         super()._set_workers(workers)
         self.cpus = cpus
 
@@ -1628,23 +1647,54 @@ def _quiet_token_notice(quiet: bool) -> Iterator[None]:
         logger.removeFilter(drop)
 
 
+@dataclass(frozen=True)
+class _Cluster:
+    """The CPUs of each live node (None: the node has no ``CPU`` resource), read by one
+    GCS query: a session's start needs them three times (each worker's share, whether
+    the workers fit, whether they talk over TCP) and asked Ray three times."""
+
+    cpus: tuple[float | None, ...]
+
+    @staticmethod
+    def now() -> _Cluster:
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        return _Cluster(
+            tuple(
+                None if "CPU" not in (r := n.get("Resources") or {}) else float(r["CPU"])
+                for n in nodes
+                if n.get("Alive")
+            )
+        )
+
+    @property
+    def nodes(self) -> int:
+        """How many live nodes (workers on different nodes talk over TCP)."""
+        return len(self.cpus)
+
+    def sizes(self) -> list[float]:
+        return [c or 0.0 for c in self.cpus]
+
+    def total(self) -> float:
+        """The cluster's CPUs as ``ray.cluster_resources()`` counts them (1 if none says)."""
+        known = [c for c in self.cpus if c is not None]
+        return sum(known) if known else 1.0
+
+
 def _nodes() -> int:
     """How many live nodes the cluster has (workers on different nodes talk over TCP)."""
-    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-    return sum(1 for n in nodes if n.get("Alive"))
+    return _Cluster.now().nodes
 
 
-def _share_cpus(workers: int) -> float:
+def _share_cpus(workers: int, cluster: _Cluster) -> float:
     """Each worker's CPU share: at most one, so more workers than CPUs still fit."""
-    total = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
+    total = cluster.total()
     return max(0.0001, math.floor(min(1.0, total / workers) * 10_000) / 10_000)
 
 
-def _check_fits(cpus: float, workers: int) -> None:
+def _check_fits(cpus: float, workers: int, cluster: _Cluster) -> None:
     """Fail at once, not after a timeout, when the (local, fixed-size) cluster could never
     host the workers."""
-    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-    sizes = [float(n.get("Resources", {}).get("CPU", 0.0)) for n in nodes if n.get("Alive")]
+    sizes = cluster.sizes()
     biggest = max(sizes, default=0.0)
     if cpus > biggest:
         raise ConfigError(

@@ -2,9 +2,14 @@
 
 Starting a Ray actor costs a process and its imports (0.3-0.6 s on a laptop-sized
 machine, more under load), which dwarfs everything else an empty run does (~20 ms).
-A run that ends cleanly hands its actors back here, reset to nothing (no worker, no
-connections, no sockets); the next run with the same resource shape takes them
-instead of starting new ones. Ray's own process pool does the same for tasks.
+A run that ends cleanly hands its actors back here with their reset under way (to
+nothing: no worker, no connections, no sockets; a run with its state on disk waits for
+the resets first); the next run with the same resource
+shape takes them instead of starting new ones. Ray's own process pool does the same
+for tasks. The run that ends does not wait for the resets: :meth:`ActorPool.take`
+reads each one before it hands its actor out (long done by then, as a rule), and
+kills an actor whose reset failed or did not answer in time (it died while idle, say)
+instead of handing it out, so the run starts a new one in its place.
 
 Idle actors keep their CPU reservation, so they must not outstay their use: each is
 killed ``idle_timeout`` seconds after its run ended (a daemon timer), idle actors of
@@ -32,6 +37,27 @@ class _Idle:
     shape: Hashable
     until: float
     """When it is killed if nobody takes it (``time.monotonic()``)."""
+    reset: Any = None
+    """The actor's reset call (an ``ObjectRef``) not yet read: ``take`` reads it."""
+    patience: float = 0.0
+    """How long ``take`` waits for ``reset`` to answer, in seconds."""
+
+
+def read_calls(refs: list[Any], timeout: float) -> list[bool]:
+    """Which of the calls ``refs`` succeeded, waiting up to ``timeout`` seconds for them
+    (one that fails, or does not answer in time, is False)."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    done = set(ready)
+    ok = []
+    for ref in refs:
+        try:
+            if ref not in done:
+                raise TimeoutError
+            ray.get(ref)
+            ok.append(True)
+        except Exception:
+            ok.append(False)
+    return ok
 
 
 class ActorPool:
@@ -41,10 +67,13 @@ class ActorPool:
         self,
         clock: Callable[[], float] = time.monotonic,
         timer: Callable[[float, Callable[[], None]], Any] = threading.Timer,
+        settle: Callable[[list[Any], float], list[bool]] = read_calls,
     ) -> None:
         self._clock = clock
         self._make_timer = timer
         """``threading.Timer`` (tests give a fake one, with a fake ``clock``)."""
+        self._read = settle
+        """Reads the resets of the actors taken (tests give a fake one)."""
         self._idle: list[_Idle] = []
         self._job: str | None = None
         self._lock = threading.Lock()
@@ -56,7 +85,11 @@ class ActorPool:
         """Up to ``n`` idle actors of ``shape`` (the most recently used first); idle actors
         of any other shape that reserve CPUs are killed, so that new ones have room
         (unless ``shape`` reserves none: a standby needs no room). A shape is
-        ``(num_cpus, max_concurrency)``."""
+        ``(num_cpus, max_concurrency)``.
+
+        An actor given back with its reset under way is handed out once the reset has
+        answered; one whose reset failed or did not answer within its patience is killed
+        instead (fewer than ``n`` come back: the caller starts new ones)."""
         with self._lock:
             self._forget_other_jobs()
             keep = [i for i in self._idle if i.shape == shape]
@@ -67,18 +100,39 @@ class ActorPool:
                 others = [i for i in others if not _reserves(i.shape)]
             taken = keep[-n:] if n else []
             self._idle = others + keep[: len(keep) - len(taken)]
-            return [i.actor for i in reversed(taken)]
+        taken.reverse()
+        pending = [i for i in taken if i.reset is not None]
+        if pending:  # outside the lock: the expiry timer must not wait on Ray
+            ok = self._read([i.reset for i in pending], max(i.patience for i in pending))
+            for idle, fine in zip(pending, ok, strict=True):
+                idle.reset = None
+                if not fine:
+                    kill(idle.actor)
+                    taken.remove(idle)
+        return [i.actor for i in taken]
 
-    def give_back(self, actors: list[Any], shape: Hashable, idle_timeout: float) -> None:
-        """Keep ``actors`` (reset: they host nothing) for ``idle_timeout`` seconds."""
+    def give_back(
+        self,
+        actors: list[Any],
+        shape: Hashable,
+        idle_timeout: float,
+        resets: list[Any] | None = None,
+        patience: float = 0.0,
+    ) -> None:
+        """Keep ``actors`` for ``idle_timeout`` seconds: reset already (they host nothing),
+        or with their ``resets`` (one call per actor) under way, which the ``take`` that
+        hands them out waits for up to ``patience`` seconds."""
         if idle_timeout <= 0:
             for actor in actors:
                 kill(actor)
             return
         until = self._clock() + idle_timeout
+        calls = [None] * len(actors) if resets is None else resets
         with self._lock:
             self._forget_other_jobs()
-            self._idle.extend(_Idle(a, shape, until) for a in actors)
+            self._idle.extend(
+                _Idle(a, shape, until, r, patience) for a, r in zip(actors, calls, strict=True)
+            )
             self._schedule()
 
     def release(self) -> int:
