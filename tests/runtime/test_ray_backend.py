@@ -380,6 +380,53 @@ def test_a_run_that_cannot_finish_is_reported_as_a_stall() -> None:
         flow.run(workers=2, backend="ray", heartbeat_timeout=1.0)
 
 
+ONLY_ON_THE_DRIVER = """
+from timely import Vertex
+
+
+class Echo(Vertex):
+    def on_recv(self, input, records, time):
+        self.send_by(0, records, time)
+"""
+
+
+def test_a_plan_the_workers_cannot_load_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vertex from a module the workers cannot import (on this driver's path only,
+    added after Ray started): the start fails with the fix in the message, whether the
+    plan went inside the start calls or through the object store. Caught: a worker's
+    failure to unpickle a plan it was handed as bytes raised as Ray's wrapper."""
+    (tmp_path / "timely_only_on_the_driver.py").write_text(ONLY_ON_THE_DRIVER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import timely_only_on_the_driver as module
+
+    for padding in (0, 100_000):  # inline, then through the object store
+        flow = Dataflow("unloadable")
+        nums = flow.new_input("nums")
+        nums.stream.unary(module.Echo).select(lambda x, pad=b"x" * padding: x).collect("out")
+        nums.send([1])
+        with pytest.raises(ConfigError, match="could not load dataflow 'unloadable'"):
+            flow.run(workers=2, backend="ray")
+
+
+def test_a_large_plan_goes_through_the_object_store() -> None:
+    """A plan pickled larger than ``_INLINE_PLAN`` is put once and each worker fetches it;
+    a small one travels inside the start calls."""
+    big = list(range(40_000))
+    for values, inline in ((big, False), ([1], True)):
+        flow = Dataflow("plan-size")
+        nums = flow.new_input("nums")
+        nums.stream.select(lambda x, v=values: x + len(v)).collect("out")
+        session = flow.activate(workers=2, backend="ray")
+        assert isinstance(session, RaySession)
+        assert (session._plan_bytes is not None) == inline
+        assert (session._plan_ref is None) == inline
+        nums.send([1, 2])
+        nums.close()
+        assert sorted(session.join().records("out")) == [1 + len(values), 2 + len(values)]
+
+
 def test_unknown_and_bad_options_fail_before_starting() -> None:
     flow = Dataflow("config")
     flow.new_input("nums").stream.collect("out")

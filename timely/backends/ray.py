@@ -57,6 +57,7 @@ import contextlib
 import logging
 import math
 import os
+import pickle
 import secrets
 import shutil
 import time
@@ -64,6 +65,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import ray
+from ray import cloudpickle
 from ray.exceptions import RayActorError, RaySystemError, RayTaskError
 
 from timely.backends.ray_pool import POOL, kill, read_calls
@@ -104,6 +106,10 @@ _CHECK_EVERY = 0.01
 """The least time between two checks of the workers from ``poll``."""
 _START_TIMEOUT = 60.0
 """How long the driver waits for the cluster to place every worker."""
+_INLINE_PLAN = 64 * 1024
+"""A pickled plan up to this size goes to each worker inside its ``start`` call; a larger
+one through Ray's object store, put once (a put and each worker's fetch from the store
+cost a small plan's start more than the bytes themselves: ~2 ms of ~4 for two workers)."""
 
 BATCH = -1
 """The vertex a driver frame names when it carries several commands ``[[vertex, wire], ...]``."""
@@ -189,7 +195,7 @@ class WorkerActor:
         peers: int,
         accumulate: bool,
         window: int,
-        plan: Plan,
+        plan: Plan | bytes,
         secret: bytes,
         tcp: bool,
         store: CheckpointStore | None = None,
@@ -204,8 +210,12 @@ class WorkerActor:
         start from it; with ``trace=(directory, attempt)``, keep an event log there. An
         actor that hosted a run before is reset first.
 
+        ``plan``: the plan, or the driver's pickle of it (a small plan: see ``_INLINE_PLAN``).
+
         Returns the node id, the process id and the address the peers connect to.
         """
+        if isinstance(plan, bytes):
+            plan = _load_plan(plan)
         await self.reset()
         self._begin(index, peers, accumulate, window)
         self.worker = Worker(
@@ -864,17 +874,28 @@ class RaySession(Session):
             _check_fits(self.cpus, workers, cluster)
         self.accumulate = accumulate
         try:
-            self.plan_ref = ray.put(self.plan)
+            pickled = cloudpickle.dumps(self.plan)  # type: ignore[no-untyped-call]
         except Exception as e:
             raise ConfigError(
                 f"dataflow {self.plan.name!r} cannot be shipped to Ray workers ({e}); every "
                 "vertex, key function and source in the graph must be picklable by cloudpickle"
             ) from e
+        self._plan_bytes = pickled if len(pickled) <= _INLINE_PLAN else None
+        """The pickled plan each ``start`` carries (None: too large, ``plan_ref`` instead)."""
+        self._plan_ref: Any = None
         try:
             self._launch(self._initial_restore(), cluster=cluster)
         except BaseException:
             self._stop()
             raise
+
+    @property
+    def plan_ref(self) -> Any:
+        """The plan in Ray's object store, put on first use (a large plan's start, a
+        standby's warming, a join)."""
+        if self._plan_ref is None:
+            self._plan_ref = ray.put(self.plan)
+        return self._plan_ref
 
     def _forget_workers(self) -> None:
         """The driver's bookkeeping of a set of actors, empty: their loops, heartbeats,
@@ -943,7 +964,7 @@ class RaySession(Session):
                 workers,
                 self.accumulate,
                 self.max_inflight,
-                self.plan_ref,
+                self._plan_bytes or self.plan_ref,
                 secret,
                 tcp,
                 None if self.coordinator is None else self.coordinator.store,
@@ -1145,7 +1166,7 @@ class RaySession(Session):
                 try:
                     self._get(ref, refs.index(ref))
                 except RayTaskError as e:
-                    if not isinstance(e.cause, RaySystemError):
+                    if not isinstance(e.cause, (RaySystemError, _PlanNotLoaded)):
                         raise
                     inner = e.cause.args[0] if e.cause.args else e.cause
                     raise ConfigError(
@@ -1706,6 +1727,21 @@ def _check_fits(cpus: float, workers: int, cluster: _Cluster) -> None:
             f"{workers} workers with num_cpus_per_worker={cpus:g} need {cpus * workers:g} "
             f"CPUs but Ray has {sum(sizes):g}; lower num_cpus_per_worker or leave it out"
         )
+
+
+class _PlanNotLoaded(Exception):
+    """A worker could not unpickle the plan (the driver says so as a ``ConfigError``)."""
+
+
+def _load_plan(pickled: bytes) -> Plan:
+    """Unpickle the plan the driver pickled (on a worker: its vertices' modules are
+    imported here). A failure is reported as Ray's own unpickling of a plan from the
+    object store is: ``RaySession._wait_started`` makes it a ``ConfigError``."""
+    try:
+        plan: Plan = pickle.loads(pickled)
+    except Exception as e:
+        raise _PlanNotLoaded(repr(e)) from None
+    return plan
 
 
 def _translate(error: BaseException, worker: int) -> BaseException:
