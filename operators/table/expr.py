@@ -560,7 +560,7 @@ class When(Expr):
             n = batch.num_rows
             out = default(batch) if default is not None else pa.nulls(n)
             for cond, value in zip(reversed(conds), reversed(values)):
-                c = pc.fill_null(_array(cond(batch), n), False)
+                c = pc.fill_null(as_array(cond(batch), n), False)
                 v, o = value(batch), out  # a literal stays a scalar: if_else broadcasts it
                 if o.type == pa.null():
                     o = pc.cast(o, v.type)
@@ -584,7 +584,9 @@ def when(condition: Any) -> _Then:
     return _Then(When(()), _expr(condition))
 
 
-def _array(v: Value, n: int) -> pa.Array:
+def as_array(v: Value, n: int) -> pa.Array:
+    """``v`` as an array of ``n`` rows: an array as it is, a scalar repeated (numbers by
+    numpy's ``full``)."""
     if isinstance(v, pa.Scalar):
         t = v.type
         if v.is_valid and (pa.types.is_integer(t) or pa.types.is_floating(t)):
@@ -661,4 +663,4 @@ def compile_expr(expr: Any, schema: pa.Schema, step: str) -> tuple[Compiled, pa.
 
 def evaluate(fn: Compiled, batch: pa.RecordBatch) -> pa.Array:
     """``fn`` on ``batch`` as an array of the batch's length (a literal broadcast)."""
-    return _array(fn(batch), batch.num_rows)
+    return as_array(fn(batch), batch.num_rows)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from operators.table.arrange import arrange, lookup_run, probe
 from operators.table.dense import dense_group_by
-from operators.table.expr import Compiled, evaluate
+from operators.table.expr import Compiled, as_array, evaluate
 from progress import Timestamp
 from timely import Vertex
 
@@ -419,23 +419,13 @@ def cross_tables(
         return out_schema.empty_table()
     if nr == 1:
         columns = [left.column(n) for n in left_out]
-        columns += [_repeat_row(right.column(n), nl) for n in right_out]
+        columns += [as_array(right.column(n)[0], nl) for n in right_out]
     else:
         each_left = np.repeat(np.arange(nl), nr)
         each_right = np.tile(np.arange(nr), nl)
         columns = [left.column(n).take(each_left) for n in left_out]
         columns += [right.column(n).take(each_right) for n in right_out]
     return pa.Table.from_arrays(columns, schema=out_schema)
-
-
-def _repeat_row(column: Any, n: int) -> Any:
-    """A column of one row's value, ``n`` times: numpy's ``full`` for a number (a
-    quarter of Arrow's ``repeat``), else a gather of row 0."""
-    t = column.type
-    if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        values = column.to_numpy()
-        return pa.array(np.full(n, values[0], dtype=values.dtype), t)
-    return column.take(np.zeros(n, dtype=np.int64))
 
 
 class GatherTables(PerTime):

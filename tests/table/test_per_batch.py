@@ -192,7 +192,7 @@ def _calls_per_row(monkeypatch: pytest.MonkeyPatch) -> None:
         def rows(batch: pa.RecordBatch) -> Any:
             if batch.num_rows == 0:
                 return inner(batch)
-            parts = [expr._array(inner(batch.slice(i, 1)), 1) for i in range(batch.num_rows)]
+            parts = [expr.as_array(inner(batch.slice(i, 1)), 1) for i in range(batch.num_rows)]
             return pa.concat_arrays(parts)
 
         return rows

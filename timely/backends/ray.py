@@ -130,13 +130,7 @@ class _EarlySend:
 
     def send(self, peer: int, message: WorkerMessage) -> None:
         actor = self.actor
-        log = actor.log
-        t0 = clock()
-        payload = serialization.encode_message_parts(message)
-        if log is not None:
-            size = sum(memoryview(part).nbytes for part in payload)
-            log.add(message_event("s", t0, clock(), peer, message, size))
-        actor.comm.channel(peer).send_nowait(payload)
+        actor.comm.channel(peer).send_nowait(actor.encode(peer, message))
         actor.sent += 1
         actor.early_frames += 1
 
@@ -447,17 +441,19 @@ class WorkerActor:
         self.steps += 1
         emitted = worker.take_emitted()
         self._write_parts()
+        return [(p, self.encode(p, m)) for p, m in messages], emitted
+
+    def encode(self, peer: int, message: WorkerMessage) -> list[Any]:
+        """``message`` to ``peer`` as a frame's payload, logged as sent when there is an
+        event log (a step's messages and its early sends alike)."""
         log = self.log
         if log is None:
-            return [(p, serialization.encode_message_parts(m)) for p, m in messages], emitted
-        out = []
-        for p, m in messages:
-            t0 = clock()
-            payload = serialization.encode_message_parts(m)
-            size = sum(memoryview(part).nbytes for part in payload)
-            log.add(message_event("s", t0, clock(), p, m, size))
-            out.append((p, payload))
-        return out, emitted
+            return serialization.encode_message_parts(message)
+        t0 = clock()
+        payload = serialization.encode_message_parts(message)
+        size = sum(memoryview(part).nbytes for part in payload)
+        log.add(message_event("s", t0, clock(), peer, message, size))
+        return payload
 
     def _defer_encoding(self) -> None:
         """Snapshots that are copies already are encoded on the writer thread."""
@@ -1114,16 +1110,12 @@ class RaySession(Session):
         (a stopped process) is killed. Survivors beyond the worker count (a rescale down)
         go to the pool; so do all of them when the shape changed (a rescale)."""
         old = self.actors  # replaced by the launch (watchers see one list, then the next)
-        refs = [a.reset.remote() for a in old]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.heartbeat_timeout)
+        answered = read_calls([a.reset.remote() for a in old], self.heartbeat_timeout)
         alive = []
-        for actor, ref in zip(old, refs):
-            try:
-                if ref not in ready:
-                    raise TimeoutError
-                ray.get(ref)
+        for actor, fine in zip(old, answered, strict=True):
+            if fine:
                 alive.append(actor)
-            except Exception:
+            else:
                 kill(actor)
         self.lost = len(old) - len(alive)
         fits = [a for a in alive if self._cpus_of.get(id(a)) in (self.cpus, 0.0)]

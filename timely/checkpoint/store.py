@@ -534,24 +534,24 @@ def _write_local(
     except FileNotFoundError:
         make_dir(os.path.dirname(tmp))
         fd = os.open(tmp, _CREATE, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    _fill(fd, data, tmp, path, cut=False)
 
 
 def _write_over(path: str, tmp: str, data: bytes) -> None:
     """:meth:`CheckpointStore.write` over a recycled file moved to ``tmp``: ``data`` from
     its start, the file cut to its length, then renamed to ``path``."""
-    fd = os.open(tmp, _OVER)
+    _fill(os.open(tmp, _OVER), data, tmp, path, cut=True)
+
+
+def _fill(fd: int, data: bytes, tmp: str, path: str, cut: bool) -> None:
+    """Write ``data`` to the open file ``fd`` (``tmp``) from its start, cut it to that
+    length if ``cut`` (a file written over), close it and rename it to ``path``."""
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.ftruncate(fd, len(data))
+        if cut:
+            os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
     os.replace(tmp, path)
