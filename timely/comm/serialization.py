@@ -169,7 +169,8 @@ def _maybe_flat(items: list[Any]) -> Any:
             if first is str:
                 "".join(items)
             else:
-                with np.errstate(over="ignore"):  # a numpy int among them may overflow
+                # numpy scalars among them may overflow, or add inf to -inf: only the type matters
+                with np.errstate(over="ignore", invalid="ignore"):
                     sum(items)
             return msgpack.ExtType(EXT_FLAT, p.scalars.pack(items))
         except Exception:  # not one kind of scalar alone: the checked path
