@@ -40,12 +40,17 @@ def text_bytes(values: pa.Array) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, 
     return np.frombuffer(data, np.uint8, last - first, first), ends - first if first else ends
 
 
-def _blank(raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Whether each byte is whitespace to ``str.split()``: 9-13 or 28-32 (wrapping in
-    uint8, ``b - 9 < 5`` holds only for 9..13 and ``b - 28 < 5`` only for 28..32)."""
-    blank: np.ndarray[Any, Any] = np.subtract(raw, np.uint8(9), dtype=np.uint8) < 5
-    blank |= np.subtract(raw, np.uint8(28), dtype=np.uint8) < 5
-    return blank
+_TAB, _SEPARATORS, _FIVE = np.uint8(9), np.uint8(28), np.uint8(5)
+"""Uint8 scalars: numpy's fast loops (a ``dtype=`` argument takes a ~8x slower path)."""
+
+
+def _word(raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Whether each byte is not whitespace to ``str.split()``, that is not 9-13 nor
+    28-32 (wrapping in uint8, ``b - 9 >= 5`` fails only for 9..13, ``b - 28 >= 5`` only
+    for 28..32: the separators 0x1C-0x1F and the space)."""
+    word: np.ndarray[Any, Any] = (raw - _TAB) >= _FIVE
+    word &= (raw - _SEPARATORS) >= _FIVE
+    return word
 
 
 def split_ascii(values: pa.Array) -> pa.Array | None:
@@ -63,7 +68,7 @@ def split_ascii(values: pa.Array) -> pa.Array | None:
         mask = values.is_null()
         if np.diff(offsets)[mask.to_numpy(zero_copy_only=False)].any():
             return None  # a null row over bytes: Arrow's kernel ignores them, we would not
-    word = ~_blank(raw)
+    word = _word(raw)
     cut = np.empty(size + 1, np.bool_)  # cut[i]: byte i - 1 is blank, or a row starts at i
     cut[0] = True
     np.logical_not(word, out=cut[1:])

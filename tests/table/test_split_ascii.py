@@ -123,8 +123,8 @@ def check_spanning() -> None:
 
 MUTANTS: dict[str, tuple[str, str]] = {
     "forgets the separators 0x1C-0x1F": (
-        "blank |= np.subtract(raw, np.uint8(28), dtype=np.uint8) < 5",
-        "blank |= raw == 32",
+        "word &= (raw - _SEPARATORS) >= _FIVE",
+        "word &= raw != 32",
     ),
     "lets a word run on into the next row": ("    cut[offsets] = True\n    ends", "    ends"),
     "starts no word at a row's start": ("    cut[offsets] = True\n    starts", "    starts"),
