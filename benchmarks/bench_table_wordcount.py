@@ -8,8 +8,8 @@ of 10 words in two text files; every system reads the files itself (reading is t
   explode, ``group_by().len()``, in a process of its own.
 - **Counter**: the files read in Python, ``Counter`` over ``str.split``.
 - **timely row LINQ**: ``TextSource`` -> ``select_many(str.split)`` -> ``count_by``.
-- **timely table API**: ``TextTableSource`` (batches of lines, one Arrow kernel per
-  4 MiB) -> ``select(word=col("line").str.split()).explode("word")`` ->
+- **timely table API**: ``TextTableSource`` (batches of 256 KiB of lines, one Arrow
+  kernel each) -> ``select(word=col("line").str.split()).explode("word")`` ->
   ``group_by("word").agg(n=count())``, inline on 1 worker and on Ray with 2 (warm:
   the actors of an earlier run kept).
 

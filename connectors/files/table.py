@@ -41,6 +41,11 @@ LINE = pa.schema([("line", pa.string())])
 CHUNK = 4 << 20
 """Bytes read per batch: a few hundred thousand short lines, one kernel call each."""
 
+TEXT_CHUNK = 256 << 10
+"""Bytes of text read per batch: a batch's passes over its bytes (``str.split()``'s
+numpy passes, :mod:`operators.table.ascii`) stay in a core's cache; word count's CPU is
+~25% less than at :data:`CHUNK` (2M words: 0.089 s against 0.121 s, min of 7 runs)."""
+
 
 class TextTableSource(ChunkedSource):
     """Lines of text files as record batches of :data:`LINE` (see the module docstring).
@@ -53,7 +58,7 @@ class TextTableSource(ChunkedSource):
         self,
         path: Paths,
         *,
-        chunk_bytes: int = CHUNK,
+        chunk_bytes: int = TEXT_CHUNK,
         batches_per_epoch: int | None = None,
         split_bytes: int | None = DEFAULT_SPLIT_BYTES,
     ) -> None:
