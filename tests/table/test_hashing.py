@@ -7,7 +7,11 @@ a split that drops a slice, bins from the wrong byte or without the hash's high 
 Strings and bytes are hashed from their buffers in numpy (``text_hashes``): equal to
 ``stable_hash`` for every kind of text array, sliced, short and longer than
 ``LONGEST``; a hash that reads from the buffer's start instead of the slice's, or one
-that stops at the shortest string's length, is caught."""
+that stops at the shortest string's length, is caught. Each row's worker from its bin
+(``workers_of``) is ``table[bin]`` for every table, bins dealt in turn or not; a lookup
+that takes any table for bins dealt in turn, or one that checks only the first turn, is
+caught, and so is a split that loses the last worker's rows or keeps a worker's rows out
+of order."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from timely.routing.columns import (
     key_hashes,
     split_by,
     text_hashes,
+    workers_of,
 )
 from timely.routing.hashing import LONGEST
 
@@ -81,21 +86,103 @@ def test_a_dictionary_column_hashes_as_its_values() -> None:
     assert h.hashes(plain).tolist() == [stable_hash(v) for v in plain.to_pylist()]
 
 
-@given(st.lists(st.integers(0, 3), min_size=1, max_size=40))
-def test_split_by_keeps_every_row_once_in_order(dest: list[int]) -> None:
-    batch = pa.RecordBatch.from_pydict({"i": list(range(len(dest)))})
-    parts = split_by(batch, np.array(dest))
-    assert sorted(w for w, _ in parts) == sorted(set(dest))
+DESTS = (
+    st.integers(1, 20)
+    .flatmap(lambda workers: st.lists(st.integers(0, workers - 1), min_size=1, max_size=40))
+    .map(lambda d: np.array(d, np.uint8))
+)
+"""Each row's worker, of up to 20: past ``_FEW`` the split sorts instead of a pass each."""
+
+
+def check_split(split: Any, dest: np.ndarray[Any, Any]) -> None:
+    batch = pa.RecordBatch.from_pydict({"i": list(range(len(dest))), "s": [str(d) for d in dest]})
+    parts = split(batch, dest)
+    assert [w for w, _ in parts] == sorted(set(dest.tolist()))
     for w, part in parts:
-        assert part.column("i").to_pylist() == [i for i, d in enumerate(dest) if d == w]
+        assert part.column("i").to_pylist() == np.flatnonzero(dest == w).tolist()
+        assert part.column("s").to_pylist() == [str(w)] * part.num_rows
 
 
-def test_mutation_a_split_that_drops_the_last_slice_is_caught() -> None:
-    """The property above catches a partition that loses a worker's slice."""
-    dest = np.array([0, 1, 1, 2])
-    batch = pa.RecordBatch.from_pydict({"i": [0, 1, 2, 3]})
-    broken = split_by(batch, dest)[:-1]
-    assert sum(p.num_rows for _, p in broken) < batch.num_rows
+@given(DESTS)
+def test_split_by_keeps_every_row_once_in_order(dest: np.ndarray[Any, Any]) -> None:
+    check_split(split_by, dest)
+
+
+def drops_the_last_part(batch: Any, dest: Any) -> Any:
+    return split_by(batch, dest)[:-1] if len(set(dest.tolist())) > 1 else split_by(batch, dest)
+
+
+def out_of_order(batch: Any, dest: Any) -> Any:
+    return [(w, p.take(pa.array(range(p.num_rows - 1, -1, -1)))) for w, p in split_by(batch, dest)]
+
+
+@pytest.mark.parametrize("mutant", [drops_the_last_part, out_of_order])
+def test_mutation_a_split_that_loses_or_reorders_rows_is_caught(mutant: Any) -> None:
+    run = settings(max_examples=300)(given(DESTS)(lambda dest: check_split(mutant, dest)))
+    with pytest.raises(AssertionError):
+        run()
+
+
+@st.composite
+def routing_tables(draw: st.DrawFn) -> np.ndarray[Any, Any]:
+    """A routing table (one worker per bin): bins dealt to the workers in turn, as
+    ``default_table`` deals them, or in turn but for a few bins moved (a migration), or
+    any workers at all."""
+    bins = draw(st.sampled_from([1, 2, 4, 8, 64, 256, 512, 1 << 16]))
+    workers = draw(st.sampled_from([w for w in (1, 2, 3, 4, 8, 16) if w <= bins]))
+    table = np.arange(bins) % workers
+    kind = draw(st.sampled_from(["dealt", "moved", "any"]))
+    if kind == "moved":
+        for b in draw(st.lists(st.integers(0, bins - 1), min_size=1, max_size=3)):
+            table[b] = draw(st.integers(0, workers - 1))
+    elif kind == "any":
+        table = np.random.default_rng(draw(st.integers(0, 2**32))).integers(0, workers, bins)
+    return table.astype(np.intp)
+
+
+def check_workers_of(lookup: Any, table: np.ndarray[Any, Any], picks: list[int]) -> None:
+    bins = len(table)
+    keys = np.array(picks, np.uint64) % np.uint64(bins)
+    narrow = columns._narrow(table)
+    for key_bins in (
+        columns._bins_of(keys, bins),  # as the hash path makes them (a strided view)
+        keys.astype(np.uint16 if bins <= 1 << 16 else np.uint64),
+        keys.astype(np.intp),
+    ):
+        assert lookup(key_bins, narrow).tolist() == table[keys.astype(np.intp)].tolist()
+
+
+PICKS = st.lists(st.integers(0, 2**16 - 1), max_size=40)
+
+
+@given(routing_tables(), PICKS)
+def test_workers_of_is_the_tables_worker_of_each_bin(
+    table: np.ndarray[Any, Any], picks: list[int]
+) -> None:
+    check_workers_of(workers_of, table, picks)
+
+
+def any_table_as_dealt(key_bins: Any, table: Any) -> Any:
+    workers = int(table.max()) + 1
+    if workers & (workers - 1) == 0:
+        return key_bins & key_bins.dtype.type(workers - 1)
+    return table[key_bins.astype(np.intp)]
+
+
+def first_turn_only(key_bins: Any, table: Any) -> Any:
+    workers = int(table.max()) + 1
+    if workers & (workers - 1) == 0 and (table[:workers] == np.arange(workers)).all():
+        return key_bins & key_bins.dtype.type(workers - 1)
+    return table[key_bins.astype(np.intp)]
+
+
+@pytest.mark.parametrize("mutant", [any_table_as_dealt, first_turn_only])
+def test_mutation_a_lookup_that_takes_a_moved_table_as_dealt_is_caught(mutant: Any) -> None:
+    run = settings(max_examples=300)(
+        given(routing_tables(), PICKS)(lambda t, p: check_workers_of(mutant, t, p))
+    )
+    with pytest.raises(AssertionError):
+        run()
 
 
 BINS = st.sampled_from([1, 2, 4, 8, 64, 128, 256])
@@ -149,11 +236,13 @@ def test_mutation_int_bins_from_the_wrong_bits_are_caught(mutant: Any) -> None:
         run()
 
 
-@given(st.lists(INT64, max_size=60), st.integers(2, 5), BINS)
+@given(st.lists(INT64, max_size=60), st.integers(2, 5), BINS, st.booleans())
 def test_route_by_sends_each_row_to_its_bins_worker(
-    keys: list[int], workers: int, bins: int
+    keys: list[int], workers: int, bins: int, dealt: bool
 ) -> None:
-    table = np.array([(b * 7 + 3) % workers for b in range(bins)])
+    """Invariant 8 through a whole ``route_by``: bins dealt in turn (the default table,
+    read from the bins' low bits for 2 and 4 workers) or shuffled."""
+    table = np.array([(b if dealt else b * 7 + 3) % workers for b in range(bins)])
     batch = pa.RecordBatch.from_pydict({"k": pa.array(keys, pa.int64()), "i": range(len(keys))})
     load = np.zeros(bins, np.int64)
     out = ColumnExchange(("k",)).route_by([batch], table, 0, load)
@@ -221,31 +310,3 @@ def test_mutation_text_hashes_of_the_wrong_bytes_are_caught(mutant: Any) -> None
     run = settings(max_examples=300)(given(text_arrays())(lambda c: check_text_hashes(mutant, c)))
     with pytest.raises(AssertionError):
         run()
-
-
-@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=40), min_size=2, max_size=4))
-def test_split_by_parts_outlive_the_next_split(dests: list[list[int]]) -> None:
-    """The order of a split is built in a buffer the next split reuses: the parts of
-    every earlier split must still hold their rows (they are a gathered copy)."""
-    kept = []
-    for dest in dests:
-        batch = pa.RecordBatch.from_pydict({"i": list(range(len(dest)))})
-        kept.append((dest, split_by(batch, np.array(dest))))
-    for dest, parts in kept:
-        for w, part in parts:
-            assert part.column("i").to_pylist() == [i for i, d in enumerate(dest) if d == w]
-
-
-def test_batches_past_the_scratch_cap_split_and_bin_alike(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batches of more rows than the reused buffers hold take fresh arrays: the same
-    bins and parts either way (the cap lowered to 5 rows to see both sides)."""
-    rng = np.random.default_rng(8)
-    monkeypatch.setattr(columns, "_SCRATCH_ROWS", 5)
-    monkeypatch.setattr(columns, "_SCRATCH", columns._Scratch())
-    for n in (1, 4, 5, 6, 40):
-        keys = rng.integers(-(2**62), 2**62, n)
-        batch = pa.record_batch({"k": keys, "i": np.arange(n)})
-        assert int_bins(batch, ("k",), 256).tolist() == [stable_hash(int(k)) % 256 for k in keys]
-        dest = rng.integers(0, 3, n)
-        for w, part in split_by(batch, dest):
-            assert part.column("i").to_pylist() == np.flatnonzero(dest == w).tolist()

@@ -1,12 +1,12 @@
 """Coalescing a step's small Arrow batches for one peer into fewer, larger ones.
 
-Why: a table stream's exchange splits every batch into one slice per worker, so a
+Why: a table stream's exchange splits every batch into one part per worker, so a
 step that handles many small batches sends many tiny ones to each peer, and each
 travels as its own Arrow IPC stream (a schema, a header, buffers). Before a step's
 sends to a peer are flushed (the worker's buffer per destination, input port and
 time), consecutive record batches of one schema are concatenated, each run up to
 ``target`` rows (one Arrow call per run, no Python per row); a batch of a quarter of
-the target or more is left as it is (an exchange's slices of large batches are). Nothing
+the target or more is left as it is (an exchange's parts of large batches are). Nothing
 waits for more:
 the buffer is one step's, so the latency cap is one step and a trickle still flows.
 

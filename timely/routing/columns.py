@@ -12,15 +12,16 @@ dictionary's buffers by a numpy CRC-32 equal to ``stable_hash``'s
 (:func:`~timely.routing.hashing.bytes_hashes`). Several key columns combine as
 ``stable_hash`` combines a tuple.
 
-A batch is split with one stable ordering of its rows by destination (a pass per
-worker when they are few, else a radix sort), one ``take``, and a zero-copy slice per
-worker.
+A batch is split by destination: when the workers are few, each one's rows are found
+by a compare and ``nonzero`` pass and gathered by a ``take`` of their own (the parts
+are the same rows, in order, as one stable ordering and a slice each would give, with
+no ordering built); when they are many, one stable radix sort of the worker numbers,
+one ``take`` and a zero-copy slice per worker.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,10 +36,10 @@ _NULL = np.uint64(0x5BD1E995)
 _G = np.uint64(_GOLDEN)
 _S32 = np.uint64(32)
 _CACHE = 1 << 20
-_FEW = 8
-_LITTLE = sys.byteorder == "little"
-"""Up to this many workers, :func:`split_by` finds each one's rows by a pass of its own."""
 """How many distinct strings a channel remembers the hash of (cleared when full)."""
+_FEW = 8
+"""Up to this many workers, :func:`split_by` finds each one's rows by a pass of its own."""
+_LITTLE = sys.byteorder == "little"
 
 
 def _mix(h: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -228,37 +229,10 @@ class ColumnExchange(Exchange):
                 key_bins = _bins_of(key_hashes(batch, self.keys, self._hashers), bins)
             if load is not None:
                 load += np.bincount(key_bins, minlength=bins)
-            dest = narrow.take(key_bins)
+            dest = workers_of(key_bins, narrow)
             for w, part in split_by(batch, dest):
                 out.setdefault(w, []).append(part)
         return out
-
-
-class _Scratch(threading.local):
-    """Per thread, the row numbers ``0 .. n-1`` and room for an order of them (int32),
-    grown to the largest batch split: reused, because a fresh array of a 64k-row batch's
-    row numbers is fresh pages from the kernel (``malloc`` maps blocks this large), and
-    their faults cost more than the passes that fill them. Batches of more than
-    ``_SCRATCH_ROWS`` rows get fresh arrays: a thread keeps at most 8 MB here."""
-
-    rows = np.empty(0, np.int32)
-    order = np.empty(0, np.int32)
-
-    def sized(self, n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """The row numbers ``0 .. n-1`` and room for an order of ``n`` (int32)."""
-        if n > _SCRATCH_ROWS:
-            return np.arange(n, dtype=np.int32), np.empty(n, np.int32)
-        if len(self.rows) < n:
-            size = min(max(n, 2 * len(self.rows)), _SCRATCH_ROWS)
-            self.rows = np.arange(size, dtype=np.int32)
-            self.order = np.empty(size, np.int32)
-        return self.rows[:n], self.order[:n]
-
-
-_SCRATCH = _Scratch()
-_SCRATCH_ROWS = 1 << 20
-"""The largest batch whose split reuses :class:`_Scratch` (8 MB of row numbers and
-order)."""
 
 
 def int_bins(
@@ -315,32 +289,60 @@ def _bins_of(hashes: np.ndarray[Any, Any], bins: int) -> np.ndarray[Any, Any]:
     return out
 
 
-def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> list[tuple[int, Any]]:
-    """``batch``'s rows grouped by ``dest`` (one worker per row): ``(worker, slice)``,
-    with one stable ordering of the rows by worker, one ``take`` and zero-copy slices.
+def workers_of(key_bins: np.ndarray[Any, Any], table: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each row's worker, ``table[bin]``, from its bin (``key_bins``, integers) and a
+    routing table narrowed by :func:`_narrow`. Bins dealt to ``W`` workers in turn
+    (``default_table``, ``W`` a power of two: every run that has not migrated) are read
+    from the bin's low bits; any other table by Arrow's ``take``, which reads 8- or
+    16-bit bins as they are (numpy's converts them to 64-bit indices first)."""
+    workers = int(table.max()) + 1 if len(table) else 1
+    if workers & (workers - 1) == 0 and _dealt_in_turn(table, workers):
+        out: np.ndarray[Any, Any] = key_bins & key_bins.dtype.type(workers - 1)
+        return out
+    dest: np.ndarray[Any, Any] = pc.take(
+        pa.array(table), pa.array(key_bins), boundscheck=False
+    ).to_numpy()
+    return dest
 
-    The ordering: for up to ``_FEW`` workers, each worker's row numbers by one compare
-    and ``compress`` pass into a reused buffer (a few linear passes, about a quarter of
-    a sort's time, and no fresh pages); for more, a stable sort of the worker numbers
-    as 8- or 16-bit ints (numpy's radix sort: linear, where a stable sort of int64 is a
-    merge sort), where each worker's rows start coming from a ``bincount``."""
+
+def _dealt_in_turn(table: np.ndarray[Any, Any], workers: int) -> bool:
+    """Whether bin ``b`` is on worker ``b % workers`` for every bin of ``table``."""
+    bins = len(table)
+    if bins % workers:
+        return False
+    turn = np.arange(workers, dtype=table.dtype)
+    return bool((table.reshape(-1, workers) == turn).all())
+
+
+def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> list[tuple[int, Any]]:
+    """``batch``'s rows grouped by ``dest`` (one worker per row): ``(worker, part)`` for
+    each worker with rows, in worker order, each part its rows in their order.
+
+    For up to ``_FEW`` workers, each worker's row numbers come from one compare and
+    ``nonzero`` pass and its part from a ``take`` of them (a batch whose rows all go to
+    one worker is returned as it is). Two passes over the worker numbers per worker, and
+    one gather in all: less than building one ordering of every row (a ``compress`` of
+    row numbers per worker) and gathering by it. For more workers, a stable sort of the
+    worker numbers as 8- or 16-bit ints (numpy's radix sort: linear, where a stable sort
+    of int64 is a merge sort), one ``take``, and a zero-copy slice per worker, where
+    each worker's rows start coming from a ``bincount``."""
+    n = len(dest)
+    top = int(dest.max())
+    if top < _FEW:
+        parts = []
+        for w in range(top + 1):
+            rows = np.flatnonzero(dest == w)
+            if len(rows) == n:
+                return [(w, batch)]
+            if len(rows):
+                parts.append((w, _gather(batch, rows)))
+        return parts
     first = int(dest[0])
     if (dest == first).all():
         return [(first, batch)]
-    top = int(dest.max())
     small = (
         dest.astype(np.uint8 if top < 1 << 8 else np.uint16, copy=False) if top < 1 << 16 else dest
     )
-    if top < _FEW and len(small) < 1 << 31:
-        order, sizes = _order_by_worker(small, top)
-        taken = _gather(batch, order)
-        out = []
-        start = 0
-        for w, c in enumerate(sizes):
-            if c:
-                out.append((w, taken.slice(start, c)))
-                start += c
-        return out
     order = np.argsort(small, kind="stable")
     taken = _gather(batch, order)
     counts = np.bincount(small, minlength=top + 1)
@@ -351,32 +353,10 @@ def split_by(batch: pa.RecordBatch | pa.Table, dest: np.ndarray[Any, Any]) -> li
     ]
 
 
-def _order_by_worker(
-    small: np.ndarray[Any, Any], top: int
-) -> tuple[np.ndarray[Any, Any], list[int]]:
-    """The row numbers grouped by worker (stable), one compare and ``compress`` pass per
-    worker, into the thread's scratch order (valid until its next call), and how many
-    rows each worker has."""
-    rows, order = _SCRATCH.sized(len(small))
-    counts = []
-    start = 0
-    for w in range(top + 1):
-        mine = small == w
-        c = int(np.count_nonzero(mine))
-        if c:
-            np.compress(mine, rows, out=order[start : start + c])
-        counts.append(c)
-        start += c
-    return order, counts
-
-
-def _gather(batch: pa.RecordBatch | pa.Table, order: np.ndarray[Any, Any]) -> Any:
-    """``batch``'s rows in ``order``, a permutation of its row numbers: Arrow's ``take``
-    without its bounds check (every index is a row number by construction) and with
-    32-bit indices when they fit: ~40% less time than ``batch.take`` for a 1 MB batch."""
-    if len(order) < 1 << 31:
-        order = order.astype(np.int32, copy=False)
-    return pc.take(batch, pa.array(order), boundscheck=False)
+def _gather(batch: pa.RecordBatch | pa.Table, rows: np.ndarray[Any, Any]) -> Any:
+    """``batch``'s rows at ``rows`` (row numbers, each in range by construction), by
+    Arrow's ``take`` without its bounds check (which ``batch.take`` makes)."""
+    return pc.take(batch, pa.array(rows), boundscheck=False)
 
 
 def exchange_columns(*keys: str) -> ColumnExchange:
