@@ -56,8 +56,11 @@ def arrow_bytes(snap: dict[str, Any]) -> int | None:
     """The bytes of the Arrow tables in a keyed snapshot left as data (what its IPC
     encoding writes, to within its headers); None when it holds anything else (its size
     is known only once encoded)."""
+    tables = snap.get("tables")
+    if type(tables) is not dict:
+        return None
     size = 0
-    for table in snap["tables"].values():
+    for table in tables.values():
         if not is_columnar(table):
             return None
         for entry in (*table["times"], *table.get("patches", ())):
