@@ -401,8 +401,8 @@ class InlineSession(Session):
         writer = self.writer
         for epoch, part in worker.take_parts():
             assert writer is not None
-            size = part_bytes(part)
-            if writer.pending or size is None or size >= writer_module.LARGE:
+            size = part_bytes(part)  # (None: not known; inline leaves only Arrow to encode)
+            if writer.pending or (size is not None and size >= writer_module.LARGE):
                 writer.submit(epoch, w, part, worker.checkpoint_work(), clock(), worker.log)
             else:
                 report = writer.write_now(epoch, w, part, worker.checkpoint_work(), worker.log)
