@@ -290,8 +290,8 @@ def touched(keys, checkpoint):
         with flow.activate(workers=1, backend="inline", **opts) as session:
             handle.send(list(range(keys)))
             handle.advance_to(1)
-            while not seen:
-                session.poll()
+            while not seen or checkpoint and not session.coordinator.committed:
+                session.poll()  # (the load's whole part, wherever it is written, before)
             w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
             for e, batch in enumerate(batches, start=1):
                 handle.send(batch)
@@ -320,7 +320,7 @@ def table_touched(keys, checkpoint):
         with flow.activate(workers=1, backend="inline", **opts) as session:
             inp.send(pa.table({{"k": list(range(keys))}}))
             inp.advance_to(1)
-            while not seen:
+            while not seen or checkpoint and not session.coordinator.committed:
                 session.poll()
             w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
             for e, batch in enumerate(batches, start=1):
