@@ -290,8 +290,8 @@ def touched(keys, checkpoint):
         with flow.activate(workers=1, backend="inline", **opts) as session:
             handle.send(list(range(keys)))
             handle.advance_to(1)
-            while not seen:
-                session.poll()
+            while not seen or checkpoint and not session.coordinator.committed:
+                session.poll()  # (the load's whole part, wherever it is written, before)
             w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
             for e, batch in enumerate(batches, start=1):
                 handle.send(batch)
@@ -302,7 +302,39 @@ def touched(keys, checkpoint):
             return time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - t0
 
 
+def table_touched(keys, checkpoint):
+    # touched() on the table API: group_by("k").running_agg, its state a ColumnState,
+    # incremental checkpoints its Arrow deltas.
+    import pyarrow as pa
+    from operators.table import count, table_input
+
+    rng = random.Random(3)
+    batches = [pa.table({{"k": rng.sample(range(keys), keys // 100)}}) for _ in range(20)]
+    flow = Dataflow("touched")
+    inp = table_input(flow, pa.schema([("k", pa.int64())]))
+    seen = []
+    inp.table.group_by("k").running_agg(count().alias("n")).subscribe(
+        lambda e, _: seen.append(e))
+    with tempfile.TemporaryDirectory() as d:
+        opts = dict(checkpoint=d, checkpoint_incremental=True) if checkpoint else {{}}
+        with flow.activate(workers=1, backend="inline", **opts) as session:
+            inp.send(pa.table({{"k": list(range(keys))}}))
+            inp.advance_to(1)
+            while not seen or checkpoint and not session.coordinator.committed:
+                session.poll()
+            w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
+            for e, batch in enumerate(batches, start=1):
+                inp.send(batch)
+                inp.advance_to(e + 1)
+                session.poll()
+            inp.close()
+            session.join()
+            return time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - t0
+
+
 def wordcount(checkpoint, data=text(60, 400)):
+    table = case.startswith("table-")
+    ray = case.endswith("-ray2")
     with tempfile.TemporaryDirectory() as d:
         opts = {{}}
         if checkpoint:
@@ -310,11 +342,15 @@ def wordcount(checkpoint, data=text(60, 400)):
             if case == "wordcount-incremental":
                 opts["checkpoint_incremental"] = True
         w0, c0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
-        running_wordcount(data, "inline", 1, **opts)
+        running_wordcount(data, "ray" if ray else "inline", 2 if ray else 1, table=table, **opts)
         return time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - t0
 
 
-run = (lambda c: touched(1_000_000, c)) if case == "touched" else wordcount
+run = (
+    (lambda c: touched(1_000_000, c)) if case == "touched"
+    else (lambda c: table_touched(1_000_000, c)) if case == "table-touched"
+    else wordcount
+)
 run(False)  # warm up
 plain, ckpt = [], []
 for _ in range(rounds):
@@ -332,6 +368,10 @@ PAIR_CASES = {
     "wordcount": "word count, 5,000 keys, inline x1, every epoch",
     "wordcount-incremental": "the same, incremental",
     "touched": "1M keys, 1% touched an epoch, incremental, every epoch",
+    "table-wordcount": "table API word count, 5,000 keys, inline x1, every epoch",
+    "table-touched": "table API, 1M keys, 1% touched an epoch, incremental, every epoch",
+    "wordcount-ray2": "word count, 5,000 keys, Ray x2, every epoch (CPU: the driver's)",
+    "table-wordcount-ray2": "table API word count, Ray x2, every epoch (CPU: the driver's)",
 }
 
 
@@ -348,7 +388,7 @@ def pairs(checkout: str, processes: int, rounds: int, cases: list[str]) -> dict[
         code = _PAIR_CODE.format(case=case, rounds=rounds)
         runs: dict[str, list[dict[str, float]]] = {"this": [], "other": []}
         for i in range(2 * processes):
-            side = ("this", "other")[(i + (case == "touched")) % 2]
+            side = ("this", "other")[(i + case.endswith("touched")) % 2]
             root = here if side == "this" else checkout
             done = subprocess.run(
                 [sys.executable, "-c", code],
@@ -507,11 +547,21 @@ def main() -> None:
         "turn per case, wall, process CPU and main-thread CPU",
     )
     ap.add_argument("--rounds", type=int, default=6, help="rounds per process with --pairs")
+    ap.add_argument(
+        "--cases",
+        default=",".join(PAIR_CASES),
+        help="with --pairs: which cases, comma-separated (default: all of "
+        + ", ".join(PAIR_CASES)
+        + ")",
+    )
     args = ap.parse_args()
     quick = args.quick
     if args.pairs:
         assert args.against, "--pairs measures against --against CHECKOUT"
-        found = pairs(args.against, args.pairs, args.rounds, list(PAIR_CASES))
+        cases = args.cases.split(",")
+        unknown = set(cases) - set(PAIR_CASES)
+        assert not unknown, f"unknown cases {sorted(unknown)}"
+        found = pairs(args.against, args.pairs, args.rounds, cases)
         rows = []
         for case, runs in found.items():
             for side, label in (("other", args.against), ("this", "this checkout")):

@@ -56,15 +56,23 @@ class FakeClock:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import timely.backends.inline
         import timely.checkpoint.coordinator
+        import timely.checkpoint.writer
         import timely.worker.loop
         import timely.worker.snapshots
 
-        for module in (timely.worker.snapshots, timely.worker.loop, timely.backends.inline):
+        for module in (
+            timely.worker.snapshots,
+            timely.worker.loop,
+            timely.backends.inline,
+            timely.checkpoint.writer,
+        ):
             monkeypatch.setattr(module, "clock", self)
         for module in (timely.checkpoint.coordinator, timely.checkpoint.cadence):
             monkeypatch.setattr(module, "time", self)
-        # The garbage collector's CPU time (its thread's): nil, as the runtime's own costs.
-        monkeypatch.setattr(timely.checkpoint.coordinator, "thread_time_ns", lambda: 0)
+        # The garbage collector's and the part writer's CPU time (their threads'): nil,
+        # as the runtime's own costs (parts of these runs are small: written on the loop).
+        for module in (timely.checkpoint.coordinator, timely.checkpoint.writer):
+            monkeypatch.setattr(module, "thread_time_ns", lambda: 0)
         monkeypatch.setattr(sys.modules[__name__], "CLOCK", self)
 
 

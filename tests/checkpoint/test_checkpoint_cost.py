@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 import operators  # noqa: F401 - registers the stream methods
 import timely.backends.inline
 import timely.checkpoint.cost
+import timely.checkpoint.writer
 import timely.worker.snapshots
 from tests.checkpoint import test_auto_cadence as model
 from tests.checkpoint.test_auto_cadence import UNIT_NS, Costly, FakeClock, work
@@ -28,6 +30,7 @@ from timely import Dataflow, pipeline
 from timely.checkpoint.cost import LoopCost
 from timely.checkpoint.store import CheckpointStore
 from timely.comm import serialization
+from timely.state.columnar import COLUMNAR
 from timely.worker.snapshots import Snapshots
 
 # -- the loop's cost, event by event ----------------------------------------------------------
@@ -210,8 +213,8 @@ def test_a_part_reports_its_snapshot_and_the_wait_it_held_back(
 PER_RECORD, PER_SNAPSHOT = 30, 40
 """Units of a record's work and of each worker's snapshot (as in ``test_auto_cadence``)."""
 ENCODE, WRITE, COMMIT = 9, 13, 17
-"""Units of encoding a part and writing it (on the loop, inline) and of the driver's
-commit (the manifest and garbage collection)."""
+"""Units of encoding a part and writing it (inline: on the loop, or for a large part on
+the writer thread) and of the driver's commit (the manifest and garbage collection)."""
 EPOCHS, SIZE = 48, 20
 _ENCODE, _WRITE_PART, _COMMIT = (
     serialization.encode,
@@ -220,20 +223,46 @@ _ENCODE, _WRITE_PART, _COMMIT = (
 )
 
 
-def costly_run(tmp: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> tuple[int, Any]:
+class Serial(ThreadPoolExecutor):
+    """The writer thread as one timeline with the loop: each job runs when handed over,
+    in the caller's thread. On the fake clock every unit of work then lengthens the run,
+    as it would on one core with the GIL held throughout (the writer's share must be in
+    the cost reported all the same)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(1)
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            future.set_exception(e)
+        return future
+
+
+def costly_run(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, threaded: bool = False, **options: Any
+) -> tuple[int, Any]:
     """Two inline workers, a costly step and a running sum, fed one epoch at a time, on a
     fake clock where encoding a part, writing it and committing cost what the model says:
-    the run's fake duration and its session."""
+    the run's fake duration and its session. ``threaded``: every part goes to the writer
+    thread (as a large one does), here run as :class:`Serial`."""
     clock = FakeClock()
     clock.install(monkeypatch)
+    monkeypatch.setattr(timely.checkpoint.writer, "ThreadPoolExecutor", Serial)
+    if threaded:
+        monkeypatch.setattr(timely.checkpoint.writer, "LARGE", 0)
+    # The writer's CPU time: the fake time of its work (its jobs run one at a time).
+    monkeypatch.setattr(timely.checkpoint.writer, "thread_time_ns", clock)
 
     def encode(obj: Any) -> bytes:
         work(ENCODE)
         return _ENCODE(obj)
 
-    monkeypatch.setattr(
-        timely.backends.inline, "serialization", SimpleNamespace(encode=encode)
-    )  # the inline backend encodes only parts with it
+    # The writer encodes the part with it (and no snapshot: inline, a row snapshot is
+    # encoded on the loop, before it).
+    monkeypatch.setattr(timely.checkpoint.writer, "_encode", encode)
 
     def costly_write(self: CheckpointStore, *a: Any, **k: Any) -> dict[str, Any]:
         work(WRITE)
@@ -261,20 +290,23 @@ def costly_run(tmp: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> tu
 
 
 def slowdown_and_reported(
-    tmp: Path, monkeypatch: pytest.MonkeyPatch, k: int
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, k: int, threaded: bool = False
 ) -> tuple[float, list[float]]:
     plain, _ = costly_run(tmp, monkeypatch)
-    timed, session = costly_run(tmp, monkeypatch, checkpoint=str(tmp / f"k{k}"), checkpoint_every=k)
+    timed, session = costly_run(
+        tmp, monkeypatch, threaded, checkpoint=str(tmp / f"k{k}{threaded}"), checkpoint_every=k
+    )
     return (timed - plain) / timed, [m.fraction for m in session.cadence]
 
 
-@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize(("k", "threaded"), [(1, False), (3, False), (1, True), (3, True)])
 def test_the_fraction_reported_is_the_slowdown_against_no_checkpoints(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, k: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, k: int, threaded: bool
 ) -> None:
     """Every window of the run measures what checkpointing made the run longer by, as a
-    share of its time: the controller steers on the slowdown itself."""
-    slowdown, reported = slowdown_and_reported(tmp_path, monkeypatch, k)
+    share of its time: the controller steers on the slowdown itself. Parts written on the
+    loop, or (``threaded``) on the writer thread, its CPU time counted."""
+    slowdown, reported = slowdown_and_reported(tmp_path, monkeypatch, k, threaded)
     # The model: per checkpoint, two snapshots, two encodes and writes, one commit; an
     # epoch's records go through the costly step once, whichever worker has them.
     c = 2 * (PER_SNAPSHOT + ENCODE + WRITE) + COMMIT
@@ -287,22 +319,44 @@ def test_the_fraction_reported_is_the_slowdown_against_no_checkpoints(
 def test_a_measurement_that_misses_the_parts_encoding_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mutant: the inline backend's write as it was before issue 30, timed after
-    the part is encoded."""
+    """The mutant: a part's write on the loop timed after the part is encoded (the inline
+    backend's before issue 30 was)."""
+    writer = timely.checkpoint.writer
 
-    def write_parts(self: Any, w: int) -> None:
-        worker = self.worker_list[w]
-        for epoch, part in worker.take_parts():
-            data = timely.backends.inline.serialization.encode(part)
-            t0 = timely.backends.inline.clock()
-            info = self.coordinator.store.write_part(epoch, w, part["workers"], data, None)
-            t1 = timely.backends.inline.clock()
-            info["work"] = (worker.checkpoint_work() + t1 - t0) / 1e9
-            info["at"] = t1 / 1e9
-            self._part_written(epoch, info)
+    def write_now(
+        self: Any, epoch: int, worker: int, part: dict[str, Any], work: int, log: Any
+    ) -> Any:
+        data = writer.encode_part(part)
+        t0 = writer.clock()
+        info = self.store.write_part(epoch, worker, part["workers"], data, part.get("base"))
+        t1 = writer.clock()
+        info["work"] = (work + t1 - t0) / 1e9
+        info["at"] = t1 / 1e9
+        return epoch, info
 
-    monkeypatch.setattr(timely.backends.inline.InlineSession, "_write_parts", write_parts)
+    monkeypatch.setattr(writer.PartWriter, "write_now", write_now)
     slowdown, reported = slowdown_and_reported(tmp_path, monkeypatch, 1)
+    assert reported and all(f < slowdown - 0.01 for f in reported), (slowdown, reported)
+
+
+def test_a_measurement_that_misses_the_threads_encoding_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: the writer thread's CPU time read after the part is encoded."""
+    writer = timely.checkpoint.writer
+
+    def write(
+        self: Any, epoch: int, worker: int, part: dict[str, Any], work: int, at: int, log: Any
+    ) -> Any:
+        data = writer.encode_part(part)
+        cpu = writer.thread_time_ns()
+        info = self._thread_store.write_part(epoch, worker, part["workers"], data, part.get("base"))
+        info["work"] = (work + writer.thread_time_ns() - cpu) / 1e9
+        info["at"] = at / 1e9
+        return epoch, info
+
+    monkeypatch.setattr(writer.PartWriter, "_write", write)
+    slowdown, reported = slowdown_and_reported(tmp_path, monkeypatch, 1, threaded=True)
     assert reported and all(f < slowdown - 0.01 for f in reported), (slowdown, reported)
 
 
@@ -374,8 +428,19 @@ def test_a_check_that_does_not_look_inside_tuples_is_caught() -> None:
         _frozen_is_exact(only_top_level)()
 
 
-def test_columnar_and_foreign_snapshots_are_encoded_at_once() -> None:
+def test_columnar_snapshots_are_left_for_the_writer_and_foreign_ones_encoded_at_once() -> None:
+    """A columnar table's snapshot is Arrow tables in fresh lists: a copy by construction
+    (``tests/table/test_column_state.py`` checks that later changes leave it as it
+    was), so every host leaves it to its writer; the inline backend leaves nothing else
+    (``rows=False``: msgpack would hold the GIL on the writer thread too)."""
     frozen = timely.worker.snapshots.frozen
-    assert not frozen({"kind": "keyed", "tables": {"t": {"columnar": True, "times": []}}})
+    columns = {"columnar": COLUMNAR, "keys": ["k"], "replicated": False, "times": []}
+    assert frozen({"kind": "keyed", "tables": {"t": columns}})
+    assert frozen({"kind": "keyed", "tables": {"t": columns}}, rows=False)
+    assert not frozen({"kind": "keyed", "tables": {"t": {**columns, "columnar": 99}}})
     assert not frozen({"kind": "user", "state": [1, 2]})
     assert frozen(keyed([1, "a", (2, 3)], patches=False))
+    assert not frozen(keyed([1, "a", (2, 3)], patches=False), rows=False)
+    both = keyed([1], patches=False)
+    both["tables"]["c"] = columns
+    assert frozen(both) and not frozen(both, rows=False)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import timely.checkpoint.writer
 import timely.state.keyed
 import timely.state.spill
 import timely.worker.snapshots
@@ -78,6 +79,25 @@ def test_every_crash_point_with_incremental_checkpoints(pipeline: str) -> None:
     assert wrong == [], (
         f"{len(wrong)} crash points of {events} events give other outputs: {wrong[:10]}"
     )
+
+
+@pytest.mark.parametrize("pipeline", ["table_windowed", "running"])
+def test_every_crash_point_with_parts_on_the_writer_thread(
+    pipeline: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every part written on the inline backend's writer thread (as a part of 1 MiB or
+    more is), reported between scheduling events: a crash loses the parts not yet
+    reported (the relaunch waits for their writes and drops them), and the outputs are
+    the failure-free ones at every crash point, whole and incremental."""
+    monkeypatch.setattr(timely.checkpoint.writer, "LARGE", 0)
+    for incremental in (False, 2):
+        events, wrong = sweep(
+            pipeline, EPOCHS, True, workers=2, seed=1, checkpoint_incremental=incremental
+        )
+        assert events > 20
+        assert wrong == [], (
+            f"{len(wrong)} crash points of {events} events give other outputs: {wrong[:10]}"
+        )
 
 
 # table_running in CI's profile (6 s; the quick profile sweeps the other tables on disk).

@@ -29,6 +29,7 @@ from timely.comm import serialization
 from timely.routing.bins import bins_of, default_table
 from timely.state.columnar import Arranged, ColumnState, apply_deltas, merge_snapshots, share_of
 from timely.state.disk import StateStore, StoreConfig
+from timely.worker.snapshots import encode_part, frozen
 
 SCHEMA = pa.schema([("k", pa.string()), ("f", pa.float64()), ("v", pa.int64())])
 KEYS = ("k", "f")
@@ -154,6 +155,7 @@ def _keyed_table(store: StateStore | None, first: Any, then: Any, nbins: int) ->
     state.taken(0)
     _apply(state, model, then)
     assert _model_of(state.get(T)) == model
+    assert len(state) == len(model)
     _check_files(state, store)
 
     # a snapshot through the wire restores the same table
@@ -175,8 +177,10 @@ def _keyed_table(store: StateStore | None, first: Any, then: Any, nbins: int) ->
     row_bins = dict(zip(keys, bins_of([_hashable(k) for k in keys], nbins)))
     assert set(moved) == {k for k in keys if row_bins[k] in bins}
     assert _model_of(state.get(T)) == {k: v for k, v in model.items() if k not in moved}
+    assert len(state) == len(model) - len(moved)  # (counted as rows change, not by a pass)
     state.install(_wire(taken))
     assert _model_of(state.get(T)) == model
+    assert len(state) == len(model)
 
     # a rescale: every worker's share, merged, is the whole; each holds its bins only
     table = default_table(nbins, 3)
@@ -258,6 +262,34 @@ def test_a_snapshot_keeps_what_it_saw(layout: str) -> None:
         state.pop(T)
         assert _files(store) == set()
         assert _model_of(_rows(snap)) == before == _model_of(given)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@settings(deadline=None, max_examples=40)
+@given(OPS, OPS, OPS)
+def test_a_snapshot_left_for_the_writer_encodes_as_when_taken(
+    layout: str, first: Any, second: Any, then: Any
+) -> None:
+    """A host leaves a columnar snapshot, whole or a delta, to its writer thread, which
+    encodes it later (issue 30): by then the state may have changed, and what is written
+    must be what encoding it when taken gave."""
+    with _layout(layout) as store:
+        state = _state(store, incremental=True)
+        state.keep_changes()
+        _apply(state, {}, first)
+        whole = state.snapshot(0)
+        state.taken(0)
+        _apply(state, {}, second)
+        delta = state.delta(1, 0)
+        state.taken(1)
+        snaps = [{"kind": "keyed", "tables": {"s": s}} for s in (whole, delta)]
+        assert all(frozen(s, rows=False) for s in snaps)
+        now = [serialization.encode(s) for s in snaps]
+        _apply(state, {}, then)
+        state.pop(T)
+        assert [encode_part({"vertices": {0: s}}) for s in snaps] == [
+            encode_part({"vertices": {0: b}}) for b in now
+        ]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -13,11 +13,12 @@ import random
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from timely.checkpoint import writer as writer_module
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import Restore
-from timely.comm import serialization
+from timely.checkpoint.writer import PartWriter, part_bytes
 from timely.comm.messages import InputCommand, WorkerMessage
 from timely.errors import ConfigError, WorkerDied
 from timely.eventlog import clock, message_event
@@ -81,9 +82,14 @@ class InlineSession(Session):
         """Source partitions wait to be handed over (:meth:`_hand_over`)."""
         self._profiles: dict[int, WorkerProfile] = {}
         """Each worker's profiler, with ``profile_dir`` (:mod:`timely.worker.profiling`)."""
+        self.writer = None if self.coordinator is None else PartWriter(self.coordinator.store)
+        """Encodes, writes and hashes the workers' checkpoint parts: small ones at once,
+        large ones off this thread (see :mod:`timely.checkpoint.writer`)."""
         self._relaunch(self._initial_restore())
 
     def _relaunch(self, restore: Restore | None) -> None:
+        if self.writer is not None:
+            self.writer.drain()  # the lost attempt's parts: never reported
         self._close_workers()  # the last attempt's
         self.worker_list = [
             Worker(
@@ -101,6 +107,7 @@ class InlineSession(Session):
         ]
         for worker in self.worker_list:
             worker.early = _EarlySend(self, worker.index)
+            self._defer_columns(worker)
         self.channels: dict[tuple[int, int], deque[WorkerMessage]] = {}
         self.commands: list[deque[tuple[int, InputCommand]]] = [
             deque() for _ in range(self.workers)
@@ -108,6 +115,12 @@ class InlineSession(Session):
         self._rr = 0
         self.membership = Membership(self.workers, 0 if restore is None else restore[0] + 1)
         self._handing = False
+
+    def _defer_columns(self, worker: Worker) -> None:
+        """Columnar snapshots are encoded on the writer thread (Arrow IPC releases the
+        GIL; msgpack, which a row snapshot takes, would hold it there too)."""
+        if worker.snapshots is not None and self.writer is not None:
+            worker.snapshots.defer_columns = True
 
     def _alive(self) -> list[Worker]:
         return [self.worker_list[w] for w in self.membership.alive]
@@ -142,6 +155,7 @@ class InlineSession(Session):
             join=join,
         )
         new.early = _EarlySend(self, worker)
+        self._defer_columns(new)
         for w in self._alive():
             if w is not donor:
                 w.add_peer(worker, epoch, first)
@@ -265,11 +279,13 @@ class InlineSession(Session):
         return merge_frontiers([w.frontier(vertex) for w in self._alive()])
 
     # -- scheduling -------------------------------------------------------------------------
-    def _pump(self) -> None:
-        """Run until nothing can happen without the driver."""
+    def _pump(self, finish: bool = False) -> None:
+        """Run until nothing can happen without the driver; ``finish``: and until every
+        checkpoint part handed to the writer is written and reported (the run's end)."""
         rng = self.rng
         workers = self.worker_list
         alive = self.membership.alive
+        before = 0 if self.writer is None else self.writer.submitted
         while True:
             if self.membership.leaving:
                 self._leave_ready()
@@ -287,7 +303,17 @@ class InlineSession(Session):
                     options.append((2, w, 0))
                 if self._handing and workers[w].handovers_ready():
                     options.append((3, w, 0))
+            writer = self.writer
+            if writer is not None and writer.pending:
+                self._parts_written(writer.ready())
             if not options:
+                if writer is not None and (writer.owes(before) or (finish and writer.pending)):
+                    # Parts on the writer thread handed over before this pump began (at
+                    # the run's end: all) are reported before it returns: their writes had
+                    # a pump to overlap, and commits lag by a pump at most, as the cadence
+                    # (whose next request they may make) and the sinks expect.
+                    self._parts_written(writer.wait(None if finish else before))
+                    continue
                 for worker in self._alive():  # as a Ray worker does before it waits
                     if worker.log is not None:
                         worker.log.flush()
@@ -346,6 +372,8 @@ class InlineSession(Session):
         return profile
 
     def _stop(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
         self._close_workers()
         for profile in self._profiles.values():
             profile.dump()
@@ -367,29 +395,28 @@ class InlineSession(Session):
         self._write_parts(w)
 
     def _write_parts(self, w: int) -> None:
-        """Write worker ``w``'s completed checkpoint parts and report them."""
+        """Write worker ``w``'s completed checkpoint parts (a large one, or any while one
+        is on the writer thread, there) and report those written."""
         worker = self.worker_list[w]
-        log = worker.log
+        writer = self.writer
         for epoch, part in worker.take_parts():
-            assert self.coordinator is not None
-            store = self.coordinator.store
-            t0 = clock()
-            data = serialization.encode(part)
-            info = store.write_part(
-                epoch, w, part["workers"], data, part.get("base"), part.get("moved", False)
-            )
-            t1 = clock()
-            if log is not None:
-                log.add(("c", t0, t1, epoch, "write"))
-            # The loop's whole checkpoint cost: the encode and the write are on it inline.
-            info["work"] = (worker.checkpoint_work() + t1 - t0) / 1e9
-            info["at"] = t1 / 1e9
+            assert writer is not None
+            size = part_bytes(part)  # (None: not known; inline leaves only Arrow to encode)
+            if writer.pending or (size is not None and size >= writer_module.LARGE):
+                writer.submit(epoch, w, part, worker.checkpoint_work(), clock(), worker.log)
+            else:
+                report = writer.write_now(epoch, w, part, worker.checkpoint_work(), worker.log)
+                self._parts_written([report])
+
+    def _parts_written(self, reports: list[tuple[int, dict[str, Any]]]) -> None:
+        """Report the parts the writer has written, in order (once durable)."""
+        for epoch, info in reports:
             self._part_written(epoch, info)
 
     def _wait(self) -> None:
-        self._pump()
+        self._pump(finish=True)
         while self._follow():  # sources: the control input follows them to their end
-            self._pump()
+            self._pump(finish=True)
         # Quiet: nothing can happen without the driver. With every input closed, every
         # worker must now see every frontier empty; anything else is a liveness bug (for
         # example accumulation holding back an update that someone waits for).

@@ -11,6 +11,7 @@ what to drop. The session calls it and stays a thin loop around the backend.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable
@@ -257,19 +258,21 @@ class CheckpointCoordinator:
         # before the newest chain began: a damaged link then still leaves a checkpoint to
         # fall back to (the checkpoints of a chain share its links).
         kept = self.committed[-self.config.keep :]
-        before = [c for c in self.committed if c < start]
-        if self.config.incremental and before and before[-1] not in kept:
-            kept.insert(0, before[-1])
+        # (Commits come in epoch order: the newest before ``start`` is found by bisection,
+        # not by a pass over every commit of the run, at every commit.)
+        before = bisect.bisect_left(self.committed, start)
+        if self.config.incremental and before and self.committed[before - 1] not in kept:
+            kept.insert(0, self.committed[before - 1])
         self._starts = {c: e for c, e in self._starts.items() if c >= kept[0]}
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
         # newest damaged falls back to an older one and must replay from there.
-        if len(self.committed) > len(kept):
-            self._trimmed = max(self._trimmed, kept[0])
-        self._input_log = [
-            entry
-            for entry in self._input_log
-            if not (isinstance(entry[1], Send) and entry[2] <= self._trimmed)
-        ]
+        if len(self.committed) > len(kept) and kept[0] > self._trimmed:
+            self._trimmed = kept[0]
+            self._input_log = [
+                entry
+                for entry in self._input_log
+                if not (isinstance(entry[1], Send) and entry[2] <= self._trimmed)
+            ]
         for sink in self.sinks:
             sink.commit(epoch)
         self._uncollected = (kept, dict(self._starts))

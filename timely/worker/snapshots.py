@@ -17,8 +17,10 @@ from typing import Any
 from progress import Location, source, target
 from timely.checkpoint.config import COUNT_CHAIN
 from timely.checkpoint.cost import LoopCost
+from timely.checkpoint.writer import arrow_bytes, encode_part
 from timely.comm import serialization
 from timely.eventlog import clock
+from timely.state.columnar import is_columnar
 from timely.state.keyed import StatefulVertex
 from timely.worker.ports import SnapshotHost
 
@@ -33,19 +35,31 @@ are on (None: every snapshot whole)."""
 
 _encode = serialization.encode
 _is_flat = serialization._is_flat
+__all__ = ["PART_FORMAT", "Part", "Snapshots", "arrow_bytes", "encode_part", "frozen"]
 
 
-def frozen(snap: dict[str, Any]) -> bool:
+def frozen(snap: dict[str, Any], rows: bool = True) -> bool:
     """Whether a keyed vertex's own snapshot (:meth:`StatefulVertex.snapshot_at`) shares
     nothing the vertex may change: its containers are made for it (tables, their times,
     the key and value columns), so it is a copy when every column holds only scalars and
     tuples of them. A value that is a list, a dict or anything else may be changed in
-    place by the next notification: such a snapshot is encoded at once."""
+    place by the next notification: such a snapshot is encoded at once.
+
+    A columnar table's snapshot (:class:`~timely.state.columnar.ColumnState`) is a copy
+    by construction: fresh lists of Arrow tables, which nothing changes in place (an
+    upsert makes new runs; a run's file, once replaced, stays mapped). ``rows=False``:
+    only those count (a snapshot with a row table is encoded at once)."""
     tables = snap.get("tables")
     if type(tables) is not dict:
         return False
     for table in tables.values():
-        if type(table) is not dict or "columnar" in table:
+        if type(table) is not dict:
+            return False
+        if "columnar" in table:
+            if not is_columnar(table):
+                return False
+            continue
+        if not rows:
             return False
         for entries in (table.get("times", ()), table.get("patches", ())):
             for entry in entries:
@@ -55,18 +69,6 @@ def frozen(snap: dict[str, Any]) -> bool:
                     if type(column) is not list or not _is_flat(column):
                         return False
     return True
-
-
-def encode_part(part: dict[str, Any]) -> bytes:
-    """A part as written: each vertex's snapshot encoded on its own (those left as data
-    by :attr:`Snapshots.defer`, here: off the step loop), then the part."""
-    vertices = part["vertices"]
-    if any(type(s) is not bytes for s in vertices.values()):
-        part = {
-            **part,
-            "vertices": {v: s if type(s) is bytes else _encode(s) for v, s in vertices.items()},
-        }
-    return _encode(part)
 
 
 class Snapshots:
@@ -92,8 +94,12 @@ class Snapshots:
         (which clears this)."""
         self.defer = False
         """Leave a keyed vertex's snapshot as data when it is a copy already
-        (:func:`frozen`), for the host to encode off the step loop (:func:`encode_part`;
-        Ray: on the writer thread)."""
+        (:func:`frozen`), for the host to encode off the step loop (:func:`encode_part`,
+        on its writer thread): Ray's."""
+        self.defer_columns = False
+        """The same for snapshots of columnar tables only: the inline backend's, whose
+        writer shares the loop's process, so only an encoding that releases the GIL (Arrow
+        IPC, not msgpack) is worth moving there."""
         self.cost = LoopCost()
         """What checkpointing has cost the step loop since the last part was reported
         (see :mod:`timely.checkpoint.cost`): every span in this class's checks and
@@ -371,10 +377,11 @@ class Snapshots:
         for data in vertices.values():
             if data is None:  # a stateless vertex: nothing written
                 continue
-            if type(data) is not bytes:
+            n = len(data) if type(data) is bytes else arrow_bytes(data)
+            if n is None:
                 size = None  # encoded later, off the loop: not known here
                 break
-            size += len(data)  # type: ignore[operator]
+            size += n  # type: ignore[operator]
         if base is None:
             self._whole_bytes, self._chain_bytes = size, 0
         elif self._chain_bytes is not None:
@@ -411,7 +418,7 @@ class Snapshots:
             data: bytes | dict[str, Any] | None
             if snap is None:
                 data = None
-            elif own and self.defer and frozen(snap):
+            elif own and (self.defer or self.defer_columns) and frozen(snap, self.defer):
                 data = snap  # a copy already: encoded off the loop (encode_part)
             else:
                 data = _encode(snap)

@@ -1,0 +1,83 @@
+"""The inline backend's part writer (``timely.checkpoint.writer.PartWriter``): parts on
+its thread are reported once written and in the order handed over, whichever write ends
+first; a relaunch's drain waits for every write and drops the reports. Mutation check: a
+writer that reports parts as their writes end is caught."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+import pytest
+
+from timely.checkpoint.store import CheckpointStore
+from timely.checkpoint.writer import PartWriter
+
+
+class GatedStore(CheckpointStore):
+    """A store whose write of epoch ``e`` waits until the test opens ``gates[e]``."""
+
+    def __init__(self, gates: dict[int, threading.Event]) -> None:
+        super().__init__("unused")
+        self.gates = gates
+        self.written: list[int] = []
+
+    def write_part(self, epoch: int, worker: int, workers: int, data: bytes, *a: Any) -> Any:
+        self.gates[epoch].wait()
+        self.written.append(epoch)
+        return {"worker": worker, "path": f"{epoch}", "size": len(data), "sha256": "", "base": None}
+
+
+def part(epoch: int) -> dict[str, Any]:
+    return {"format": 2, "epoch": epoch, "workers": 1, "base": None, "vertices": {}}
+
+
+def writer_with(gates: dict[int, threading.Event]) -> tuple[PartWriter, GatedStore]:
+    writer = PartWriter(CheckpointStore("unused"))
+    store = GatedStore(gates)
+    writer._thread_store = store
+    return writer, store
+
+
+def test_parts_are_reported_once_written_in_the_order_handed_over() -> None:
+    gates = {e: threading.Event() for e in range(3)}
+    writer, store = writer_with(gates)
+    for e in range(3):
+        writer.submit(e, 0, part(e), 0, 0)
+    assert writer.ready() == [] and writer.pending  # nothing written yet
+    gates[0].set()
+    assert [e for e, _ in writer.wait(1)] == [0]  # the first, once written
+    assert writer.owes(3) and not writer.owes(1)
+    gates[2].set()  # (the one thread writes in order: 2 waits behind 1)
+    gates[1].set()
+    assert [e for e, _ in writer.wait(3)] == [1, 2]
+    assert not writer.pending and store.written == [0, 1, 2]
+    writer.close()
+
+
+def test_a_drain_waits_for_every_write_and_drops_the_reports() -> None:
+    gates = {e: threading.Event() for e in range(2)}
+    writer, store = writer_with(gates)
+    for e in range(2):
+        writer.submit(e, 0, part(e), 0, 0)
+    for gate in gates.values():
+        gate.set()
+    writer.drain()
+    assert store.written == [0, 1]  # both landed before the drain returned
+    assert writer.ready() == [] and not writer.pending
+    writer.close()
+
+
+def test_a_writer_reporting_parts_as_they_end_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: every part written so far is reported, wherever it is in the queue (a
+    pool of threads, say), so a later part can be reported before an earlier one."""
+
+    def ready(self: PartWriter) -> list[Any]:
+        done = [f for f in self._pending if f.done()]
+        self._pending = deque(f for f in self._pending if not f.done())
+        return [f.result() for f in reversed(done)]
+
+    monkeypatch.setattr(PartWriter, "ready", ready)
+    with pytest.raises(AssertionError):
+        test_parts_are_reported_once_written_in_the_order_handed_over()

@@ -1,0 +1,197 @@
+"""Checkpoint parts encoded, written and hashed: at once, or on a thread of their own.
+
+Inline, the step loop is every worker's and the driver's thread, and a part's encoding,
+file and SHA-256 are on it. A thread helps only where the work releases the GIL for
+long: Arrow's IPC encoding, the write and the hash of a large part (a whole part of a
+table of 1M keys: ~16 MB, ~50 ms of hashing alone). A small part's write is a handful of
+short system calls, each of which hands the GIL over and back: measured on a loaded
+2-core machine (issue 30), a writer thread for 60-100 KB parts cut the loop's CPU a
+little and added more to the process's (+52% against +25% for the table word count) and
+to its wall time. So a part of :data:`LARGE` bytes or more goes to the thread
+(:meth:`PartWriter.submit`), and a small one is written at once (:meth:`write_now`),
+unless parts are still waiting on the thread (parts are reported in order).
+
+A part is reported only once its file is written: the coordinator commits a checkpoint
+only when every part is durable. A Ray worker has its own writer thread in its actor
+(:mod:`timely.backends.ray`), which its process's loop shares with nothing else.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
+from time import thread_time_ns
+from typing import Any
+
+from timely.checkpoint.store import CheckpointStore
+from timely.comm import serialization
+from timely.eventlog import EventLog, clock
+from timely.state.columnar import is_columnar
+
+_encode = serialization.encode
+
+LARGE = 1 << 20
+"""Parts of at least this many bytes (as far as the loop knows them: :func:`part_bytes`)
+are written on the writer thread."""
+
+Report = tuple[int, dict[str, Any]]
+"""``(epoch, info)``: a part written, with what the manifest records of it and what the
+coordinator measures (``"work"``, ``"at"``: see ``CheckpointCoordinator.part_written``)."""
+
+
+def encode_part(part: dict[str, Any]) -> bytes:
+    """A part as written: each vertex's snapshot encoded on its own (those the loop left
+    as data, ``Snapshots.defer``: here, off the step loop), then the part."""
+    vertices = part["vertices"]
+    if any(type(s) is not bytes for s in vertices.values()):
+        part = {
+            **part,
+            "vertices": {v: s if type(s) is bytes else _encode(s) for v, s in vertices.items()},
+        }
+    return _encode(part)
+
+
+def arrow_bytes(snap: dict[str, Any]) -> int | None:
+    """The bytes of the Arrow tables in a keyed snapshot left as data (what its IPC
+    encoding writes, to within its headers); None when it holds anything else (its size
+    is known only once encoded)."""
+    tables = snap.get("tables")
+    if type(tables) is not dict:
+        return None
+    size = 0
+    for table in tables.values():
+        if not is_columnar(table):
+            return None
+        for entry in (*table["times"], *table.get("patches", ())):
+            size += sum(t.nbytes for t in entry[1:])
+    return size
+
+
+def part_bytes(part: dict[str, Any]) -> int | None:
+    """A part's size as the loop knows it: its encoded snapshots' bytes and its Arrow
+    tables' (None: a snapshot left as data that is not all Arrow)."""
+    size = 0
+    for data in part["vertices"].values():
+        n = len(data) if type(data) is bytes else arrow_bytes(data)
+        if n is None:
+            return None
+        size += n
+    return size
+
+
+class PartWriter:
+    """Writes parts handed over (:meth:`submit`) one after another on its thread; the
+    host takes the reports of those written (:meth:`ready`, :meth:`wait`) on its own
+    thread, in the order they were handed over. A write that failed raises there."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+        """What :meth:`write_now` writes with: the host's (the coordinator's, on the same
+        thread: one list of recycled files, not two that take the same files)."""
+        self._thread_store = CheckpointStore(store.uri)
+        """The thread's own: a store's list of recycled files is one thread's (two stores
+        take the same recycled file apart by renames, as two workers' do)."""
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="timely-checkpoint-writer")
+        self._pending: deque[Future[Report]] = deque()
+        self.submitted = 0
+        """Parts handed over so far (:meth:`wait` waits for the first ``n`` of them)."""
+
+    def submit(
+        self,
+        epoch: int,
+        worker: int,
+        part: dict[str, Any],
+        work: int,
+        at: int,
+        log: EventLog | None = None,
+    ) -> None:
+        """Have worker ``worker``'s ``part`` of the checkpoint at ``epoch`` written;
+        ``work``: the nanoseconds checkpointing cost the worker's loop since its last part
+        (the writer adds its own CPU time, which is GIL time it may take from the loop);
+        ``at``: when the part was complete, on the loop's clock (ns), which the
+        coordinator's cadence measures its windows by (the write follows at once; read
+        on the loop, it is the loop's timeline whatever the writer thread waits for)."""
+        self._pending.append(self._pool.submit(self._write, epoch, worker, part, work, at, log))
+        self.submitted += 1
+
+    def write_now(
+        self, epoch: int, worker: int, part: dict[str, Any], work: int, log: EventLog | None
+    ) -> Report:
+        """Write ``part`` on this thread (the loop's), as :meth:`submit` would on its
+        own: the encoding and the write are the loop's cost then, on its clock."""
+        t0 = clock()
+        data = encode_part(part)
+        info = self.store.write_part(
+            epoch, worker, part["workers"], data, part.get("base"), part.get("moved", False)
+        )
+        t1 = clock()
+        if log is not None:
+            log.add(("c", t0, t1, epoch, "write"))
+        info["work"] = (work + t1 - t0) / 1e9
+        info["at"] = t1 / 1e9
+        return epoch, info
+
+    def _write(
+        self,
+        epoch: int,
+        worker: int,
+        part: dict[str, Any],
+        work: int,
+        at: int,
+        log: EventLog | None,
+    ) -> Report:
+        t0, cpu = clock(), thread_time_ns()
+        data = encode_part(part)
+        info = self._thread_store.write_part(
+            epoch, worker, part["workers"], data, part.get("base"), part.get("moved", False)
+        )
+        t1 = clock()
+        if log is not None:
+            log.add(("c", t0, t1, epoch, "write"))
+        info["work"] = (work + thread_time_ns() - cpu) / 1e9
+        info["at"] = at / 1e9
+        return epoch, info
+
+    @property
+    def pending(self) -> bool:
+        """Whether a part handed over has not been reported yet."""
+        return bool(self._pending)
+
+    def ready(self) -> list[Report]:
+        """The reports of the parts written since the last call, oldest first, up to the
+        first one still being written (a later part is never reported before it)."""
+        pending = self._pending
+        out = []
+        while pending and pending[0].done():
+            out.append(pending.popleft().result())
+        return out
+
+    def owes(self, upto: int) -> bool:
+        """Whether one of the first ``upto`` parts handed over is not reported yet."""
+        return upto > self.submitted - len(self._pending)
+
+    def wait(self, upto: int | None = None) -> list[Report]:
+        """:meth:`ready`, after waiting for the oldest part still being written (``upto``:
+        for every one of the first ``upto`` parts handed over)."""
+        pending = self._pending
+        if upto is None:
+            if pending:
+                wait_for([pending[0]])
+        else:
+            owed = upto - (self.submitted - len(pending))
+            if owed > 0:
+                wait_for([pending[i] for i in range(owed)])
+        return self.ready()
+
+    def drain(self) -> None:
+        """Wait for every write handed over and drop their reports and failures: the
+        workers that handed them over are lost, and a restore is about to read the store
+        (their files must not land after it, on the new workers' own)."""
+        pending, self._pending = self._pending, deque()
+        wait_for(pending)
+
+    def close(self) -> None:
+        """:meth:`drain`, and end the thread."""
+        self.drain()
+        self._pool.shutdown(wait=True)
