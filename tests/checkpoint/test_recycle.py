@@ -4,9 +4,10 @@
 The property: whatever the sizes written and however often old checkpoints are
 collected, every committed checkpoint still kept reads back as exactly the bytes its
 parts were written with, and a recycled file or folder is never one a kept checkpoint
-uses. The store runs against a dict of what each kept checkpoint holds. Three broken
+uses. The store runs against a dict of what each kept checkpoint holds. Four broken
 variants must be caught: a recycled file not cut to its new length, a kept checkpoint's
-part handed out for reuse, and a recycled folder renamed over one in use.
+part handed out for reuse, a recycled folder renamed over one in use, and one renamed
+over a folder another writer has just made (still empty).
 """
 
 from __future__ import annotations
@@ -189,3 +190,41 @@ def test_a_folder_renamed_over_one_in_use_is_caught(
     monkeypatch.setattr(CheckpointStore, "_reuse", missing_dir_every_time)
     with pytest.raises((AssertionError, store_module.CheckpointError)):
         check_store(tmp_path, [([40, 40], True)] * 8)
+
+
+def pooled_folder(root: Path) -> None:
+    """One folder waiting in :data:`RECYCLE`, as a collection leaves one."""
+    os.makedirs(root / RECYCLE / f"{store_module._DIR}{len(os.listdir(root / RECYCLE))}")
+
+
+def test_a_folder_another_writer_made_is_never_replaced(tmp_path: Path) -> None:
+    """Two writers (two workers' stores) make one checkpoint's folder at once, each with
+    a recycled folder at hand. The second must use the first's folder, even while it is
+    still empty: the first may be creating its file in it, by a path already resolved to
+    that folder, and a folder renamed over it would make that creation fail (seen as an
+    ``ENOENT`` part write on Ray, ~1 run in 40)."""
+    (tmp_path / RECYCLE).mkdir()
+    pooled_folder(tmp_path)
+    pooled_folder(tmp_path)
+    first, second = CheckpointStore(str(tmp_path)), CheckpointStore(str(tmp_path))
+    folder = str(tmp_path / epoch_dir(3))
+    first._make_dir(folder)
+    made = os.stat(folder).st_ino
+    assert len(os.listdir(tmp_path / RECYCLE)) == 1  # the first took a recycled folder
+    second._make_dir(folder)
+    assert os.stat(folder).st_ino == made, "a writer replaced the folder another one made"
+    assert len(os.listdir(tmp_path / RECYCLE)) == 1  # the second's stays for later
+    # A part written by each lands in the one folder.
+    second.write(f"{epoch_dir(3)}/{store_module.part_name(1, 2)}", b"b")
+    first.write(f"{epoch_dir(3)}/{store_module.part_name(0, 2)}", b"a")
+    assert sorted(os.listdir(folder)) == ["part-0-of-2.bin", "part-1-of-2.bin"]
+
+
+def test_a_writer_replacing_an_empty_folder_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: the recycled folder moved in with ``os.rename``, which replaces an
+    empty folder (the code before the fix)."""
+    monkeypatch.setattr(store_module, "rename_noreplace", os.rename)
+    with pytest.raises(AssertionError, match="replaced the folder"):
+        test_a_folder_another_writer_made_is_never_replaced(tmp_path)
