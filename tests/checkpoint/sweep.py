@@ -66,7 +66,7 @@ def sweep(
     **options: Any,
 ) -> tuple[int, list[int]]:
     """Crash the run at scheduling events in turn (every one in CI's profile, one in
-    four in the quick profile: :func:`tests.conftest.crash_points`); return how many
+    six in the quick profile: :func:`tests.conftest.crash_points`); return how many
     events the run has and the crash points after which the outputs differ from a
     failure-free run (``options``: more checkpoint options for the crashed runs).
     ``first_wrong``: try every event, and stop at the first wrong one (a mutation check

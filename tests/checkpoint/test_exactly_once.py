@@ -2,7 +2,7 @@
 a checkpoint is committed at every epoch the configuration asks for.
 
 The sweeps crash an inline run at every scheduling event in turn (in CI's profile; one in
-four in the quick profile, :func:`tests.conftest.crash_points`), for every stateful
+six in the quick profile, :func:`tests.conftest.crash_points`), for every stateful
 operator and for user vertices whose state is changed in place, fed by a source or by a
 bursty driver; the outputs must equal the failure-free run's. The cadence tests check
 the commits themselves, inline and on Ray. The mutation tests put back each of the two

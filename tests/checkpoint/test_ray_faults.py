@@ -151,7 +151,9 @@ def test_ray_kill_at_random_epochs(case: str, tmp_path: Path) -> None:
     killed(case, tmp_path, "kill", 4)
 
 
-@pytest.mark.parametrize("case", ["wordcount", "ysb"])
+# ysb in CI's profile only: the quick one kills ysb with whole checkpoints, and word
+# count with incremental ones.
+@pytest.mark.parametrize("case", ["wordcount", pytest.param("ysb", marks=pytest.mark.ci)])
 def test_ray_kills_with_incremental_checkpoints(case: str, tmp_path: Path) -> None:
     """The same kills, parts written as deltas on the part before (a whole one after
     every two): each restore applies its chain, on request (YSB) or every epoch."""
@@ -175,7 +177,12 @@ def test_ray_kills_with_state_on_disk(tmp_path: Path) -> None:
     assert os.listdir(state_dir) == []
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+# word count alone in the quick profile (ysb and the rest in CI's): an exit is the same
+# failure to the driver whatever the dataflow; test_ray_kill_at_random_epochs kills ysb.
+@pytest.mark.parametrize(
+    "case",
+    [c if c == "wordcount" else pytest.param(c, marks=pytest.mark.ci) for c in sorted(CASES)],
+)
 def test_os_exit_inside_a_vertex(case: str, tmp_path: Path) -> None:
     rng = random.Random(f"exit-{case}")
     epochs = CASES[case][1](rng, 12)
@@ -196,7 +203,9 @@ def test_os_exit_inside_a_vertex(case: str, tmp_path: Path) -> None:
     assert 1 <= session.restarts <= 4
 
 
-@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)])
+# 2 -> 3 in CI's profile only (~19 s): the quick one restores 3 -> 2, and rescales live
+# both ways (tests/runtime/test_live_rescale.py).
+@pytest.mark.parametrize(("before", "after"), [pytest.param(2, 3, marks=pytest.mark.ci), (3, 2)])
 def test_restore_on_ray_with_another_worker_count(before: int, after: int, tmp_path: Path) -> None:
     """Stop a run after a checkpoint; resume it on Ray with another number of workers."""
     rng = random.Random(f"rescale-{before}")

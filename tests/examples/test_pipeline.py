@@ -210,6 +210,8 @@ CRASH_AT = 25
 the table API (50 events; the row version's has 57)."""
 
 
+@pytest.mark.ci  # ~30 s; the quick profile keeps the Spark sink's exactly-once across a
+# resume (test_spark.py) and the pipeline's crash points (test_component_sizes_at_...)
 def test_pipeline_recovers_exactly_once_through_the_spark_sink(spark: Any, tmp_path: Any) -> None:
     # inline, checkpointed after every epoch, every worker lost once mid-run
     summary = ex.run(
