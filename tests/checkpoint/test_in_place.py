@@ -7,8 +7,9 @@ or none), a committed checkpoint reads back as exactly the bytes written; a part
 after its commit (a crash mid-write of a later run) makes the store fall back to the
 checkpoint before; a part's folder is made before the part is moved into it. Mutants: a
 part opened without ``O_TRUNC`` keeps a longer stale file's tail; a store that takes a
-part's folder for made moves a recycled file into a missing folder first. Both are
-caught.
+part's folder for made moves a recycled file into a missing folder first; a collection
+that recycles the files of a checkpoint never committed hands out a part a late writer
+still writes. All are caught.
 """
 
 from __future__ import annotations
@@ -114,3 +115,40 @@ def test_a_part_moved_before_its_folder_is_caught(
 
     monkeypatch.setattr(CheckpointStore, "write", folder_taken_for_made)
     assert failed_renames(tmp_path, monkeypatch) > 0
+
+
+def recycled_while_written(root: Path) -> bool:
+    """A part of a checkpoint never committed is still being written (its file open)
+    when old checkpoints are collected: whether its file went to :data:`RECYCLE`, where
+    the next writer would write over it while the first still writes."""
+    store = CheckpointStore(str(root))
+    store.write_part(0, 0, 1, b"x" * 100)  # never committed: a late worker's part
+    fd = os.open(root / epoch_dir(0) / part_name(0, 1), os.O_WRONLY)
+    try:
+        for epoch in range(1, 5):
+            info = store.write_part(epoch, 0, 1, b"y" * 100)
+            store.commit(epoch, 1, "fp", "flow", [info])
+        store.collect_garbage(1)
+        assert store.epochs() == [4]
+        pool = root / ".recycle"
+        inodes = {os.stat(pool / n).st_ino for n in os.listdir(pool)}
+        return os.fstat(fd).st_ino in inodes
+    finally:
+        os.close(fd)
+
+
+def test_a_part_of_an_uncommitted_checkpoint_is_never_recycled(tmp_path: Path) -> None:
+    assert not recycled_while_written(tmp_path)
+
+
+def test_an_uncommitted_part_recycled_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: collection recycles every deleted folder's files."""
+    delete = CheckpointStore._delete_dir
+
+    def greedy(self: CheckpointStore, relpath: str, room: list[int]) -> None:
+        delete(self, relpath, room if room != [0, 0] else [16, 8])
+
+    monkeypatch.setattr(CheckpointStore, "_delete_dir", greedy)
+    assert recycled_while_written(tmp_path)

@@ -62,9 +62,9 @@ RECYCLE = ".recycle"
 """A local store's folder of files from deleted checkpoints, written over by the next
 writes instead of new files (issue 30: on ext4 a new file's inode and blocks cost ~0.25 ms
 of system time for a 60 KB part, written over an old file's ~0.04 ms). Nothing reads it:
-a file is taken out of it by a rename to a writer's temporary name (atomic: of two
-writers, one gets it), then written, cut to its new length and renamed into place, as a
-new file is."""
+a file is taken out of it by a rename to a part's name, or to a writer's temporary name
+for a manifest (atomic: of two writers, one gets it), then written and cut to its new
+length (a manifest then renamed into place, as a new one is)."""
 RECYCLE_FILES = 16
 """At most this many files wait in :data:`RECYCLE`; the others are deleted."""
 RECYCLE_DIRS = 8
@@ -529,8 +529,12 @@ class CheckpointStore:
                     self.fs.delete_file(self._path(epoch_dir(epoch), "MANIFEST.json"))
             elif epoch < oldest_kept or (epoch < kept[-1] and epoch in committed):
                 # On failure (a concurrent reader, an eventual store) try again next time.
+                # Only a committed checkpoint's files are recycled: every part of it was
+                # written before its commit. A part of one never committed may still be
+                # being written, in place (a leaving worker's, a lost one's): its file is
+                # deleted, never handed to the next writer while the last still writes.
                 with contextlib.suppress(OSError):
-                    self._delete_dir(epoch_dir(epoch), room)
+                    self._delete_dir(epoch_dir(epoch), room if epoch in committed else [0, 0])
 
     def _has_manifest(self, epoch: int) -> bool:
         info = self.fs.get_file_info(self._path(epoch_dir(epoch), "MANIFEST.json"))
