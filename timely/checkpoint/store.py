@@ -15,8 +15,11 @@ vertices have passed the epoch. Only the coordinator (on the driver) knows when 
 are durable; it then writes the manifest, which names each part with its size and
 SHA-256. A checkpoint without a manifest, or whose parts do not match it, was never
 committed and is never used: :meth:`CheckpointStore.latest` falls back to the previous
-one. Files are written to a temporary name and renamed, so a reader never sees half a
-file on a local or POSIX store (object stores write whole objects anyway).
+one. So a part is written in place, under its own name (no temporary file and rename: a
+rename is a system call, and on an object store a copy): a torn part has no manifest, or
+fails its size and checksum. The manifest and ``LINEAGE.json`` are written to a temporary
+name and renamed, so a reader never sees half of one on a local or POSIX store (object
+stores write whole objects anyway).
 
 ``LINEAGE.json`` names the lineage every run resuming from this directory belongs to,
 whichever of its checkpoints it restores (or none, when all are damaged): sinks record
@@ -59,9 +62,9 @@ RECYCLE = ".recycle"
 """A local store's folder of files from deleted checkpoints, written over by the next
 writes instead of new files (issue 30: on ext4 a new file's inode and blocks cost ~0.25 ms
 of system time for a 60 KB part, written over an old file's ~0.04 ms). Nothing reads it:
-a file is taken out of it by a rename to a writer's temporary name (atomic: of two
-writers, one gets it), then written, cut to its new length and renamed into place, as a
-new file is."""
+a file is taken out of it by a rename to a part's name, or to a writer's temporary name
+for a manifest (atomic: of two writers, one gets it), then written and cut to its new
+length (a manifest then renamed into place, as a new one is)."""
 RECYCLE_FILES = 16
 """At most this many files wait in :data:`RECYCLE`; the others are deleted."""
 RECYCLE_DIRS = 8
@@ -116,6 +119,10 @@ class CheckpointStore:
         """Names in :data:`RECYCLE` as last listed, not yet tried."""
         self._unlisted = 0
         """New files to create before listing :data:`RECYCLE` again (it was empty)."""
+        self._folder = ""
+        """The checkpoint folder this store last made or found, for parts written in
+        place: a part in another one has its folder made first (a rename of a recycled
+        folder), not after a rename of a file into it failed and a look for it."""
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -138,15 +145,19 @@ class CheckpointStore:
     def _path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
 
-    def write(self, relpath: str, data: bytes) -> None:
-        """Write a whole file under a temporary name, then rename it into place. A write
-        that fails (a full disk, a file size limit, no permission) leaves no file behind
-        and raises :class:`CheckpointError` naming the file: the checkpoint is not
-        committed, and the ones committed before stay usable."""
+    def write(self, relpath: str, data: bytes, in_place: bool = False) -> None:
+        """Write a whole file under a temporary name, then rename it into place (or, with
+        ``in_place``, under its own name: for parts, which the manifest's size and
+        SHA-256 check). A write that fails (a full disk, a file size limit, no permission)
+        leaves no file behind and raises :class:`CheckpointError` naming the file: the
+        checkpoint is not committed, and the ones committed before stay usable."""
         path = self._path(relpath)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp = path if in_place else f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         try:
             if self._local:
+                if in_place and (folder := path.rsplit("/", 1)[0]) != self._folder:
+                    self._make_dir(folder)
+                    self._folder = folder
                 if self._reuse(tmp):
                     _write_over(path, tmp, data)
                 else:
@@ -155,7 +166,8 @@ class CheckpointStore:
                 self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 with self.fs.open_output_stream(tmp) as out:
                     out.write(data)
-                self.fs.move(tmp, path)
+                if tmp != path:
+                    self.fs.move(tmp, path)
         except OSError as e:
             with contextlib.suppress(OSError):
                 if self._local:
@@ -184,8 +196,8 @@ class CheckpointStore:
         return self._recycled
 
     def _reuse(self, tmp: str) -> bool:
-        """Move a file of :data:`RECYCLE` to ``tmp`` (its folder made if need be), to be
-        written over; False when there is none."""
+        """Move a file of :data:`RECYCLE` to ``tmp`` (a temporary name, or a part's own;
+        its folder made if need be), to be written over; False when there is none."""
         names = self._recycled_names()
         files = [n for n in names if not n.startswith(_DIR)]
         for name in reversed(files):
@@ -212,13 +224,16 @@ class CheckpointStore:
         is one (a new folder costs ~0.1-0.3 ms on ext4, a rename ~0.01 ms), else a new one.
         The rename never replaces a folder another writer made at the same time, even an
         empty one: that writer may be creating its file in it
-        (:mod:`timely.checkpoint.noreplace`)."""
+        (:mod:`timely.checkpoint.noreplace`); the folder there is used."""
         names = self._recycled_names()
         for name in [n for n in names if n.startswith(_DIR)]:
             names.remove(name)
             try:
                 rename_noreplace(self._path(RECYCLE, name), folder)
                 return
+            except FileExistsError:
+                names.append(name)  # (still there, for the next folder)
+                return  # another writer made it: never replaced
             except FileNotFoundError:
                 continue  # another writer took it (or the store's root is not made yet)
             except OSError:
@@ -277,7 +292,7 @@ class CheckpointStore:
         epoch of the worker's earlier part that this one's deltas are on; ``moved``: its
         sources' partitions are not those a restore on as many workers gives it)."""
         name = f"{epoch_dir(epoch)}/{part_name(worker, workers)}"
-        self.write(name, data)
+        self.write(name, data, in_place=True)
         info = {
             "worker": worker,
             "path": name,
@@ -514,8 +529,12 @@ class CheckpointStore:
                     self.fs.delete_file(self._path(epoch_dir(epoch), "MANIFEST.json"))
             elif epoch < oldest_kept or (epoch < kept[-1] and epoch in committed):
                 # On failure (a concurrent reader, an eventual store) try again next time.
+                # Only a committed checkpoint's files are recycled: every part of it was
+                # written before its commit. A part of one never committed may still be
+                # being written, in place (a leaving worker's, a lost one's): its file is
+                # deleted, never handed to the next writer while the last still writes.
                 with contextlib.suppress(OSError):
-                    self._delete_dir(epoch_dir(epoch), room)
+                    self._delete_dir(epoch_dir(epoch), room if epoch in committed else [0, 0])
 
     def _has_manifest(self, epoch: int) -> bool:
         info = self.fs.get_file_info(self._path(epoch_dir(epoch), "MANIFEST.json"))
@@ -523,6 +542,9 @@ class CheckpointStore:
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_IN_PLACE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+"""A part under its own name: a file left there by an earlier run (a checkpoint never
+committed, or one a run with ``resume=False`` writes again) is written over."""
 _OVER = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -530,24 +552,27 @@ def _write_local(
     path: str, tmp: str, data: bytes, make_dir: Callable[[str], None] = os.makedirs
 ) -> None:
     """:meth:`CheckpointStore.write` on a local directory: ``data`` into ``tmp`` (its
-    directory made on first use, by ``make_dir``), then renamed to ``path``."""
+    directory made on first use, by ``make_dir``), then renamed to ``path`` (unless
+    ``tmp`` is ``path``: written in place)."""
+    flags = _IN_PLACE if tmp == path else _CREATE
     try:
-        fd = os.open(tmp, _CREATE, 0o666)
+        fd = os.open(tmp, flags, 0o666)
     except FileNotFoundError:
         make_dir(os.path.dirname(tmp))
-        fd = os.open(tmp, _CREATE, 0o666)
+        fd = os.open(tmp, flags, 0o666)
     _fill(fd, data, tmp, path, cut=False)
 
 
 def _write_over(path: str, tmp: str, data: bytes) -> None:
     """:meth:`CheckpointStore.write` over a recycled file moved to ``tmp``: ``data`` from
-    its start, the file cut to its length, then renamed to ``path``."""
+    its start, the file cut to its length, then renamed to ``path`` (unless in place)."""
     _fill(os.open(tmp, _OVER), data, tmp, path, cut=True)
 
 
 def _fill(fd: int, data: bytes, tmp: str, path: str, cut: bool) -> None:
     """Write ``data`` to the open file ``fd`` (``tmp``) from its start, cut it to that
-    length if ``cut`` (a file written over), close it and rename it to ``path``."""
+    length if ``cut`` (a file written over), close it and rename it to ``path`` (if
+    ``tmp`` is another name)."""
     try:
         view = memoryview(data)
         while view:
@@ -556,7 +581,8 @@ def _fill(fd: int, data: bytes, tmp: str, path: str, cut: bool) -> None:
             os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    if tmp != path:
+        os.replace(tmp, path)
 
 
 def decode_part(data: bytes) -> dict[str, Any]:
