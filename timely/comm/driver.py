@@ -2,8 +2,7 @@
 
 The driver is not an asyncio program, so this side uses blocking sockets: the driver's
 thread dials every worker (Unix on its own node, TCP otherwise), proves the run's secret
-with the handshake the workers use (:mod:`timely.comm.handshake`, dialer side; with all
-the workers side by side, so that their round trips overlap) and then
+with the handshake the workers use (:mod:`timely.comm.handshake`, dialer side) and then
 writes its commands itself (``sendall``: no thread hop on the way out), one DATA frame
 each, at most ``window`` not yet applied per worker (:meth:`DriverLinks.send` waits for
 the worker's CREDIT frames otherwise, so a driver faster than its workers is held back).
@@ -20,7 +19,7 @@ import hmac
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from timely.comm.allocator import DRIVER, Address, PeerLost
 from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, data_frame
@@ -45,45 +44,6 @@ class _Conn:
         """The worker left the run: its connection's end is no failure."""
 
 
-class _Dial:
-    """The driver's side of one handshake, taken a step at a time (see
-    :meth:`DriverLinks.connect`)."""
-
-    def __init__(self, worker: int, sock: socket.socket, where: str | tuple[str, int]) -> None:
-        self.worker = worker
-        self.sock = sock
-        self.where = where
-        self.nonce = b""
-
-    @contextlib.contextmanager
-    def failing(self) -> Iterator[None]:
-        """A socket error or an early close becomes PeerLost naming the worker."""
-        try:
-            yield
-        except (OSError, EOFError) as e:
-            why = "it closed the connection (our proof was refused?)" if not str(e) else e
-            raise PeerLost(
-                self.worker, f"could not be reached by the driver at {self.where}: {why}"
-            ) from None
-
-    def prove(self, secret: bytes) -> None:
-        """Read the worker's challenge and answer it."""
-        with self.failing():
-            challenge = recv_exactly(self.sock, NONCE)
-            self.nonce, proof = dialer_proof(secret, challenge, DRIVER)
-            self.sock.sendall(proof)
-
-    def check(self, secret: bytes) -> None:
-        """Read the worker's answer: it must be this run's worker ``worker``."""
-        with self.failing():
-            answer = recv_exactly(self.sock, MAC)
-            self.sock.settimeout(None)
-        if not hmac.compare_digest(answer, listener_proof(secret, self.nonce, self.worker)):
-            raise PeerLost(
-                self.worker, f"at {self.where} is not this run's worker {self.worker} (wrong MAC)"
-            )
-
-
 class DriverLinks:
     """The driver's connections to ``workers`` workers of one launch (a relaunch makes a
     new one: old readers only ever touch their own object)."""
@@ -106,45 +66,18 @@ class DriverLinks:
 
     # -- setting up ---------------------------------------------------------------------------
     def connect(self, table: Sequence[Address], node: str, timeout: float = HELLO_TIMEOUT) -> None:
-        """Dial every worker and prove the secret, the handshakes side by side (each
-        step is taken with every worker before the next: a start waits for one
-        worker's round trips, not for the sum of all). Raises PeerLost naming the
-        worker."""
-        if self._conns:
-            raise ValueError(f"{len(self._conns)} workers are connected already")
-        dials: list[_Dial] = []
-        try:
-            for w, addr in enumerate(table):
-                dials.append(self._open(w, addr, node, timeout))
-            for dial in dials:
-                dial.prove(self._secret)
-            for dial in dials:
-                dial.check(self._secret)
-        except BaseException:
-            for dial in dials:
-                dial.sock.close()
-            raise
-        for dial in dials:
-            self._attach(dial.worker, dial.sock)
+        """Dial every worker and prove the secret. Raises PeerLost naming the worker."""
+        for w, addr in enumerate(table):
+            self.add(w, addr, node, timeout)
 
     def add(self, w: int, addr: Address, node: str, timeout: float = HELLO_TIMEOUT) -> None:
         """Dial worker ``w`` (the next index: one joining the run too) and start its reader."""
         again = w < len(self._conns) and self._conns[w].departed  # a left worker's index
         if w != len(self._conns) and not again:
             raise ValueError(f"worker {w} is not the next of {len(self._conns)}")
-        dial = self._open(w, addr, node, timeout)
-        try:
-            dial.prove(self._secret)
-            dial.check(self._secret)
-        except BaseException:
-            dial.sock.close()
-            raise
-        self._attach(w, dial.sock)
-
-    def _attach(self, w: int, sock: socket.socket) -> None:
-        """Worker ``w``'s connection, proven: count it and start its reader."""
+        sock = self._dial(w, addr, node, timeout)
         conn = _Conn(w, sock)
-        if w < len(self._conns):
+        if again:
             self._conns[w] = conn
         else:
             self._conns.append(conn)
@@ -163,8 +96,7 @@ class DriverLinks:
             conn.sock.shutdown(socket.SHUT_RDWR)
         conn.sock.close()
 
-    def _open(self, w: int, addr: Address, node: str, timeout: float) -> _Dial:
-        """A connection to worker ``w``, its handshake not begun."""
+    def _dial(self, w: int, addr: Address, node: str, timeout: float) -> socket.socket:
         if addr.node == node:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             where: str | tuple[str, int] = addr.path
@@ -175,11 +107,24 @@ class DriverLinks:
             where = (addr.host, addr.port)
         else:
             raise PeerLost(w, f"is on node {addr.node}, not the driver's, and has no TCP listener")
-        dial = _Dial(w, sock, where)
-        with dial.failing():
+        try:
             sock.settimeout(timeout)
             sock.connect(where)
-        return dial
+            challenge = recv_exactly(sock, NONCE)
+            nonce, proof = dialer_proof(self._secret, challenge, DRIVER)
+            sock.sendall(proof)
+            answer = recv_exactly(sock, MAC)
+            if not hmac.compare_digest(answer, listener_proof(self._secret, nonce, w)):
+                raise PeerLost(w, f"at {where} is not this run's worker {w} (wrong MAC)")
+            sock.settimeout(None)
+        except (OSError, EOFError) as e:
+            sock.close()
+            why = "it closed the connection (our proof was refused?)" if not str(e) else e
+            raise PeerLost(w, f"could not be reached by the driver at {where}: {why}") from None
+        except PeerLost:
+            sock.close()
+            raise
+        return sock
 
     # -- receiving (reader threads) -------------------------------------------------------------
     def _read(self, conn: _Conn) -> None:
