@@ -603,9 +603,9 @@ class Dataflow:
         (``progress=False``: none; see :mod:`timely.observe.progressbar`).
         """
         options.setdefault("progress", "auto")
+        for handle in self._inputs:
+            handle.close()  # before the start: the closes go with what was sent
         with self.activate(workers=workers, backend=backend, address=address, **options) as s:
-            for handle in self._inputs:
-                handle.close()
             return s.join()
 
     def activate(
@@ -621,10 +621,11 @@ class Dataflow:
         )
         self._session = session
         try:
+            pending: list[tuple[int, InputCommand]] = []
             for handle in self._inputs:
-                pending, handle._pending = handle._pending, []
-                for cmd in pending:
-                    session.input_command(handle.vertex, cmd)
+                pending += [(handle.vertex, cmd) for cmd in handle._pending]
+                handle._pending = []
+            session.input_commands(pending)  # ready at once: one frame per worker
         except BaseException:
             session.close()  # release the workers: the caller never got the session
             raise

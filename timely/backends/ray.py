@@ -75,7 +75,13 @@ from timely.checkpoint.store import CheckpointStore, Share
 from timely.comm import serialization
 from timely.comm.allocator import DRIVER, Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
-from timely.comm.messages import InputCommand, WorkerMessage, command_from_wire, command_to_wire
+from timely.comm.messages import (
+    InputCommand,
+    Send,
+    WorkerMessage,
+    command_from_wire,
+    command_to_wire,
+)
 from timely.errors import ConfigError, TimelyError, WorkerDied
 from timely.eventlog import EventLog, clock, message_event
 from timely.graph.plan import Plan
@@ -113,6 +119,20 @@ cost a small plan's start more than the bytes themselves: ~2 ms of ~4 for two wo
 
 BATCH = -1
 """The vertex a driver frame names when it carries several commands ``[[vertex, wire], ...]``."""
+BATCH_BYTES = 16 << 20
+"""A frame of held commands goes once its records weigh about this much (see
+:func:`_weight`): a frame's length is a u32, and a worker decodes a whole frame at once."""
+
+
+def _weight(cmd: InputCommand) -> int:
+    """About how many bytes ``cmd`` takes on the wire, cheaply: Arrow data's own size, and
+    64 bytes a record otherwise (rows are not walked)."""
+    if not isinstance(cmd, Send):
+        return 16
+    records = cmd.records
+    if records and all(hasattr(r, "nbytes") for r in records[:1]):
+        return sum(int(getattr(r, "nbytes", 64)) for r in records)
+    return 64 * len(records)
 
 
 class _EarlySend:
@@ -911,6 +931,8 @@ class RaySession(Session):
         self._held: dict[int, list[Any]] = {}
         """Per worker, commands held for one frame
         (:meth:`~timely.session.base.Session._batched`)."""
+        self._held_bytes: dict[int, int] = {}
+        """Per worker, the held commands' :func:`_weight`."""
         self._ended: set[int] = set()
         """Workers whose last report has arrived: nothing more comes from them."""
         self._delivering = False
@@ -1190,12 +1212,19 @@ class RaySession(Session):
         credit; meanwhile the workers are watched (a dead one raises WorkerDied). Within
         :meth:`_batched`, held for one frame per worker at the end."""
         if self._batching:
-            self._held.setdefault(w, []).append([vertex, command_to_wire(cmd)])
+            held = self._held.setdefault(w, [])
+            held.append([vertex, command_to_wire(cmd)])
+            weight = self._held_bytes.get(w, 0) + _weight(cmd)
+            self._held_bytes[w] = weight
+            if weight >= BATCH_BYTES:
+                del self._held[w], self._held_bytes[w]
+                self._frame(w, serialization.encode([BATCH, held]))
             return
         self._frame(w, serialization.encode([vertex, command_to_wire(cmd)]))
 
     def _flush_commands(self) -> None:
         held, self._held = self._held, {}
+        self._held_bytes = {}
         for w, commands in sorted(held.items()):
             self._frame(w, serialization.encode([BATCH, commands]))
 

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from progress import Antichain
@@ -316,6 +316,14 @@ class Session(ABC):
             self._guarded(self._send_command, vertex, cmd, retry=False)
         finally:
             self._commanding -= 1
+
+    def input_commands(self, commands: Sequence[tuple[int, InputCommand]]) -> None:
+        """Hand several commands that are ready at once (what was sent before the run
+        started, say): they travel together, one frame per worker where the backend's
+        commands are frames, instead of one frame and one credit each."""
+        with self._batched():
+            for vertex, cmd in commands:
+                self.input_command(vertex, cmd)
 
     @contextlib.contextmanager
     def _batched(self) -> Iterator[None]:
