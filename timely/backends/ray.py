@@ -72,6 +72,7 @@ from timely.backends.ray_pool import POOL, kill, read_calls
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import Restore
 from timely.checkpoint.store import CheckpointStore, Share
+from timely.checkpoint.writer import write_encoded
 from timely.comm import serialization
 from timely.comm.allocator import DRIVER, Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
@@ -92,7 +93,6 @@ from timely.session.verbosity import resolve_verbose
 from timely.worker.loop import Handover, Join, Worker
 from timely.worker.migration import BinLoad
 from timely.worker.profiling import WorkerProfile
-from timely.worker.snapshots import encode_part
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -485,24 +485,9 @@ class WorkerActor:
         """Encode the checkpoint parts completed and have them written."""
         worker = self.worker
         for epoch, part in worker.take_parts():
-            self._write_part(
-                epoch,
-                part,
-                worker.checkpoint_work(),
-                part.get("base"),
-                part["workers"],
-                part.get("moved", False),
-            )
+            self._write_part(epoch, part, worker.checkpoint_work())
 
-    def _write_part(
-        self,
-        epoch: int,
-        part: dict[str, Any],
-        work: int,
-        base: int | None = None,
-        workers: int = 0,
-        moved: bool = False,
-    ) -> None:
+    def _write_part(self, epoch: int, part: dict[str, Any], work: int) -> None:
         """Encode and write a checkpoint part on the writer thread (off the step loop);
         report it to the driver once it is durable (after the outputs of its epoch: they
         went first), with what checkpointing cost (``work``: ns on the loop, see
@@ -514,12 +499,9 @@ class WorkerActor:
         log = self.log
 
         def write() -> None:
-            t0, cpu = clock(), time.thread_time_ns()
-            data = encode_part(part)
-            info = store.write_part(epoch, self.index, workers or self.npeers, data, base, moved)
-            t1 = clock()
-            if log is not None:
-                log.add(("c", t0, t1, epoch, "write"))
+            cpu = time.thread_time_ns()
+            workers = part["workers"] or self.npeers
+            info, _, t1 = write_encoded(store, epoch, self.index, part, log, workers)
             # Off the step loop, a write costs the worker the CPU it takes, not the time it
             # waits on the store (or on the loop for the GIL).
             info["work"] = (work + time.thread_time_ns() - cpu) / 1e9

@@ -52,6 +52,33 @@ def encode_part(part: dict[str, Any]) -> bytes:
     return _encode(part)
 
 
+def write_encoded(
+    store: CheckpointStore,
+    epoch: int,
+    worker: int,
+    part: dict[str, Any],
+    log: EventLog | None,
+    workers: int | None = None,
+) -> tuple[dict[str, Any], int, int]:
+    """Encode ``part`` and write it as ``worker``'s (of ``workers``, else the part's
+    own count), logging the write: what the manifest records of it, and when the
+    encoding began and the write ended (``clock`` ns). Every host writes parts so."""
+    t0 = clock()
+    data = encode_part(part)
+    info = store.write_part(
+        epoch,
+        worker,
+        workers or part["workers"],
+        data,
+        part.get("base"),
+        part.get("moved", False),
+    )
+    t1 = clock()
+    if log is not None:
+        log.add(("c", t0, t1, epoch, "write"))
+    return info, t0, t1
+
+
 def arrow_bytes(snap: dict[str, Any]) -> int | None:
     """The bytes of the Arrow tables in a keyed snapshot left as data (what its IPC
     encoding writes, to within its headers); None when it holds anything else (its size
@@ -120,14 +147,7 @@ class PartWriter:
     ) -> Report:
         """Write ``part`` on this thread (the loop's), as :meth:`submit` would on its
         own: the encoding and the write are the loop's cost then, on its clock."""
-        t0 = clock()
-        data = encode_part(part)
-        info = self.store.write_part(
-            epoch, worker, part["workers"], data, part.get("base"), part.get("moved", False)
-        )
-        t1 = clock()
-        if log is not None:
-            log.add(("c", t0, t1, epoch, "write"))
+        info, t0, t1 = write_encoded(self.store, epoch, worker, part, log)
         info["work"] = (work + t1 - t0) / 1e9
         info["at"] = t1 / 1e9
         return epoch, info
@@ -141,14 +161,8 @@ class PartWriter:
         at: int,
         log: EventLog | None,
     ) -> Report:
-        t0, cpu = clock(), thread_time_ns()
-        data = encode_part(part)
-        info = self._thread_store.write_part(
-            epoch, worker, part["workers"], data, part.get("base"), part.get("moved", False)
-        )
-        t1 = clock()
-        if log is not None:
-            log.add(("c", t0, t1, epoch, "write"))
+        cpu = thread_time_ns()
+        info, _, _ = write_encoded(self._thread_store, epoch, worker, part, log)
         info["work"] = (work + thread_time_ns() - cpu) / 1e9
         info["at"] = at / 1e9
         return epoch, info
