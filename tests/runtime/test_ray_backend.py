@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -120,6 +121,19 @@ def wait_until(session: Session, condition: Callable[[], bool]) -> None:
     that never gets there fails under pytest-timeout's bound, with a stack trace."""
     while not condition():
         session.poll(0.05)
+
+
+def wait_for_exit(pid: int) -> None:
+    """Block until process ``pid`` (not a child of ours) has ended: its pidfd turns
+    readable then (Linux 5.3+). A process that never ends fails under pytest-timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # gone already
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
 
 
 def lines_by_epoch(seed: int, epochs: int = 3, lines: int = 300) -> list[list[str]]:
@@ -334,7 +348,11 @@ def test_killed_worker_surfaces_as_worker_died() -> None:
         nums.send(range(100))
         nums.advance_to(1)
         wait_until(session, lambda: seen == [0])  # the run is under way
+        pid = session.pids[1]
         ray.kill(session.actors[1])
+        # ray.kill only asks Ray to kill it: wait for the process to end, or on a loaded
+        # machine the run could finish before the worker is gone, and rightly not fail.
+        wait_for_exit(pid)
         with pytest.raises(WorkerDied, match="worker 1"):
             nums.send(range(100))
             nums.advance_to(2)
