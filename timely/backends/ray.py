@@ -202,6 +202,8 @@ class WorkerActor:
         """This worker leaves the run at this epoch (None: it stays)."""
         self.left_after: int | None = None
         """Once it left: how many progress batches it sent in all."""
+        self._part_cpu = time.process_time_ns()
+        """This process's CPU time when its last checkpoint part was written (ns)."""
 
     async def start(
         self,
@@ -506,6 +508,11 @@ class WorkerActor:
             # waits on the store (or on the loop for the GIL).
             info["work"] = (work + time.thread_time_ns() - cpu) / 1e9
             info["at"] = t1 / 1e9
+            # The CPU this process used since its last part: the run's, which the driver
+            # measures the checkpoints' share of (one writer thread: parts in order).
+            now = time.process_time_ns()
+            info["cpu"] = (now - self._part_cpu) / 1e9
+            self._part_cpu = now
             self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
         self.pending_writes.append(writer.submit(write))
@@ -1435,12 +1442,17 @@ class RaySession(Session):
                     raise WorkerDied(
                         f"worker {w} died: its connection to the driver {links.lost(w)}"
                     )
+                cpu = time.thread_time()
                 outputs, parts, end, loops = serialization.decode(payload)
                 for key, epoch, records in outputs:
                     self._deliver(key, epoch, records)
                     delivered = True
+                # A part's report comes in a frame of its own: reading it is checkpoint
+                # work of the driver's too (issue 30).
+                handling = time.thread_time() - cpu if parts and not outputs else 0.0
                 for epoch, info in parts:
-                    self._part_written(epoch, info)
+                    self._part_written(epoch, info, handling)
+                    handling = 0.0
                 if end and w in self.membership.alive:
                     self._ended.add(w)
                     self.loop_watch.observe((v, tuple(t)) for v, t in loops)
