@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
                 "run_s": run_s,
                 "overhead": ratio,
                 "ratios": ratios.get(str(every)),
+                "cpu_ratios": cpu_ratios.get(str(every)),
+                "reported_runs": reported.get(str(every)),
                 "measured": 1 - 1 / ratio,
                 "measured_cpu": None
                 if every is None
