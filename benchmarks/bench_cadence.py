@@ -13,22 +13,24 @@ interval, :mod:`timely.checkpoint.aimd`, ``checkpoint_fraction=(0.05, 0.10)``):
   many epochs were redone (the kill's epoch minus the checkpoint restored);
 - **in CPU**: the same from the CPU time of the driver and both worker processes
   (steadier than wall time on a shared machine);
-- **reported**: the coordination fraction the run measured itself (every interval is
-  measured as ``auto``'s is, :mod:`timely.checkpoint.cost`), against the measured one,
-  ``1 - none / run`` (issue 30's goal: within 3 points);
+- **reported**: the coordination fraction the run measured itself, the share of its
+  CPU that checkpointing took (every interval is measured as ``auto``'s is,
+  :mod:`timely.checkpoint.cost`, :mod:`timely.checkpoint.cadence`), against the measured
+  one, ``1 - none / run`` in wall time and in CPU (issue 30's goal: within 3 points);
 - for ``auto``, the interval it chose over the run, and where it settled.
 
 Outputs equal the failure-free run's (asserted). Plot: ``results/cadence.svg``;
 ``--plot`` draws Drizzle's curve, overhead and kill -> next output against ``k``, with
 where ``auto`` settled, into ``docs/benchmarks/cadence-curve.{png,svg}``.
 
-    python -m benchmarks.bench_cadence [--quick] [--plot]
+    python -m benchmarks.bench_cadence [--quick] [--plot] [--repeat N] [--configs 1,2,8,auto]
 """
 
 from __future__ import annotations
 
 import argparse
 import operator
+import os
 import statistics
 import tempfile
 import time
@@ -38,6 +40,7 @@ from typing import Any
 import operators  # noqa: F401  (running_reduce)
 from benchmarks.tables import RESULTS, markdown, write_results
 from timely import Dataflow
+from timely.checkpoint.cadence import overall
 
 KEYS = 20_000
 BIG = 60_000
@@ -103,9 +106,9 @@ def one_run(every: Any, kill: bool) -> dict[str, Any]:
     if every == "auto":
         result["intervals"] = [(m.last, m.interval, m.fraction) for m in windows]
     if windows:
-        # The share of the run the workers and the driver say checkpointing took: the
-        # windows' coordination over their time (the run's own measurement).
-        result["reported"] = sum(m.coordination for m in windows) / sum(m.total for m in windows)
+        # The share of the run's CPU the workers and the driver say checkpointing took:
+        # the windows' coordination over the CPU they spent (the run's own measurement).
+        result["reported"] = overall(windows)
     if kill:
         # the first epoch new to the driver from the restarted workers (outputs the old
         # ones had already sent may still arrive after the kill)
@@ -227,7 +230,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="1 repetition, 30 epochs")
     parser.add_argument("--plot", action="store_true", help="draw the curve into docs/")
     parser.add_argument("--repeat", type=int, default=None, help="interleaved repetitions")
+    parser.add_argument(
+        "--configs",
+        default=None,
+        help="the intervals to run against none, comma-separated (e.g. 1,2,8,auto; "
+        "default: every one)",
+    )
     args = parser.parse_args(argv)
+    if args.configs:
+        CONFIGS[:] = [None, *(c if c == "auto" else int(c) for c in args.configs.split(","))]
+    partial = args.quick or bool(args.configs)  # its files never replace a full run's
+    loads = [os.getloadavg()[0]]
     repeat = args.repeat or (1 if args.quick else 3)
     if args.quick:
         EPOCHS, KILL_AT = 30, 22
@@ -255,6 +268,7 @@ def main(argv: list[str] | None = None) -> None:
                 assert r["out"] == reference, f"{config}: outputs differ"
                 if config == "auto":
                     auto_intervals = r["intervals"]
+            loads.append(os.getloadavg()[0])
             ratios.setdefault(str(every), []).append(pair[str(every)] / pair["None"])
             cpu_ratios.setdefault(str(every), []).append(pair[f"cpu {every}"] / pair["cpu None"])
     rows = []
@@ -271,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
                 "run_s": run_s,
                 "overhead": ratio,
                 "ratios": ratios.get(str(every)),
+                "cpu_ratios": cpu_ratios.get(str(every)),
+                "reported_runs": reported.get(str(every)),
                 "measured": 1 - 1 / ratio,
                 "measured_cpu": None
                 if every is None
@@ -311,11 +327,12 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     print("auto's intervals (last epoch of window, k, fraction):", auto_intervals)
+    print(f"load average (1 min) after each pair: {min(loads):.1f}-{max(loads):.1f}")
     RESULTS.mkdir(exist_ok=True)
-    svg = RESULTS / ("cadence.quick.svg" if args.quick else "cadence.svg")
+    svg = RESULTS / ("cadence.quick.svg" if partial else "cadence.svg")
     plot(rows, auto_intervals, svg)
     if args.plot:
-        stem = DOCS / ("cadence-curve.quick" if args.quick else "cadence-curve")
+        stem = DOCS / ("cadence-curve.quick" if partial else "cadence-curve")
         print("curve:", ", ".join(str(p) for p in curve(rows, auto_k, stem)))
     payload = {
         "epochs": EPOCHS,
@@ -324,8 +341,9 @@ def main(argv: list[str] | None = None) -> None:
         "rows": rows,
         "auto": auto_intervals,
         "auto_settled": auto_k,
+        "load": loads,
     }
-    print(f"figures: {write_results('cadence', args.quick, payload)}; plot: {svg}")
+    print(f"figures: {write_results('cadence', partial, payload)}; plot: {svg}")
 
 
 if __name__ == "__main__":

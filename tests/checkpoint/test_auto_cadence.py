@@ -40,7 +40,8 @@ UNIT_NS = 1_000_000
 class FakeClock:
     """The time every checkpoint-cost measurement of an inline run reads, moved only by
     :func:`work`: the event log's nanosecond ``clock`` of the workers and the inline
-    backend, and the ``time`` module of the coordinator and the cadence (seconds)."""
+    backend, the loop's CPU clock, and the ``time`` module of the coordinator and the
+    cadence (seconds: wall, the driver's CPU and its process's alike, one timeline)."""
 
     def __init__(self) -> None:
         self.ns = 1_000_000_000_000
@@ -51,7 +52,7 @@ class FakeClock:
     def perf_counter(self) -> float:
         return self.ns / 1e9
 
-    monotonic = time = perf_counter
+    monotonic = time = thread_time = process_time = perf_counter
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import timely.backends.inline
@@ -67,10 +68,14 @@ class FakeClock:
             timely.checkpoint.writer,
         ):
             monkeypatch.setattr(module, "clock", self)
+        # The loop's checkpoint code is timed in its thread's CPU time: on one timeline,
+        # the same as the fake clock's.
+        monkeypatch.setattr(timely.worker.snapshots, "thread_time_ns", self)
         for module in (timely.checkpoint.coordinator, timely.checkpoint.cadence):
             monkeypatch.setattr(module, "time", self)
-        # The garbage collector's and the part writer's CPU time (their threads'): nil,
-        # as the runtime's own costs (parts of these runs are small: written on the loop).
+        # The garbage collector's and the part writer's CPU time: nil, as the runtime's
+        # own costs (the parts of these runs are small, written on the loop, at no cost
+        # on the fake clock).
         for module in (timely.checkpoint.coordinator, timely.checkpoint.writer):
             monkeypatch.setattr(module, "thread_time_ns", lambda: 0)
         monkeypatch.setattr(sys.modules[__name__], "CLOCK", self)

@@ -164,14 +164,102 @@ def test_a_window_begins_at_a_commit_and_closes_k_epochs_later() -> None:
     assert m.next_interval == 2 and c.pending() is None
 
 
-def test_work_is_divided_by_the_workers_running_at_once_and_the_driver_added() -> None:
+def test_without_cpu_measured_the_wall_time_on_every_worker_stands_for_it() -> None:
     c = cadence(interval=1, parallel=2)
     commit(c, 0, 0.0)
     c.driver(0.01)
     commit(c, 1, 1.0, work=0.1)
     m = c.measurements[-1]
-    assert m.work == pytest.approx(0.05) and m.driver == pytest.approx(0.01)
-    assert m.fraction == pytest.approx(0.06)
+    assert m.work == pytest.approx(0.1) and m.driver == pytest.approx(0.01)
+    assert m.cpu == 0 and m.spent == pytest.approx(2.0)
+    assert m.fraction == pytest.approx(0.11 / 2.0)
+
+
+# One window as the coordinator sees it: per worker, the parts of the epochs after the
+# commit that began it, each with its work and its process's CPU since that worker's last
+# part; the driver's checkpoint CPU; and the driver's process CPU at each commit.
+Window = tuple[list[list[tuple[float, float]]], float, float]
+
+windows = st.tuples(
+    st.lists(  # workers
+        st.lists(  # parts, one per epoch of the window
+            st.tuples(st.floats(0.0, 0.5), st.floats(0.5, 5.0)), min_size=1, max_size=4
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.floats(0.0, 0.2),  # the driver's checkpoint CPU
+    st.floats(0.1, 5.0),  # the driver's process CPU over the window
+)
+
+
+def run_window(c: AutoCadence, window: Window) -> Any:
+    """Feed ``window`` to ``c`` after a commit at epoch 0 (driver CPU 10 s then) and close
+    it with the commit of its last epoch; returns the measurement."""
+    workers, driver, driver_cpu = window
+    c.part(0, 1.0, 1.0)  # paid for before the window
+    assert c.committed(0, 0.0, 10.0) is None
+    epochs = max(len(parts) for parts in workers)
+    for parts in workers:
+        # A worker may have parts of fewer of the window's epochs (the last ones): each
+        # part reports what its worker spent since that worker's previous part.
+        for e, (work, cpu) in enumerate(parts, start=epochs - len(parts) + 1):
+            c.part(e, work, cpu)
+    c.driver(driver)
+    return c.committed(epochs, 1.0, 10.0 + driver_cpu)
+
+
+def expected(window: Window) -> float:
+    """The share of the run's CPU spent on checkpoints: every worker's work and the
+    driver's, over every worker's process CPU and the driver's."""
+    workers, driver, driver_cpu = window
+    work = sum(w for parts in workers for w, _ in parts)
+    cpu = sum(c for parts in workers for _, c in parts)
+    return (work + driver) / (cpu + driver_cpu)
+
+
+@given(windows)
+def test_the_fraction_is_the_checkpoints_share_of_the_runs_cpu(window: Window) -> None:
+    m = run_window(cadence(interval=1, parallel=2), window)
+    assert m is not None and m.fraction == pytest.approx(expected(window), rel=1e-9)
+
+
+class ForgetsTheDriver(AutoCadence):
+    """Mutant: the driver's commits and reports are not the checkpoints' (issue 30's
+    Ray run: the driver shares the cores with the workers)."""
+
+    def driver(self, seconds: float) -> None:
+        pass
+
+
+class OnlyTheDriversCpu(AutoCadence):
+    """Mutant: the run's CPU is the driver's process alone (the workers' processes
+    forgotten: right inline, where they are the driver's, not on Ray)."""
+
+    def part(self, epoch: int, work: float, cpu: float = 0.0, committable: bool = True) -> None:
+        super().part(epoch, work, 0.0, committable)
+
+
+class PerWorkerOfWallTime(AutoCadence):
+    """Mutant: the measurement before this one, the workers' work divided by how many
+    run at once, over the window's wall time (here 1 s) whatever CPU the run used."""
+
+    def part(self, epoch: int, work: float, cpu: float = 0.0, committable: bool = True) -> None:
+        super().part(epoch, work / self.parallel, 0.0, committable)
+
+    def committed(self, epoch: int, at: float, cpu: float | None = None) -> Any:
+        return super().committed(epoch, at, None)
+
+
+@pytest.mark.parametrize("mutant", [ForgetsTheDriver, OnlyTheDriversCpu, PerWorkerOfWallTime])
+def test_a_measurement_leaving_a_share_out_is_caught(mutant: type[AutoCadence]) -> None:
+    @given(windows)
+    def check(window: Window) -> None:
+        m = run_window(mutant(AIMD(1), 2, 0.0), window)
+        assert m is not None and m.fraction == pytest.approx(expected(window), rel=1e-9)
+
+    with pytest.raises(AssertionError):
+        check()
 
 
 def test_a_window_lasts_at_least_min_window_seconds() -> None:

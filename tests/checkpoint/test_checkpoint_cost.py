@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
 import timely.backends.inline
+import timely.checkpoint.cadence
 import timely.checkpoint.cost
 import timely.checkpoint.writer
 import timely.worker.snapshots
@@ -327,11 +328,10 @@ def test_a_measurement_that_misses_the_parts_encoding_is_caught(
         self: Any, epoch: int, worker: int, part: dict[str, Any], work: int, log: Any
     ) -> Any:
         data = writer.encode_part(part)
-        t0 = writer.clock()
+        cpu = writer.thread_time_ns()
         info = self.store.write_part(epoch, worker, part["workers"], data, part.get("base"))
-        t1 = writer.clock()
-        info["work"] = (work + t1 - t0) / 1e9
-        info["at"] = t1 / 1e9
+        info["work"] = (work + writer.thread_time_ns() - cpu) / 1e9
+        info["at"] = writer.clock() / 1e9
         return epoch, info
 
     monkeypatch.setattr(writer.PartWriter, "write_now", write_now)
@@ -357,6 +357,16 @@ def test_a_measurement_that_misses_the_threads_encoding_is_caught(
 
     monkeypatch.setattr(writer.PartWriter, "_write", write)
     slowdown, reported = slowdown_and_reported(tmp_path, monkeypatch, 1, threaded=True)
+    assert reported and all(f < slowdown - 0.01 for f in reported), (slowdown, reported)
+
+
+def test_a_measurement_that_forgets_the_drivers_commits_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: the driver's own checkpoint work (its commits) left out; inline it is
+    the loop's time, on Ray it takes a core from the workers."""
+    monkeypatch.setattr(timely.checkpoint.cadence.AutoCadence, "driver", lambda self, s: None)
+    slowdown, reported = slowdown_and_reported(tmp_path, monkeypatch, 1)
     assert reported and all(f < slowdown - 0.01 for f in reported), (slowdown, reported)
 
 

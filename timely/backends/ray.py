@@ -202,6 +202,11 @@ class WorkerActor:
         """This worker leaves the run at this epoch (None: it stays)."""
         self.left_after: int | None = None
         """Once it left: how many progress batches it sent in all."""
+        self._part_cpu = time.process_time_ns()
+        """This process's CPU time when its last checkpoint part was written (ns)."""
+        self._writer_cpu = 0
+        """The writer thread's CPU time when it last wrote a part (ns; a new writer's
+        thread starts at 0)."""
 
     async def start(
         self,
@@ -484,8 +489,13 @@ class WorkerActor:
     def _write_parts(self) -> None:
         """Encode the checkpoint parts completed and have them written."""
         worker = self.worker
-        for epoch, part in worker.take_parts():
+        parts = worker.take_parts()
+        if not parts:
+            return
+        t0 = time.thread_time_ns()
+        for epoch, part in parts:
             self._write_part(epoch, part, worker.checkpoint_work())
+        worker.checkpoint_section(t0, time.thread_time_ns())  # with the next part
 
     def _write_part(self, epoch: int, part: dict[str, Any], work: int) -> None:
         """Encode and write a checkpoint part on the writer thread (off the step loop);
@@ -499,19 +509,30 @@ class WorkerActor:
         log = self.log
 
         def write() -> None:
-            cpu = time.thread_time_ns()
             workers = part["workers"] or self.npeers
             info, _, t1 = write_encoded(store, epoch, self.index, part, log, workers)
             # Off the step loop, a write costs the worker the CPU it takes, not the time it
-            # waits on the store (or on the loop for the GIL).
-            info["work"] = (work + time.thread_time_ns() - cpu) / 1e9
+            # waits on the store (or on the loop for the GIL): all of the writer thread's
+            # since its last part (taking the job in too), its only thread.
+            cpu = time.thread_time_ns()
+            info["work"] = (work + cpu - self._writer_cpu) / 1e9
+            self._writer_cpu = cpu
             info["at"] = t1 / 1e9
+            # The CPU this process used since its last part: the run's, which the driver
+            # measures the checkpoints' share of (one writer thread: parts in order).
+            now = time.process_time_ns()
+            info["cpu"] = (now - self._part_cpu) / 1e9
+            self._part_cpu = now
             self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
         self.pending_writes.append(writer.submit(write))
 
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
+        t0 = time.thread_time_ns()
         self._report([], [(epoch, info)], False)
+        worker = self.__dict__.get("worker")  # gone if a reset came first
+        if worker is not None:
+            worker.checkpoint_section(t0, time.thread_time_ns())  # with the next part
 
     async def _send(self, out: list[tuple[int, list[Any]]]) -> None:
         """Send a step's messages, one frame per peer, each once its channel has a credit."""
@@ -1435,12 +1456,17 @@ class RaySession(Session):
                     raise WorkerDied(
                         f"worker {w} died: its connection to the driver {links.lost(w)}"
                     )
+                cpu = time.thread_time()
                 outputs, parts, end, loops = serialization.decode(payload)
                 for key, epoch, records in outputs:
                     self._deliver(key, epoch, records)
                     delivered = True
+                # A part's report comes in a frame of its own: reading it is checkpoint
+                # work of the driver's too (issue 30).
+                handling = time.thread_time() - cpu if parts and not outputs else 0.0
                 for epoch, info in parts:
-                    self._part_written(epoch, info)
+                    self._part_written(epoch, info, handling)
+                    handling = 0.0
                 if end and w in self.membership.alive:
                     self._ended.add(w)
                     self.loop_watch.observe((v, tuple(t)) for v, t in loops)

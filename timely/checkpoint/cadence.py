@@ -4,12 +4,20 @@ and handing the controller's interval to the workers.
 The controller (:class:`~timely.checkpoint.aimd.AIMD`) is fed one :class:`Measurement` per
 *window*: the commits from one checkpoint to a later one, all under the same interval.
 
-- **What is measured.** Coordination is the workers' checkpoint work (each part is
-  reported with the time its worker spent snapshotting, encoding and writing it),
-  divided by how many workers run at once (the inline backend runs them one after
-  another), plus the driver's own: commits and checkpoint requests. Total is the wall
-  time from the window's first commit to its last, each commit timed when its last part
-  became durable (the workers' clocks, not when the driver got round to the reports).
+- **What is measured.** In CPU time, which a machine shared with other work disturbs
+  far less than wall time (issue 30): coordination is the workers' checkpoint work (each
+  part is reported with the CPU its worker's loop spent in checkpoint code, its writer
+  thread's CPU and the loop's waits while a notification was held back: see
+  :mod:`timely.checkpoint.cost`) plus the driver's own (the CPU of its commits and of
+  the reports' handling). The fraction is that over the CPU the whole run used in the
+  window: each worker's process (reported with its parts) and the driver's. Wall time
+  counted a worker's checkpoint code at the pace the machine gave it (on Ray x2 at a
+  load of 10, 2-3x its CPU) and the writer thread's CPU at full speed, both over a
+  window in which the workers were not computing throughout. Total is still the wall
+  time from the window's first commit to its
+  last, each commit timed when its last part became durable (the workers' clocks, not
+  when the driver got round to the reports); it stands in for the CPU (times the
+  workers running at once) when none was measured.
 - **When.** A window closes at the first commit at least ``k`` epochs and
   :data:`MIN_WINDOW` seconds after it began: commits come in bursts (a frontier jumps
   several epochs at once; reports wait for the driver), so the time between two of
@@ -29,6 +37,7 @@ The controller (:class:`~timely.checkpoint.aimd.AIMD`) is fed one :class:`Measur
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -65,48 +74,70 @@ class Measurement:
     interval: int
     """The interval it ran under."""
     work: float
-    """The workers' checkpoint work (seconds per worker running at once)."""
+    """The workers' checkpoint work, all of them (CPU seconds)."""
     driver: float
-    """The driver's commits and checkpoint requests (seconds)."""
+    """The driver's commits and the handling of the parts' reports (CPU seconds)."""
     total: float
     """Wall time from the first commit to the last (seconds)."""
     next_interval: int
     """The interval the controller chose after it."""
+    cpu: float = 0.0
+    """The CPU the run used over the window: the workers' processes and the driver's
+    (seconds; 0: not measured)."""
+    parallel: int = 1
+    """How many workers run at once."""
 
     @property
     def coordination(self) -> float:
-        """Seconds spent coordinating."""
+        """CPU seconds spent coordinating."""
         return self.work + self.driver
 
     @property
+    def spent(self) -> float:
+        """The CPU seconds the window's fraction is of: the run's, or when none was
+        measured, its wall time on every worker running at once."""
+        return self.cpu if self.cpu > 0 else self.total * self.parallel
+
+    @property
     def fraction(self) -> float:
-        """The share of the window's time spent coordinating."""
-        return self.coordination / self.total if self.total > 0 else 0.0
+        """The share of the run's CPU spent coordinating."""
+        spent = self.spent
+        return self.coordination / spent if spent > 0 else 0.0
+
+
+def overall(measurements: list[Measurement]) -> float:
+    """The fraction over several windows: their coordination over the CPU they spent."""
+    spent = sum(m.spent for m in measurements)
+    return sum(m.coordination for m in measurements) / spent if spent > 0 else 0.0
 
 
 class AutoCadence:
     """The adaptive checkpoint interval of one run: windows, measurements, requests."""
 
     def __init__(self, controller: AIMD, parallel: int, min_window: float | None = None) -> None:
-        """``parallel``: how many workers run at once (their work is divided by it);
-        ``min_window``: seconds (:data:`MIN_WINDOW` by default)."""
+        """``parallel``: how many workers run at once (the wall time stands for that much
+        CPU when none is measured); ``min_window``: seconds (:data:`MIN_WINDOW` by
+        default)."""
         self.controller = controller
         self.parallel = max(1, parallel)
         self.min_window = MIN_WINDOW if min_window is None else min_window
         self.measurements: list[Measurement] = []
         """Every window measured in this run, in order."""
-        self._work: dict[int, float] = {}
-        """Per checkpoint epoch, the work reported with its parts so far."""
-        self._stray = 0.0
-        """Work reported with parts that will never be committed."""
+        self._work: dict[int, tuple[float, float]] = {}
+        """Per checkpoint epoch, the work and the workers' CPU reported with its parts so
+        far."""
+        self._stray = (0.0, 0.0)
+        """Work and CPU reported with parts that will never be committed."""
         self._driver = 0.0
         """The driver's commits and requests in the open window."""
         self.request_seconds = 0.0
         """The driver's time asking workers for new intervals (between windows: a change's
         cost, not the interval's)."""
-        self._start: tuple[int, float] | None = None
-        """The commit (epoch, time) the open window began at (None: none is open)."""
+        self._start: tuple[int, float, float | None] | None = None
+        """The commit the open window began at: its epoch, its time and the driver's
+        process CPU then (None: none is open)."""
         self._window_work = 0.0
+        self._window_cpu = 0.0
         self._in_force = 0
         """The epoch from which every worker checkpoints at the current interval."""
         self._wanted: tuple[int, int, float] | None = None
@@ -126,43 +157,53 @@ class AutoCadence:
         return None if self._wanted is None else self._wanted[0]
 
     # -- what the coordinator reports ---------------------------------------------------------
-    def part(self, epoch: int, work: float, committable: bool = True) -> None:
-        """A worker's part of the checkpoint at ``epoch`` took ``work`` seconds; one that
-        can no longer be committed (an epoch at or before the last commit) counts in the
-        window it was reported in."""
+    def part(self, epoch: int, work: float, cpu: float = 0.0, committable: bool = True) -> None:
+        """A worker's part of the checkpoint at ``epoch`` took ``work`` seconds of its CPU
+        (and its process used ``cpu`` seconds since its last part); one that can no longer
+        be committed (an epoch at or before the last commit) counts in the window it was
+        reported in."""
         if committable:
-            self._work[epoch] = self._work.get(epoch, 0.0) + work
+            w, c = self._work.get(epoch, (0.0, 0.0))
+            self._work[epoch] = (w + work, c + cpu)
         else:
-            self._stray += work
+            self._stray = (self._stray[0] + work, self._stray[1] + cpu)
 
     def driver(self, seconds: float) -> None:
-        """The driver spent ``seconds`` committing."""
+        """The driver spent ``seconds`` of CPU on checkpoints."""
         self._driver += seconds
 
-    def committed(self, epoch: int, at: float) -> Measurement | None:
+    def committed(self, epoch: int, at: float, cpu: float | None = None) -> Measurement | None:
         """The checkpoint at ``epoch`` is committed, its last part durable at ``at``
-        (seconds): close the window if it is long enough and feed it to the controller.
-        Returns the measurement made, if any."""
-        work = self._stray + sum(self._work.pop(e) for e in [e for e in self._work if e <= epoch])
-        self._stray = 0.0
+        (seconds), the driver's process having used ``cpu`` seconds of CPU so far (None:
+        not measured): close the window if it is long enough and feed it to the
+        controller. Returns the measurement made, if any."""
+        done = [self._work.pop(e) for e in [e for e in self._work if e <= epoch]]
+        work = self._stray[0] + sum(w for w, _ in done)
+        workers_cpu = self._stray[1] + sum(c for _, c in done)
+        self._stray = (0.0, 0.0)
         start = self._start
         if start is None:
             if self._wanted is None and epoch >= self._in_force:
                 # The checkpoint that begins a window was paid for before it.
-                self._start, self._window_work, self._driver = (epoch, at), 0.0, 0.0
+                self._start, self._driver = (epoch, at, cpu), 0.0
+                self._window_work = self._window_cpu = 0.0
             return None
         self._window_work += work
-        first, began = start
+        self._window_cpu += workers_cpu
+        first, began, cpu0 = start
         k = self.controller.interval
         if epoch - first < k or at - began < self.min_window:
             return None
         total = at - began
-        work_per = self._window_work / self.parallel
-        chosen = self.controller.observe(work_per + self._driver, total, k)
-        measured = Measurement(first, epoch, k, work_per, self._driver, total, chosen)
+        spent = 0.0 if cpu is None or cpu0 is None else self._window_cpu + cpu - cpu0
+        measured = Measurement(
+            first, epoch, k, self._window_work, self._driver, total, k, spent, self.parallel
+        )
+        chosen = self.controller.observe(measured.coordination, measured.spent, k)
+        measured = dataclasses.replace(measured, next_interval=chosen)
         self.measurements.append(measured)
         self._driver = 0.0
-        self._start, self._window_work = (epoch, at), 0.0
+        self._start, self._window_work, self._window_cpu = (epoch, at, cpu), 0.0, 0.0
         if chosen != k:
             self._wanted = (chosen, epoch, measured.fraction)
             self._start = None
@@ -172,7 +213,8 @@ class AutoCadence:
         """New workers start after the checkpoint at ``epoch`` (-1: from scratch), at the
         controller's interval: nothing is owed to them, and the relaunch is in no window."""
         self._work.clear()
-        self._stray = self._driver = self._window_work = 0.0
+        self._stray = (0.0, 0.0)
+        self._driver = self._window_work = self._window_cpu = 0.0
         self._start = self._wanted = None
         self._in_force = epoch + 1
         self._floor = -1

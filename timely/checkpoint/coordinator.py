@@ -188,30 +188,34 @@ class CheckpointCoordinator:
         ]
 
     # -- commits ------------------------------------------------------------------------------
-    def part_written(self, epoch: int, info: dict[str, Any]) -> None:
+    def part_written(self, epoch: int, info: dict[str, Any], handling: float = 0.0) -> None:
         """A worker wrote its part of the checkpoint at ``epoch``; commit once all have.
 
         ``info`` is what the manifest records of the part, and what the backend adds for
-        ``checkpoint_every="auto"`` (taken out here): ``"work"``, the seconds checkpointing
-        cost the worker's loop and writer since its last part (:mod:`timely.checkpoint.cost`),
-        and ``"at"``, when it was durable (seconds since the epoch). The driver's own time
-        here, bookkeeping, commit and garbage collection, is measured too: inline it is the
-        loop's, and on Ray it takes a core from the workers."""
-        started = time.perf_counter()
+        ``checkpoint_every="auto"`` (taken out here): ``"work"``, the CPU seconds
+        checkpointing cost the worker's loop and writer since its last part
+        (:mod:`timely.checkpoint.cost`), ``"cpu"``, the CPU seconds its process used since
+        then (a worker in a process of its own), and ``"at"``, when it was durable
+        (seconds since the epoch). The driver's own CPU here, bookkeeping, commit and
+        garbage collection, and ``handling``, the backend's before it (reading the
+        report), are measured too: inline it is the loop's, and on Ray it takes a core
+        from the workers; so is the driver's process CPU, for the run's total."""
+        started = time.thread_time()
         committed = self._part_written(epoch, info)
         cadence = self.cadence
         if cadence is not None:
             # The deletions' CPU too: off this thread, it still takes a core from the run.
             gc = 0.0 if self._collector is None else self._collector.take_cpu()
-            cadence.driver(time.perf_counter() - started + gc)
+            cadence.driver(time.thread_time() - started + gc + handling)
             if committed is not None:
-                cadence.committed(epoch, committed)
+                cadence.committed(epoch, committed, time.process_time())
 
     def _part_written(self, epoch: int, info: dict[str, Any]) -> float | None:
         """:meth:`part_written`; returns when the checkpoint at ``epoch`` was complete if
         this part committed it (None: not committed)."""
         info = dict(info)
         work = float(info.pop("work", 0.0))
+        cpu = float(info.pop("cpu", 0.0))
         at = float(info.pop("at", 0.0)) or time.time()
         base = info.get("base")
         if base is not None:  # incremental: the parts it is a delta on, newest first
@@ -225,7 +229,7 @@ class CheckpointCoordinator:
         self._written[(epoch, info["worker"])] = info
         stale = epoch <= self.restored_epoch or bool(self.committed and epoch <= self.committed[-1])
         if self.cadence is not None:
-            self.cadence.part(epoch, work, committable=not stale)
+            self.cadence.part(epoch, work, cpu, committable=not stale)
         if stale:
             return None
         self._part_at[epoch] = max(self._part_at.get(epoch, 0.0), at)

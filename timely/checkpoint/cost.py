@@ -5,19 +5,22 @@ too low a cost settles at too short an interval. Counting only the snapshot, the
 and the write misses most of it (issue 30: 4-8 % measured at a 39 % slowdown), so the
 loop reports every nanosecond that checkpointing takes from it:
 
-- **on the loop**: each span the loop spends in checkpoint code, whatever it finds there:
-  the per-step check of which vertices are due, the hold-back check before each
-  notification, the snapshots and their encoding, handing a part over (and, inline,
-  encoding and writing it): :meth:`LoopCost.section`;
+- **on the loop**: the CPU time of each span the loop spends in checkpoint code, whatever
+  it finds there: the per-step check of which vertices are due, the hold-back check
+  before each notification, the snapshots and their encoding, handing a part over (and,
+  inline, encoding and writing it): :meth:`LoopCost.section`. CPU time, not wall time:
+  the fraction is of the run's CPU (:mod:`timely.checkpoint.cadence`), and on a machine
+  shared with other work a span's wall time counts whatever the scheduler ran meanwhile
+  (2-3x its CPU at a load of 10 on 2 cores);
 - **held back**: the time the loop waits for input while a notification is held back
   for a snapshot (from "due" to "released"): without the checkpoint it would have run
   that notification instead of waiting (:meth:`LoopCost.hold`, :meth:`LoopCost.release`,
-  :meth:`LoopCost.idle`).
+  :meth:`LoopCost.idle`), counted as if the loop had computed then.
 
 The writer thread's share (its CPU time, which is GIL time taken from the loop) and the
 driver's commits are added where they happen (the backend, the coordinator). It is pure:
-the loop passes the times (nanoseconds on its own clock), so a test drives it with a
-fake clock.
+the loop passes the times (nanoseconds: its thread's CPU clock for sections, its own
+clock for waits), so a test drives it with a fake clock.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class LoopCost:
 
     def __init__(self) -> None:
         self.loop_ns = 0
-        """Spent in checkpoint code on the loop."""
+        """Spent in checkpoint code on the loop (its thread's CPU time)."""
         self.stall_ns = 0
         """Spent waiting for input while a notification was held back."""
         self._held: set[int] = set()

@@ -146,9 +146,10 @@ class PartWriter:
         self, epoch: int, worker: int, part: dict[str, Any], work: int, log: EventLog | None
     ) -> Report:
         """Write ``part`` on this thread (the loop's), as :meth:`submit` would on its
-        own: the encoding and the write are the loop's cost then, on its clock."""
-        info, t0, t1 = write_encoded(self.store, epoch, worker, part, log)
-        info["work"] = (work + t1 - t0) / 1e9
+        own: the encoding and the write are the loop's cost then, in its CPU time."""
+        cpu = thread_time_ns()
+        info, _, t1 = write_encoded(self.store, epoch, worker, part, log)
+        info["work"] = (work + thread_time_ns() - cpu) / 1e9
         info["at"] = t1 / 1e9
         return epoch, info
 

@@ -24,8 +24,8 @@ and its ``…_true_processing_rate``, ``…_true_output_rate``,
 interval, and per operator and worker ``timely_instance_true_processing_rate`` and
 ``timely_instance_useful_seconds``; with ``checkpoint_every="auto"``, once a window
 has been measured, ``timely_checkpoint_interval_epochs`` (the interval chosen) and
-``timely_checkpoint_coordination_ratio`` (the share of the last window's time spent
-coordinating, :mod:`timely.checkpoint.cadence`).
+``timely_checkpoint_coordination_ratio`` (the share of the run's CPU the last window
+spent coordinating, :mod:`timely.checkpoint.cadence`).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class _Collector:
             )
             yield GaugeMetricFamily(
                 "timely_checkpoint_coordination_ratio",
-                "Share of the last measured window's time spent checkpointing and coordinating.",
+                "Share of the run's CPU the last measured window spent checkpointing.",
                 value=view["coordination_fraction"],
             )
 

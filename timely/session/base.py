@@ -130,8 +130,8 @@ class Session(ABC):
 
     concurrent = True
     """Whether the workers run at the same time (the inline backend steps them one after
-    another in one thread): the coordination fraction of ``checkpoint_every="auto"``
-    divides their checkpoint work by how many run at once."""
+    another in one thread): when ``checkpoint_every="auto"`` has no CPU time of the run
+    for a window, the window's wall time on every worker running at once stands for it."""
 
     def __init__(
         self,
@@ -256,7 +256,7 @@ class Session(ABC):
     def cadence(self) -> list[Measurement]:
         """With ``checkpoint_every`` (``"auto"`` or a fixed ``k``), every window of commits
         measured, in order (:class:`~timely.checkpoint.cadence.Measurement`: the interval it
-        ran under, the share of its time checkpointing cost, the interval chosen after it:
+        ran under, the share of the run's CPU checkpointing cost, the interval chosen after it:
         with a fixed ``k``, ``k``); empty with ``checkpoint_interval`` or no checkpoints."""
         if self.coordinator is None or self.coordinator.cadence is None:
             return []
@@ -914,14 +914,15 @@ class Session(ABC):
             return None
         return EventLog.for_plan(self.trace, self.plan, worker, self.workers, self.attempt)
 
-    def _part_written(self, epoch: int, info: dict[str, Any]) -> None:
+    def _part_written(self, epoch: int, info: dict[str, Any], handling: float = 0.0) -> None:
         """A worker wrote its part of the checkpoint at ``epoch`` (checkpoint parts travel
-        apart from the outputs: the backend reports them here)."""
+        apart from the outputs: the backend reports them here, with the CPU seconds it
+        spent taking the report in, ``handling``)."""
         coordinator = self.coordinator
         assert coordinator is not None
         cadence = coordinator.cadence
         measured = 0 if cadence is None else len(cadence.measurements)
-        coordinator.part_written(epoch, info)
+        coordinator.part_written(epoch, info, handling)
         self.view.committed(coordinator.committed)
         if cadence is not None and len(cadence.measurements) > measured:
             last = cadence.measurements[-1]

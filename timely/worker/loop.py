@@ -1021,6 +1021,13 @@ class Worker:
         :meth:`timely.worker.snapshots.Snapshots.take_work`)."""
         return 0 if self.snapshots is None else self.snapshots.take_work()
 
+    def checkpoint_section(self, t0: int, t1: int) -> None:
+        """The host's loop spent ``[t0, t1]`` (ns of its thread's CPU time) on checkpoint
+        work of its own (handing parts to its writer, reporting them): counted with the
+        next part (see :mod:`timely.checkpoint.cost`)."""
+        if self.snapshots is not None:
+            self.snapshots.cost.section(t0, t1)
+
     def waited(self, t0: int, t1: int) -> None:
         """The host's loop waited for input over ``[t0, t1]`` (ns, ``clock``): a stall
         of checkpointing if a notification was held back meanwhile."""

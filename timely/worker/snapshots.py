@@ -12,6 +12,7 @@ later epoch changes a vertex's state before its snapshot for the checkpoint in b
 from __future__ import annotations
 
 from collections.abc import Iterator
+from time import thread_time_ns
 from typing import Any
 
 from progress import Location, source, target
@@ -172,14 +173,14 @@ class Snapshots:
     def hold_back(self, v: int, epoch: int) -> bool:
         """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
         a checkpoint before ``epoch`` is not taken yet (and cannot be, yet)."""
-        t0 = clock()
+        t0 = thread_time_ns()
         held = self._hold_back(v, epoch)
         cost = self.cost
         if held:
             cost.hold(v)
         else:
             cost.release(v)
-        cost.section(t0, clock())
+        cost.section(t0, thread_time_ns())
         return held
 
     def _hold_back(self, v: int, epoch: int) -> bool:
@@ -438,11 +439,11 @@ class Snapshots:
 
     def scan(self) -> None:
         """Snapshot what is due; hand over every part that is complete, oldest first."""
-        t0 = clock()
+        t0 = thread_time_ns()
         try:
             self._scan()
         finally:
-            self.cost.section(t0, clock())
+            self.cost.section(t0, thread_time_ns())
 
     def _scan(self) -> None:
         snapped, boundaries = self.snapped, self._boundaries
