@@ -133,9 +133,12 @@ def _weight(cmd: InputCommand) -> int:
     if not isinstance(cmd, Send):
         return 16
     records = cmd.records
-    if records and all(hasattr(r, "nbytes") for r in records[:1]):
-        return sum(int(getattr(r, "nbytes", 64)) for r in records)
-    return 64 * len(records)
+    if not records:
+        return 0
+    first = getattr(records[0], "nbytes", None)  # read once: an Arrow table sums its buffers
+    if first is None:
+        return 64 * len(records)
+    return int(first) + sum(int(getattr(r, "nbytes", 64)) for r in records[1:])
 
 
 class _EarlySend:
