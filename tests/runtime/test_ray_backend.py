@@ -538,6 +538,38 @@ def test_a_launch_starts_each_run_with_the_addresses_and_no_connect_call(
     assert "connect" not in {name for name, _ in calls}
 
 
+def test_a_run_ends_once_every_last_report_is_in_without_waiting_for_its_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker sends its last report when its loop has nothing left that could fail, so
+    the driver ends the run once every last report is in: it does not wait for the
+    ``run`` calls to return through Ray (a round trip). The actors are kept, reset, and
+    host the next run. Caught: the wait for the calls put back."""
+    _activate_and_join(wordcount(lines_by_epoch(seed=17)))  # the actors are warm
+    data = lines_by_epoch(seed=18)
+    expected = sorted(wordcount(data).run(workers=1, backend="inline")["counts"])
+    flow = wordcount(data)
+    session = flow.activate(workers=2, backend="ray")
+    assert isinstance(session, RaySession)
+    runs = set(session._runs.values())
+    late: list[Any] = []
+    real = ray.wait
+
+    def watched(refs: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(session._ended) == session.workers and runs & set(refs):
+            late.append(refs)  # the run calls waited for after every last report
+        return real(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", watched)
+    for handle in flow._inputs:
+        handle.close()
+    assert sorted(session.join()["counts"]) == expected
+    assert late == []
+    assert session._clean and len(POOL) == 2
+    _, got = _activate_and_join(wordcount(data))
+    assert sorted(got["counts"]) == expected
+
+
 def test_actors_of_a_failed_run_are_not_kept() -> None:
     release_workers()
     flow = Dataflow("fragile")

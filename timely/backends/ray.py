@@ -1431,7 +1431,10 @@ class RaySession(Session):
             if self._more():
                 # A killed worker's connection ends: that arrives here too.
                 self._collect(_TICK)
-            else:  # every last report is in; some loops still wait for their last sends
+            if not self._more():  # every last report is in
+                if self._ran_out():
+                    break
+                # A leaver's loop may still be ending.
                 ray.wait(list(self._runs.values()), num_returns=1, timeout=_TICK)
             self._check(closed=True)
         # Every loop has ended, each after sending its last report: they are on their way.
@@ -1445,6 +1448,20 @@ class RaySession(Session):
                     f"the driver within {self.heartbeat_timeout:g}s"
                 )
         self._clean = not self._more()
+
+    def _ran_out(self) -> bool:
+        """Whether every loop has ended, known without waiting for the ``run`` calls to
+        return (a round trip through Ray): every worker's last report is in, and a loop
+        sends it last, after its frames are credited and its writes done, with nothing
+        left that could fail (then its call returns in the same turn of the actor's
+        event loop). Not with workers leaving (their end is read from their calls, see
+        ``_check``) nor with ``profile_dir`` (a loop writes its profile after its report,
+        and the files must be there when the run returns)."""
+        if self.membership.leaving or self.plan.profile_dir is not None:
+            return False
+        self._runs.clear()  # returned or returning; nothing fails there: left unread
+        self._run_worker.clear()
+        return True
 
     # -- outputs ----------------------------------------------------------------------------
     def _more(self) -> bool:
