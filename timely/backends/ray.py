@@ -1222,8 +1222,12 @@ class RaySession(Session):
         for w, part in self.membership.route(vertex, cmd, self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
-        if time.monotonic() - self._last_check >= _CHECK_EVERY:
-            self._check()  # a failed worker drops commands: say so now, not at join
+        # A failed worker drops commands: say so now, not at join. Not for a command held
+        # in a batch: it reaches no worker before the batch's frames go, and sending them
+        # watches the workers (a run's first commands would otherwise pay for a check,
+        # heartbeats included, while the workers wait for them).
+        if not self._batching and time.monotonic() - self._last_check >= _CHECK_EVERY:
+            self._check()
         self._collect(0)
 
     def _command(self, w: int, vertex: int, cmd: InputCommand) -> None:
