@@ -525,6 +525,69 @@ def test_a_session_start_asks_the_cluster_once(monkeypatch: pytest.MonkeyPatch) 
     assert calls == {"nodes": 1}
 
 
+def test_a_launch_starts_each_run_with_the_addresses_and_no_connect_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A launch on warm actors makes two calls per worker, ``start`` and a ``run`` given
+    every worker's address, which connects (to the peers and the driver) before it
+    steps: no ``connect`` call to wait for in between. The workers themselves say how
+    they reached each other (``links``, asked once they are connected). Caught: the
+    ``connect`` round trip put back."""
+    _activate_and_join(wordcount(lines_by_epoch(seed=15)))  # the actors are warm
+    calls: list[tuple[str, int]] = []
+    real = ray.actor.ActorMethod.remote
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append((self._method_name, len(args)))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ray.actor.ActorMethod, "remote", counted)
+    data = lines_by_epoch(seed=16)
+    expected = sorted(wordcount(data).run(workers=1, backend="inline")["counts"])
+    flow = wordcount(data)
+    session = flow.activate(workers=2, backend="ray")
+    assert isinstance(session, RaySession) and session.reused == 2
+    launch = [(name, n) for name, n in calls if name in ("start", "connect", "run")]
+    assert launch == [("start", 12), ("start", 12), ("run", 1), ("run", 1)], launch
+    assert session.links == [{1: "unix"}, {0: "unix"}]
+    for handle in flow._inputs:
+        handle.close()
+    assert sorted(session.join()["counts"]) == expected
+    assert "connect" not in {name for name, _ in calls}
+
+
+def test_a_run_ends_once_every_last_report_is_in_without_waiting_for_its_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker sends its last report when its loop has nothing left that could fail, so
+    the driver ends the run once every last report is in: it does not wait for the
+    ``run`` calls to return through Ray (a round trip). The actors are kept, reset, and
+    host the next run. Caught: the wait for the calls put back."""
+    _activate_and_join(wordcount(lines_by_epoch(seed=17)))  # the actors are warm
+    data = lines_by_epoch(seed=18)
+    expected = sorted(wordcount(data).run(workers=1, backend="inline")["counts"])
+    flow = wordcount(data)
+    session = flow.activate(workers=2, backend="ray")
+    assert isinstance(session, RaySession)
+    runs = set(session._runs.values())
+    late: list[Any] = []
+    real = ray.wait
+
+    def watched(refs: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(session._ended) == session.workers and runs & set(refs):
+            late.append(refs)  # the run calls waited for after every last report
+        return real(refs, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", watched)
+    for handle in flow._inputs:
+        handle.close()
+    assert sorted(session.join()["counts"]) == expected
+    assert late == []
+    assert session._clean and len(POOL) == 2
+    _, got = _activate_and_join(wordcount(data))
+    assert sorted(got["counts"]) == expected
+
+
 def test_actors_of_a_failed_run_are_not_kept() -> None:
     release_workers()
     flow = Dataflow("fragile")

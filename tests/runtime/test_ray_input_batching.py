@@ -90,6 +90,32 @@ def test_held_commands_go_once_they_weigh_the_cap(
     assert sum(frames.values()) <= 8, frames  # and still held: not one frame a send
 
 
+def test_held_commands_run_no_check_of_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command held in a batch reaches no worker before the batch's frames go, so the
+    driver does not check the workers (heartbeats, loops) for it: a run's first
+    commands go out while the workers wait for them. Sending the frames still watches
+    the workers, and a command sent alone still checks them. Caught: a check for every
+    command, held or not (the first command of a run always made one)."""
+    checks: list[bool] = []
+    check = ray_backend.RaySession._check
+
+    def counted(self: Any, closed: bool = False) -> None:
+        checks.append(bool(self._batching))
+        check(self, closed)
+
+    monkeypatch.setattr(ray_backend.RaySession, "_check", counted)
+    flow, nums = summed(epochs=20, sends=8)
+    with flow.activate(workers=2, backend="ray") as session:
+        assert checks.count(True) == 0, checks  # the 180 held commands: no check
+        checks.clear()
+        session._last_check = 0.0  # type: ignore[attr-defined]  # due: 10 ms have passed
+        nums.send([5])
+        assert checks.count(False) >= 1, checks  # one alone is checked for
+        nums.close()
+        out = session.join()
+    assert Counter(e for e, _ in out["nums"])[20] == 1
+
+
 def test_weights_are_arrow_sizes_or_64_bytes_a_row() -> None:
     table = pa.table({"part": list(range(10))}, SEEDS)
     assert ray_backend._weight(Send([table, table])) == 2 * table.nbytes

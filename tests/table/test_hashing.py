@@ -11,7 +11,8 @@ that stops at the shortest string's length, is caught. Each row's worker from it
 (``workers_of``) is ``table[bin]`` for every table, bins dealt in turn or not; a lookup
 that takes any table for bins dealt in turn, or one that checks only the first turn, is
 caught, and so is a split that loses the last worker's rows or keeps a worker's rows out
-of order."""
+of order. A channel keeps each routing table's lookup and follows every change of table
+(a migration's): a lookup kept per number of bins is caught."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from timely.routing import columns
 from timely.routing.columns import (
     ColumnExchange,
     ColumnHasher,
+    Lookup,
     int_bins,
     key_hashes,
+    lookup,
     split_by,
     text_hashes,
     workers_of,
@@ -140,16 +143,16 @@ def routing_tables(draw: st.DrawFn) -> np.ndarray[Any, Any]:
     return table.astype(np.intp)
 
 
-def check_workers_of(lookup: Any, table: np.ndarray[Any, Any], picks: list[int]) -> None:
+def check_workers_of(make: Any, table: np.ndarray[Any, Any], picks: list[int]) -> None:
     bins = len(table)
     keys = np.array(picks, np.uint64) % np.uint64(bins)
-    narrow = columns._narrow(table)
+    ready = make(table)
     for key_bins in (
         columns._bins_of(keys, bins),  # as the hash path makes them (a strided view)
         keys.astype(np.uint16 if bins <= 1 << 16 else np.uint64),
         keys.astype(np.intp),
     ):
-        assert lookup(key_bins, narrow).tolist() == table[keys.astype(np.intp)].tolist()
+        assert workers_of(key_bins, ready).tolist() == table[keys.astype(np.intp)].tolist()
 
 
 PICKS = st.lists(st.integers(0, 2**16 - 1), max_size=40)
@@ -159,27 +162,86 @@ PICKS = st.lists(st.integers(0, 2**16 - 1), max_size=40)
 def test_workers_of_is_the_tables_worker_of_each_bin(
     table: np.ndarray[Any, Any], picks: list[int]
 ) -> None:
-    check_workers_of(workers_of, table, picks)
+    check_workers_of(lookup, table, picks)
 
 
-def any_table_as_dealt(key_bins: Any, table: Any) -> Any:
+def any_table_as_dealt(table: Any) -> Any:
+    ready = lookup(table)
     workers = int(table.max()) + 1
-    if workers & (workers - 1) == 0:
-        return key_bins & key_bins.dtype.type(workers - 1)
-    return table[key_bins.astype(np.intp)]
+    return Lookup(ready.table, workers - 1 if workers & (workers - 1) == 0 else None)
 
 
-def first_turn_only(key_bins: Any, table: Any) -> Any:
+def first_turn_only(table: Any) -> Any:
+    ready = lookup(table)
     workers = int(table.max()) + 1
-    if workers & (workers - 1) == 0 and (table[:workers] == np.arange(workers)).all():
-        return key_bins & key_bins.dtype.type(workers - 1)
-    return table[key_bins.astype(np.intp)]
+    dealt = workers & (workers - 1) == 0 and (table[:workers] == np.arange(workers)).all()
+    return Lookup(ready.table, workers - 1 if dealt else None)
 
 
 @pytest.mark.parametrize("mutant", [any_table_as_dealt, first_turn_only])
 def test_mutation_a_lookup_that_takes_a_moved_table_as_dealt_is_caught(mutant: Any) -> None:
     run = settings(max_examples=300)(
         given(routing_tables(), PICKS)(lambda t, p: check_workers_of(mutant, t, p))
+    )
+    with pytest.raises(AssertionError):
+        run()
+
+
+@st.composite
+def configurations(draw: st.DrawFn) -> list[np.ndarray[Any, Any]]:
+    """Routing tables of one run, in the order batches meet them: a few configurations
+    of the same bins (dealt in turn, bins moved, any), each met again later (a fluid
+    migration has several in flight), as ``Routing`` keeps them: one array each."""
+    bins = draw(st.sampled_from([4, 16, 256]))
+    workers = draw(st.sampled_from([2, 3, 4]))
+    made = []
+    for _ in range(draw(st.integers(2, 4))):
+        table = np.arange(bins) % workers
+        for b in draw(st.lists(st.integers(0, bins - 1), max_size=4)):
+            table[b] = draw(st.integers(0, workers - 1))
+        made.append(table.astype(np.intp))
+    return draw(st.lists(st.sampled_from(made), min_size=2, max_size=8))
+
+
+def check_follows_each_table(
+    exchange: ColumnExchange, tables: list[np.ndarray[Any, Any]], keys: list[int]
+) -> None:
+    batch = pa.RecordBatch.from_pydict({"k": pa.array(keys, pa.int64()), "i": range(len(keys))})
+    for table in tables:
+        out = exchange.route_by([batch], table, 0)
+        got = {
+            int(i): w for w, parts in out.items() for p in parts for i in p.column("i").to_pylist()
+        }
+        assert got == {i: int(table[stable_hash(k) % len(table)]) for i, k in enumerate(keys)}
+
+
+KEYS = st.lists(INT64, min_size=1, max_size=60)
+
+
+@given(configurations(), KEYS)
+def test_an_exchange_follows_every_change_of_its_routing_table(
+    tables: list[np.ndarray[Any, Any]], keys: list[int]
+) -> None:
+    """A channel makes each table's lookup once and keeps it: a migration's new table
+    (another array) is routed by, never the lookup of the table before it."""
+    check_follows_each_table(ColumnExchange(("k",)), tables, keys)
+
+
+class LookupPerBins(ColumnExchange):
+    """Mutant: the lookup kept per number of bins, as if the table never changed."""
+
+    def _lookup(self, table: np.ndarray[Any, Any]) -> Lookup:
+        entry = self._lookups.get(len(table))
+        if entry is None:
+            entry = self._lookups[len(table)] = (table, lookup(table))
+        return entry[1]
+
+
+def test_mutation_a_lookup_kept_across_tables_is_caught() -> None:
+    run = settings(max_examples=300)(
+        given(configurations(), KEYS)(
+            lambda t, k: check_follows_each_table(LookupPerBins(("k",)), t, k)
+        )
     )
     with pytest.raises(AssertionError):
         run()

@@ -9,9 +9,11 @@ Start: the driver makes the run's secret (``secrets.token_bytes(32)``) and hands
 to every actor's ``start``, which builds the worker and listens
 (:class:`~timely.comm.Allocator`: a Unix socket, 0600 in a 0700 directory; on a
 multi-node cluster also TCP on the node's IP). The driver gathers the addresses and
-calls ``connect`` on every actor: each dials the lower indices (Unix on its own node,
-TCP across nodes), accepts the higher ones, and every connection proves the secret
-before anything else is read. A relaunch makes new actors, a new secret and new sockets.
+starts every actor's ``run`` with them: each first dials the lower indices (Unix on its
+own node, TCP across nodes), accepts the higher ones and the driver, every connection
+proving the secret before anything else is read, then steps (one Ray call after the
+start, not a ``connect`` to wait for and then a ``run``). A relaunch makes new actors,
+a new secret and new sockets.
 
 Transport (see DESIGN.md, Execution): after a step the worker writes one frame per
 peer carrying that step's :class:`~timely.comm.messages.WorkerMessage` (data and
@@ -27,8 +29,8 @@ step that sends data also sends its progress to every peer, a slow worker holds
 every producer back directly too).
 
 The driver is one more endpoint on the same sockets (:mod:`timely.comm.driver`, index
-``workers``, same handshake and secret): it dials every actor between ``start`` and
-``connect`` (each actor's ``connect`` waits for it too). Input commands (send, advance,
+``workers``, same handshake and secret): it dials every actor once their runs are
+started (each run's connecting waits for it too). Input commands (send, advance,
 close) go out as frames on the driver's thread (FIFO per worker, so no sequence
 numbers; at most ``max_inflight`` per worker not yet applied, so a fast driver waits
 for credit), and each step's outputs (``collect``/``subscribe``), each checkpoint
@@ -37,7 +39,8 @@ connection only queues them; they are delivered on the driver's thread, in each
 worker's order, whenever it calls into the session: ``poll(timeout)``, input
 commands, probes and ``join`` (as on the inline backend, callbacks never run
 concurrently with the driver's code). Ray calls remain for the rare things: ``start``,
-``connect``, ``run``, ``request_checkpoint``, frontier probes, heartbeats and stats.
+``run`` (``connect`` for a worker joining), ``request_checkpoint``, frontier probes,
+heartbeats and stats.
 
 The driver watches every worker's loop and heartbeat while it waits: a user error
 anywhere is raised as is; a dead or silent actor becomes
@@ -130,9 +133,12 @@ def _weight(cmd: InputCommand) -> int:
     if not isinstance(cmd, Send):
         return 16
     records = cmd.records
-    if records and all(hasattr(r, "nbytes") for r in records[:1]):
-        return sum(int(getattr(r, "nbytes", 64)) for r in records)
-    return 64 * len(records)
+    if not records:
+        return 0
+    first = getattr(records[0], "nbytes", None)  # read once: an Arrow table sums its buffers
+    if first is None:
+        return 64 * len(records)
+    return int(first) + sum(int(getattr(r, "nbytes", 64)) for r in records[1:])
 
 
 class _EarlySend:
@@ -385,26 +391,44 @@ class WorkerActor:
                 log.add(("w", t0, t1))
 
     # -- the loop ------------------------------------------------------------------------------
-    async def run(self) -> int:
+    async def run(self, table: list[Address] | None = None) -> int:
         """Step while there is work, wait for messages otherwise, until the worker is idle
         (it sees every frontier empty: all inputs closed, all work done everywhere).
+        Given ``table`` (every worker's address, from ``start``), connect to the peers
+        and the driver first, as :meth:`connect` does: a launch then waits for no call
+        between the start and the run.
 
         Returns the number of steps taken.
         """
         task = self._track()
-        directory = self.worker.plan.profile_dir
         try:
-            if directory is None:
-                return await self._run()
-            # The event loop's thread: the step, the codec, the writes, the reader tasks.
-            profile = WorkerProfile(directory, self.index)
-            try:
-                with profile.running():
-                    return await self._run()
-            finally:
-                profile.dump()
+            if table is not None:
+                try:
+                    await self.comm.connect([Address(*a) for a in table])
+                except PeerLost as e:
+                    raise self._lost(e) from None
+            return await self._profiled()
         finally:
             self._tasks.discard(task)
+
+    async def kinds(self) -> dict[int, str]:
+        """How each peer is reached (``"unix"`` or ``"tcp"``), once every peer is
+        connected (a run given its table connects as it starts)."""
+        await self.comm.connected()
+        return self.comm.kinds()
+
+    async def _profiled(self) -> int:
+        """The loop, under a cProfile with the run option ``profile_dir``."""
+        directory = self.worker.plan.profile_dir
+        if directory is None:
+            return await self._run()
+        # The event loop's thread: the step, the codec, the writes, the reader tasks.
+        profile = WorkerProfile(directory, self.index)
+        try:
+            with profile.running():
+                return await self._run()
+        finally:
+            profile.dump()
 
     async def _run(self) -> int:
         worker = self.worker
@@ -866,8 +890,8 @@ class RaySession(Session):
         """Each worker's process id."""
         self.addresses: list[Address] = []
         """Where each worker listens for its peers."""
-        self.links: list[dict[int, str]] = []
-        """How each worker reaches each peer: ``"unix"`` or ``"tcp"``."""
+        self._kinds: list[dict[int, str] | None] = []
+        """How each worker reaches each peer (None: not asked yet; see ``links``)."""
         self.standbys = (1 if checkpoint is not None else 0) if standbys is None else standbys
         """How many warm actors wait to replace workers that die (with checkpoints: 1)."""
         self._standbys: list[Any] = []
@@ -1009,17 +1033,30 @@ class RaySession(Session):
         self.nodes = [node for node, _, _ in placed]
         self.pids = [pid for _, pid, _ in placed]
         self.addresses = [address for _, _, address in placed]
-        connects = [a.connect.remote(self.addresses) for a in self.actors]
+        self._kinds = [None] * workers
+        # Each run connects first (to its peers and the driver), then steps: no call to
+        # wait for between the start and the run. A failed connection fails the run,
+        # which the driver watches from here on (and reads: see _check).
+        self._runs = {i: a.run.remote(self.addresses) for i, a in enumerate(self.actors)}
+        self._run_worker = {ref: i for i, ref in self._runs.items()}
         self._links = DriverLinks(workers, secret, self.max_inflight)
         try:  # the workers' connect waits for the driver too
             self._links.connect(self.addresses, ray.get_runtime_context().get_node_id())
         except PeerLost as e:
-            self._abandoned.extend(connects)
+            self._check()  # a worker's own failure says more than the driver's dial
             raise WorkerDied(f"worker {e.peer} {e.reason}") from None
-        self.links = self._wait_for(connects, list(range(workers)))
-        self._runs = {i: a.run.remote() for i, a in enumerate(self.actors)}
-        self._run_worker = {ref: i for i, ref in self._runs.items()}
         self._replenish()
+
+    @property
+    def links(self) -> list[dict[int, str]]:
+        """How each worker reaches each peer: ``"unix"`` or ``"tcp"`` (asked of the workers
+        on first use: each answers once it is connected)."""
+        missing = [w for w, k in enumerate(self._kinds) if k is None]
+        if missing:
+            got = self._wait_for([self.actors[w].kinds.remote() for w in missing], missing)
+            for w, kinds in zip(missing, got, strict=True):
+                self._kinds[w] = kinds
+        return [k or {} for k in self._kinds]
 
     @property
     def standby_actors(self) -> list[Any]:
@@ -1206,8 +1243,12 @@ class RaySession(Session):
         for w, part in self.membership.route(vertex, cmd, self._rr):
             self._command(w, vertex, part)
         self._rr = (self._rr + 1) % self.workers
-        if time.monotonic() - self._last_check >= _CHECK_EVERY:
-            self._check()  # a failed worker drops commands: say so now, not at join
+        # A failed worker drops commands: say so now, not at join. Not for a command held
+        # in a batch: it reaches no worker before the batch's frames go, and sending them
+        # watches the workers (a run's first commands would otherwise pay for a check,
+        # heartbeats included, while the workers wait for them).
+        if not self._batching and time.monotonic() - self._last_check >= _CHECK_EVERY:
+            self._check()
         self._collect(0)
 
     def _command(self, w: int, vertex: int, cmd: InputCommand) -> None:
@@ -1250,7 +1291,7 @@ class RaySession(Session):
     def _join_worker(self, worker: int, epoch: int) -> None:
         links = self._links
         assert links is not None
-        for name in ("actors", "nodes", "pids", "addresses", "links"):  # workers that left
+        for name in ("actors", "nodes", "pids", "addresses", "_kinds"):  # workers that left
             del getattr(self, name)[worker:]
         cpus = self.cpus
         if not self._cluster:  # what the running workers leave of this machine's CPUs
@@ -1299,7 +1340,7 @@ class RaySession(Session):
         self.nodes.append(node)
         self.pids.append(pid)
         self.addresses.append(address)
-        self.links.append(kinds)
+        self._kinds.append(kinds)
         self._cpus_of[id(actor)] = cpus
         ref = actor.run.remote()
         self._runs[worker] = ref
@@ -1415,7 +1456,10 @@ class RaySession(Session):
             if self._more():
                 # A killed worker's connection ends: that arrives here too.
                 self._collect(_TICK)
-            else:  # every last report is in; some loops still wait for their last sends
+            if not self._more():  # every last report is in
+                if self._ran_out():
+                    break
+                # A leaver's loop may still be ending.
                 ray.wait(list(self._runs.values()), num_returns=1, timeout=_TICK)
             self._check(closed=True)
         # Every loop has ended, each after sending its last report: they are on their way.
@@ -1429,6 +1473,20 @@ class RaySession(Session):
                     f"the driver within {self.heartbeat_timeout:g}s"
                 )
         self._clean = not self._more()
+
+    def _ran_out(self) -> bool:
+        """Whether every loop has ended, known without waiting for the ``run`` calls to
+        return (a round trip through Ray): every worker's last report is in, and a loop
+        sends it last, after its frames are credited and its writes done, with nothing
+        left that could fail (then its call returns in the same turn of the actor's
+        event loop). Not with workers leaving (their end is read from their calls, see
+        ``_check``) nor with ``profile_dir`` (a loop writes its profile after its report,
+        and the files must be there when the run returns)."""
+        if self.membership.leaving or self.plan.profile_dir is not None:
+            return False
+        self._runs.clear()  # returned or returning; nothing fails there: left unread
+        self._run_worker.clear()
+        return True
 
     # -- outputs ----------------------------------------------------------------------------
     def _more(self) -> bool:

@@ -576,6 +576,10 @@ class Allocator:
         )
 
     # -- state, tests, closing ------------------------------------------------------------------
+    async def connected(self) -> None:
+        """Wait until every peer expected at the start (and the driver) is connected."""
+        await self._connected.wait()
+
     def kinds(self) -> dict[int, str]:
         """How each peer is connected: ``"unix"`` or ``"tcp"``."""
         return {link.peer: link.kind for link in self._links if link is not None}

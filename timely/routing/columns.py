@@ -40,6 +40,9 @@ _CACHE = 1 << 20
 _FEW = 8
 """Up to this many workers, :func:`split_by` finds each one's rows by a pass of its own."""
 _LITTLE = sys.byteorder == "little"
+_LOOKUPS = 16
+"""How many routing tables a channel keeps the lookup of (forgotten all at once when
+full): a fluid migration has a few configurations in flight at once."""
 
 
 def _mix(h: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -195,11 +198,28 @@ class ColumnExchange(Exchange):
         super().__init__(None)
         self.keys = keys
         self._hashers = [ColumnHasher() for _ in keys]
+        self._lookups: dict[int, tuple[np.ndarray[Any, Any], Lookup]] = {}
+        """Each routing table seen (by ``id``, the array kept so that the id stays its
+        own) made ready for :func:`workers_of`: a table is built once per configuration
+        and routes every batch until the next, so its lookup is made once, not per batch."""
+
+    def _lookup(self, table: np.ndarray[Any, Any]) -> Lookup:
+        """``table``'s lookup, made on first use. A new configuration is a new array
+        (``Routing`` never changes one in place), so a table changed by a migration, a
+        rescale or a restore is a miss."""
+        entry = self._lookups.get(id(table))
+        if entry is not None and entry[0] is table:
+            return entry[1]
+        if len(self._lookups) >= _LOOKUPS:
+            self._lookups.clear()
+        made = lookup(table)
+        self._lookups[id(table)] = (table, made)
+        return made
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_hashers"] = [ColumnHasher() for _ in self.keys]  # a memory, not the plan
-        state["_bins"] = {}
+        state["_lookups"] = {}
         return state
 
     def __repr__(self) -> str:
@@ -219,7 +239,7 @@ class ColumnExchange(Exchange):
         load: np.ndarray[Any, Any] | None = None,
     ) -> dict[int, list[Any]]:
         bins = len(table)
-        narrow = _narrow(table)
+        ready = self._lookup(table)
         out: dict[int, list[Any]] = {}
         for batch in records:
             if batch.num_rows == 0:
@@ -229,7 +249,7 @@ class ColumnExchange(Exchange):
                 key_bins = _bins_of(key_hashes(batch, self.keys, self._hashers), bins)
             if load is not None:
                 load += np.bincount(key_bins, minlength=bins)
-            dest = workers_of(key_bins, narrow)
+            dest = workers_of(key_bins, ready)
             for w, part in split_by(batch, dest):
                 out.setdefault(w, []).append(part)
         return out
@@ -265,15 +285,6 @@ def int_bins(
     return low
 
 
-def _narrow(table: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """A routing table (one worker per bin) in the narrowest unsigned type that holds its
-    workers: the destinations looked up through it need no conversion in ``split_by``."""
-    top = int(table.max()) if len(table) else 0
-    if top < 1 << 8 and table.dtype != np.uint8:
-        return table.astype(np.uint8)
-    return table
-
-
 def _bins_of(hashes: np.ndarray[Any, Any], bins: int) -> np.ndarray[Any, Any]:
     """Each hash's bin, ``hash % bins``: the low bits when ``bins`` is a power of two (as
     ``DEFAULT_BINS`` is; a mask is cheaper than a 64-bit division), in the narrowest
@@ -289,18 +300,39 @@ def _bins_of(hashes: np.ndarray[Any, Any], bins: int) -> np.ndarray[Any, Any]:
     return out
 
 
-def workers_of(key_bins: np.ndarray[Any, Any], table: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Each row's worker, ``table[bin]``, from its bin (``key_bins``, integers) and a
-    routing table narrowed by :func:`_narrow`. Bins dealt to ``W`` workers in turn
-    (``default_table``, ``W`` a power of two: every run that has not migrated) are read
-    from the bin's low bits; any other table by Arrow's ``take``, which reads 8- or
-    16-bit bins as they are (numpy's converts them to 64-bit indices first)."""
-    workers = int(table.max()) + 1 if len(table) else 1
-    if workers & (workers - 1) == 0 and _dealt_in_turn(table, workers):
-        out: np.ndarray[Any, Any] = key_bins & key_bins.dtype.type(workers - 1)
+@dataclass(frozen=True, eq=False)
+class Lookup:
+    """A routing table made ready to look rows' workers up in, once per table."""
+
+    table: np.ndarray[Any, Any]
+    """One worker per bin, in the narrowest unsigned type that holds them: the
+    destinations looked up through it need no conversion in :func:`split_by`."""
+    turn: int | None
+    """``W - 1`` when the bins are dealt to ``W`` workers in turn (bin ``b`` on worker
+    ``b % W``) and ``W`` is a power of two: a row's worker is then its bin's low bits."""
+
+
+def lookup(table: np.ndarray[Any, Any]) -> Lookup:
+    """``table`` (one worker per bin) ready for :func:`workers_of`: its largest worker and
+    whether it is dealt in turn are read here, not for every batch it routes."""
+    top = int(table.max()) if len(table) else 0
+    narrow = table.astype(np.uint8) if top < 1 << 8 and table.dtype != np.uint8 else table
+    workers = top + 1
+    dealt = workers & (workers - 1) == 0 and _dealt_in_turn(narrow, workers)
+    return Lookup(narrow, workers - 1 if dealt else None)
+
+
+def workers_of(key_bins: np.ndarray[Any, Any], table: Lookup) -> np.ndarray[Any, Any]:
+    """Each row's worker, ``table[bin]``, from its bin (``key_bins``, integers). Bins dealt
+    to ``W`` workers in turn (``default_table``, ``W`` a power of two: every run that has
+    not migrated) are read from the bin's low bits; any other table by Arrow's ``take``,
+    which reads 8- or 16-bit bins as they are (numpy's converts them to 64-bit indices
+    first)."""
+    if table.turn is not None:
+        out: np.ndarray[Any, Any] = key_bins & key_bins.dtype.type(table.turn)
         return out
     dest: np.ndarray[Any, Any] = pc.take(
-        pa.array(table), pa.array(key_bins), boundscheck=False
+        pa.array(table.table), pa.array(key_bins), boundscheck=False
     ).to_numpy()
     return dest
 
