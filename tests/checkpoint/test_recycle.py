@@ -131,10 +131,10 @@ MUTANT_PLAN = [([3000], True), ([10], True), ([2000, 5], True), ([7], True), ([1
 def test_a_recycled_file_not_cut_to_length_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_truncate(path: str, tmp: str, data: bytes) -> None:
+    def no_truncate(path: str, tmp: str, data: list[bytes]) -> None:
         fd = os.open(tmp, os.O_WRONLY)
         try:
-            os.write(fd, data)
+            os.write(fd, b"".join(data))
         finally:
             os.close(fd)
         os.replace(tmp, path)

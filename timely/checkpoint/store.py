@@ -145,12 +145,14 @@ class CheckpointStore:
     def _path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
 
-    def write(self, relpath: str, data: bytes, in_place: bool = False) -> None:
+    def write(self, relpath: str, data: Data, in_place: bool = False) -> None:
         """Write a whole file under a temporary name, then rename it into place (or, with
         ``in_place``, under its own name: for parts, which the manifest's size and
-        SHA-256 check). A write that fails (a full disk, a file size limit, no permission)
+        SHA-256 check). ``data``: bytes, or pieces that join into them (written by one
+        ``writev``). A write that fails (a full disk, a file size limit, no permission)
         leaves no file behind and raises :class:`CheckpointError` naming the file: the
         checkpoint is not committed, and the ones committed before stay usable."""
+        data = _as_pieces(data)
         path = self._path(relpath)
         tmp = path if in_place else f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         try:
@@ -165,7 +167,8 @@ class CheckpointStore:
             else:
                 self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 with self.fs.open_output_stream(tmp) as out:
-                    out.write(data)
+                    for piece in data:
+                        out.write(piece)
                 if tmp != path:
                     self.fs.move(tmp, path)
         except OSError as e:
@@ -175,7 +178,7 @@ class CheckpointStore:
                 else:
                     self.fs.delete_file(tmp)
             raise CheckpointError(
-                f"cannot write checkpoint file {path} ({len(data):,} bytes): {e}; the "
+                f"cannot write checkpoint file {path} ({_size(data):,} bytes): {e}; the "
                 "checkpoints committed before it are kept (free space, or give another "
                 "checkpoint= directory, and resume)"
             ) from e
@@ -284,20 +287,25 @@ class CheckpointStore:
         epoch: int,
         worker: int,
         workers: int,
-        data: bytes,
+        data: Data,
         base: int | None = None,
         moved: bool = False,
     ) -> dict[str, Any]:
-        """Write one worker's part; return what the manifest records of it (``base``: the
-        epoch of the worker's earlier part that this one's deltas are on; ``moved``: its
-        sources' partitions are not those a restore on as many workers gives it)."""
+        """Write one worker's part (bytes, or pieces that join into them); return what the
+        manifest records of it (``base``: the epoch of the worker's earlier part that this
+        one's deltas are on; ``moved``: its sources' partitions are not those a restore on
+        as many workers gives it)."""
         name = f"{epoch_dir(epoch)}/{part_name(worker, workers)}"
-        self.write(name, data, in_place=True)
+        pieces = _as_pieces(data)
+        self.write(name, pieces, in_place=True)
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
         info = {
             "worker": worker,
             "path": name,
-            "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": _size(pieces),
+            "sha256": digest.hexdigest(),
             "base": base,
         }
         if moved:
@@ -549,7 +557,7 @@ _OVER = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
 
 
 def _write_local(
-    path: str, tmp: str, data: bytes, make_dir: Callable[[str], None] = os.makedirs
+    path: str, tmp: str, data: list[Any], make_dir: Callable[[str], None] = os.makedirs
 ) -> None:
     """:meth:`CheckpointStore.write` on a local directory: ``data`` into ``tmp`` (its
     directory made on first use, by ``make_dir``), then renamed to ``path`` (unless
@@ -563,26 +571,56 @@ def _write_local(
     _fill(fd, data, tmp, path, cut=False)
 
 
-def _write_over(path: str, tmp: str, data: bytes) -> None:
+def _write_over(path: str, tmp: str, data: list[Any]) -> None:
     """:meth:`CheckpointStore.write` over a recycled file moved to ``tmp``: ``data`` from
     its start, the file cut to its length, then renamed to ``path`` (unless in place)."""
     _fill(os.open(tmp, _OVER), data, tmp, path, cut=True)
 
 
-def _fill(fd: int, data: bytes, tmp: str, path: str, cut: bool) -> None:
-    """Write ``data`` to the open file ``fd`` (``tmp``) from its start, cut it to that
-    length if ``cut`` (a file written over), close it and rename it to ``path`` (if
-    ``tmp`` is another name)."""
+def _fill(fd: int, data: list[Any], tmp: str, path: str, cut: bool) -> None:
+    """Write the pieces ``data`` to the open file ``fd`` (``tmp``) from its start, cut it
+    to that length if ``cut`` (a file written over), close it and rename it to ``path``
+    (if ``tmp`` is another name)."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         if cut:
-            os.ftruncate(fd, len(data))
+            os.ftruncate(fd, _size(data))
     finally:
         os.close(fd)
     if tmp != path:
         os.replace(tmp, path)
+
+
+Data = bytes | list[Any]
+"""A file's contents: bytes, or pieces (``bytes``, ``pyarrow.Buffer``, anything with the
+buffer protocol and bytes for items) that join into them."""
+
+
+def _as_pieces(data: Data) -> list[Any]:
+    return [data] if isinstance(data, bytes | bytearray | memoryview) else data
+
+
+def _size(pieces: list[Any]) -> int:
+    return sum(map(len, pieces))
+
+
+_IOV_MAX = 1024
+"""The most pieces one ``writev`` takes (POSIX's least ``IOV_MAX``)."""
+
+
+def _write_all(fd: int, pieces: list[Any]) -> None:
+    """Write every piece to ``fd`` in order: one ``writev`` for them all (more when the
+    kernel takes less than all of it, or there are more than :data:`_IOV_MAX`)."""
+    views = [memoryview(p).cast("B") for p in pieces if len(p)]
+    while views:
+        n = os.writev(fd, views[:_IOV_MAX])
+        done = 0
+        while done < len(views) and n >= len(views[done]):
+            n -= len(views[done])
+            done += 1
+        del views[:done]
+        if n:
+            views[0] = views[0][n:]
 
 
 def decode_part(data: bytes) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from timely.eventlog import EventLog, clock
 from timely.state.columnar import is_columnar
 
 _encode = serialization.encode
+Embedded = serialization.Embedded
+encode_pieces = serialization.encode_pieces
 
 LARGE = 1 << 20
 """Parts of at least this many bytes (as far as the loop knows them: :func:`part_bytes`)
@@ -52,6 +54,18 @@ def encode_part(part: dict[str, Any]) -> bytes:
     return _encode(part)
 
 
+def part_pieces(part: dict[str, Any]) -> list[Any]:
+    """:func:`encode_part`'s bytes as pieces that join into them
+    (:func:`~timely.comm.serialization.encode_pieces`), written and hashed as they are:
+    an Arrow table's columns and an encoded snapshot are not copied on their way to the
+    file."""
+    vertices = {
+        v: s if type(s) is bytes else Embedded(encode_pieces(s, join=False))
+        for v, s in part["vertices"].items()
+    }
+    return encode_pieces({**part, "vertices": vertices})
+
+
 def write_encoded(
     store: CheckpointStore,
     epoch: int,
@@ -64,7 +78,7 @@ def write_encoded(
     own count), logging the write: what the manifest records of it, and when the
     encoding began and the write ended (``clock`` ns). Every host writes parts so."""
     t0 = clock()
-    data = encode_part(part)
+    data = part_pieces(part)
     info = store.write_part(
         epoch,
         worker,
