@@ -6,7 +6,7 @@ The property: whatever file an earlier run left under a part's name (longer, sho
 or none), a committed checkpoint reads back as exactly the bytes written; a part torn
 after its commit (a crash mid-write of a later run) makes the store fall back to the
 checkpoint before; a part's folder is made before the part is moved into it. Mutants: a
-part opened without ``O_TRUNC`` keeps a longer stale file's tail; a store that takes a
+part written over a file without cutting it keeps a longer stale file's tail; a store that takes a
 part's folder for made moves a recycled file into a missing folder first; a collection
 that recycles the files of a checkpoint never committed hands out a part a late writer
 still writes. All are caught.
@@ -66,7 +66,19 @@ def test_a_part_torn_in_place_falls_back(tmp_path: Path) -> None:
 def test_a_part_not_cut_to_length_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "_IN_PLACE", os.O_WRONLY | os.O_CREAT)
+    """The mutant: a part written over the file left under its name, not cut to its
+    length (as a retired checkpoint's folder leaves its parts' files)."""
+
+    def not_cut(path: str, data: list[bytes]) -> bool:
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except FileNotFoundError:
+            return False
+        os.write(fd, b"".join(data))
+        os.close(fd)
+        return True
+
+    monkeypatch.setattr(store_module, "_write_existing", not_cut)
     with pytest.raises((AssertionError, store_module.CheckpointError)):
         write_over_stale(tmp_path, 3000, 100)
 

@@ -515,18 +515,21 @@ def fingerprint_of(root: Path) -> tuple[str, str]:
     return manifest["fingerprint"], manifest["dataflow"]
 
 
-def test_old_checkpoints_are_collected_in_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("incremental", [0, 2])
+def test_old_checkpoints_are_collected_in_batches(tmp_path: Path, incremental: int) -> None:
     """Old checkpoints are deleted once every ``COLLECT_EVERY`` commits (issue 30: a
     collection per commit listed the store each time), so the store holds at most that
     many more than ``keep_checkpoints`` during the run, and exactly those kept once the
     coordinator settles (at the end of a run, and before a restore reads the store).
+    Without incremental checkpoints, each commit retires the checkpoint it leaves unkept
+    at once (no listing: ``CheckpointStore.retire``), so the store holds those kept.
     (Mutant: collecting never, or only at the end, lets the store grow with the run.)"""
     from timely.checkpoint.config import CheckpointConfig
     from timely.checkpoint.coordinator import COLLECT_EVERY, CheckpointCoordinator
     from timely.comm import serialization
 
     coordinator = CheckpointCoordinator(
-        CheckpointConfig(uri=str(tmp_path), keep=2), "flow", "fp", 1, []
+        CheckpointConfig(uri=str(tmp_path), keep=2, incremental=incremental), "flow", "fp", 1, []
     )
     store = coordinator.store
     most = 0
@@ -536,7 +539,10 @@ def test_old_checkpoints_are_collected_in_batches(tmp_path: Path) -> None:
         if coordinator._collector is not None:
             coordinator._collector.settle()  # what was asked for so far is done
         most = max(most, len(manifests(tmp_path)))
-    assert 2 < most <= 2 + COLLECT_EVERY
+    if incremental:
+        assert 2 < most <= 2 + COLLECT_EVERY
+    else:
+        assert most == 2
     coordinator.settle()
     assert sorted(manifests(tmp_path)) == [5 * COLLECT_EVERY - 2, 5 * COLLECT_EVERY - 1]
 

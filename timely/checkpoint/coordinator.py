@@ -21,7 +21,7 @@ from typing import Any
 from timely.checkpoint.aimd import AIMD
 from timely.checkpoint.cadence import AutoCadence, Request
 from timely.checkpoint.config import CheckpointConfig
-from timely.checkpoint.store import CheckpointError, CheckpointStore, Share
+from timely.checkpoint.store import RECYCLE_BYTES, CheckpointError, CheckpointStore, Share
 from timely.comm.messages import Advance, InputCommand, Send
 from timely.routing.bins import DEFAULT_BINS
 from timely.sinks import Sink, SinkLineage, display_location
@@ -98,6 +98,10 @@ class CheckpointCoordinator:
         self._uncollected: tuple[list[int], dict[int, int]] | None = None
         """What the newest commit not yet collected keeps (see :data:`COLLECT_EVERY`)."""
         self._commits_uncollected = 0
+        self._retirable: dict[int, bool] = {}
+        """Per checkpoint committed and kept, whether it may be retired whole once no
+        longer kept (:meth:`CheckpointStore.retire`): its parts are small enough to be
+        written over (:data:`~timely.checkpoint.store.RECYCLE_BYTES`)."""
         # A fixed interval is measured as "auto"'s is (a controller pinned to it), so that
         # every run with checkpoint_every reports what checkpointing costs it.
         controller = (
@@ -273,6 +277,7 @@ class CheckpointCoordinator:
                 for entry in self._input_log
                 if not (isinstance(entry[1], Send) and entry[2] <= self._trimmed)
             ]
+        self._retire(epoch, parts, kept)
         for sink in self.sinks:
             sink.commit(epoch)
         self._uncollected = (kept, dict(self._starts))
@@ -280,6 +285,18 @@ class CheckpointCoordinator:
         if self._commits_uncollected >= COLLECT_EVERY:
             self._collect()
         return at
+
+    def _retire(self, epoch: int, parts: dict[int, dict[str, Any]], kept: list[int]) -> None:
+        """The checkpoint that this commit at ``epoch`` leaves unkept goes to be written
+        over at once (:meth:`CheckpointStore.retire`), unless its files are large or may
+        be links of an incremental chain (the collection decides those)."""
+        retirable = self._retirable
+        retirable[epoch] = not self.config.incremental and all(
+            p["size"] <= RECYCLE_BYTES for p in parts.values()
+        )
+        for old in [e for e in retirable if e < kept[0]]:
+            if retirable.pop(old):
+                self.store.retire(old)
 
     def _collect(self) -> None:
         """Have the old checkpoints the commits so far left deleted (on the collector's
