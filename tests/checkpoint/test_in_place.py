@@ -164,3 +164,53 @@ def test_an_uncommitted_part_recycled_is_caught(
 
     monkeypatch.setattr(CheckpointStore, "_delete_dir", greedy)
     assert recycled_while_written(tmp_path)
+
+
+# -- the checksum: CRC-32, and SHA-256 in older manifests ------------------------------------
+
+
+def flipped_part_is_refused(root: Path) -> bool:
+    """A committed part with one byte changed (its size the same) is refused, and the
+    store falls back to the checkpoint before."""
+    store = CheckpointStore(str(root))
+    for epoch in (1, 2):
+        info = store.write_part(epoch, 0, 1, bytes(range(256)) * 8)
+        store.commit(epoch, 1, "fp", "flow", [info])
+    part = root / epoch_dir(2) / part_name(0, 1)
+    data = bytearray(part.read_bytes())
+    data[1000] ^= 0x10
+    part.write_bytes(bytes(data))
+    found = store.newest("fp", "flow")
+    return found is not None and found[0] == 1
+
+
+def test_a_part_with_a_byte_changed_is_refused(tmp_path: Path) -> None:
+    assert flipped_part_is_refused(tmp_path)
+
+
+def test_a_store_that_checks_no_checksum_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "_checksum_matches", lambda data, entry: True)
+    assert not flipped_part_is_refused(tmp_path)
+
+
+def test_a_manifest_with_sha256_still_reads(tmp_path: Path) -> None:
+    """Manifests written before issue 30 name each part's SHA-256: such a checkpoint
+    still restores, and a part that does not match it is still refused."""
+    import hashlib
+    import json
+
+    store = CheckpointStore(str(tmp_path))
+    data = b"part" * 100
+    info = store.write_part(4, 0, 1, data)
+    del info["crc32"]
+    info["sha256"] = hashlib.sha256(data).hexdigest()
+    store.commit(4, 1, "fp", "flow", [info])
+    assert store.load(4)[1] == [data]
+    manifest = tmp_path / epoch_dir(4) / "MANIFEST.json"
+    old = json.loads(manifest.read_text())
+    old["parts"][0]["sha256"] = hashlib.sha256(b"other").hexdigest()
+    manifest.write_text(json.dumps(old))
+    with pytest.raises(store_module.CheckpointError, match="checksum"):
+        store.load(4)

@@ -363,7 +363,7 @@ class CheckpointCoordinator:
 
 def _link(epoch: int, info: dict[str, Any]) -> dict[str, Any]:
     """A part as a link of an incremental chain: where it is and how to verify it."""
-    return {"epoch": epoch, "path": info["path"], "size": info["size"], "sha256": info["sha256"]}
+    return {"epoch": epoch, "path": info["path"], "size": info["size"], "crc32": info["crc32"]}
 
 
 class _Collector:

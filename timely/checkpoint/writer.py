@@ -1,7 +1,7 @@
 """Checkpoint parts encoded, written and hashed: at once, or on a thread of their own.
 
 Inline, the step loop is every worker's and the driver's thread, and a part's encoding,
-file and SHA-256 are on it. A thread helps only where the work releases the GIL for
+file and checksum are on it. A thread helps only where the work releases the GIL for
 long: Arrow's IPC encoding, the write and the hash of a large part (a whole part of a
 table of 1M keys: ~16 MB, ~50 ms of hashing alone). A small part's write is a handful of
 short system calls, each of which hands the GIL over and back: measured on a loaded
