@@ -312,3 +312,40 @@ def test_a_writer_replacing_an_empty_folder_is_caught(
     monkeypatch.setattr(store_module, "rename_noreplace", os.rename)
     with pytest.raises(AssertionError, match="replaced the folder"):
         test_a_folder_another_writer_made_is_never_replaced(tmp_path)
+
+
+def collections_asked(root: Path, monkeypatch: pytest.MonkeyPatch, retire: bool) -> int:
+    """Collections a coordinator asks for over 8 * COLLECT_EVERY commits of small whole
+    checkpoints (``retire=False``: a store that cannot retire them)."""
+    from timely.checkpoint import coordinator as coordinator_module
+    from timely.checkpoint.config import CheckpointConfig
+
+    asked = 0
+
+    def count(self: Any, kept: list[int], starts: dict[int, int]) -> None:
+        nonlocal asked
+        asked += 1
+
+    monkeypatch.setattr(coordinator_module._Collector, "collect", count)
+    if not retire:
+        monkeypatch.setattr(CheckpointStore, "retire", lambda self, epoch: False)
+    coordinator = coordinator_module.CheckpointCoordinator(
+        CheckpointConfig(uri=str(root), keep=2), "flow", "fp", 1, []
+    )
+    store = coordinator.store
+    for epoch in range(8 * coordinator_module.COLLECT_EVERY):
+        coordinator.part_written(epoch, store.write_part(epoch, 0, 1, b"p" * 100))
+    monkeypatch.undo()
+    return asked
+
+
+def test_a_run_that_retires_is_swept_rarely(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits that retire every checkpoint they leave unkept need the collection only for
+    what an earlier run or a superseded part left: once early, then every
+    ``SWEEP_EVERY`` times ``COLLECT_EVERY`` commits; a run whose checkpoints are left to
+    the collection has one every ``COLLECT_EVERY`` (a coordinator that swept rarely
+    whatever it retired, or collected as often either way, is caught)."""
+    assert collections_asked(tmp_path / "a", monkeypatch, retire=True) == 1
+    assert collections_asked(tmp_path / "b", monkeypatch, retire=False) == 8

@@ -41,6 +41,13 @@ this many more checkpoints than ``keep_checkpoints`` stay on disk meanwhile; non
 is needed, and a restore takes the newest usable one whatever is there."""
 
 
+SWEEP_EVERY = 8
+"""While commits retire every checkpoint they leave unkept (``CheckpointStore.retire``),
+the collection (a listing of the store and a look for every manifest, on a thread that
+takes the GIL from the loop) runs this many times less often: it finds only what a
+superseded or failed attempt left."""
+
+
 class CheckpointCoordinator:
     """Commits, requests, the input log and restores for one run of dataflow ``name``."""
 
@@ -98,6 +105,10 @@ class CheckpointCoordinator:
         self._uncollected: tuple[list[int], dict[int, int]] | None = None
         """What the newest commit not yet collected keeps (see :data:`COLLECT_EVERY`)."""
         self._commits_uncollected = 0
+        self._unretired = True
+        """A checkpoint was left to the collection since the last one (or none has run:
+        the store may hold an earlier run's). Else the commits retired every one they
+        left unkept, and the collection waits :data:`SWEEP_EVERY` times longer."""
         self._retirable: dict[int, bool] = {}
         """Per checkpoint committed and kept, whether it may be retired whole once no
         longer kept (:meth:`CheckpointStore.retire`): its parts are small enough to be
@@ -282,7 +293,11 @@ class CheckpointCoordinator:
             sink.commit(epoch)
         self._uncollected = (kept, dict(self._starts))
         self._commits_uncollected += 1
-        if self._commits_uncollected >= COLLECT_EVERY:
+        if self._commits_uncollected >= (
+            COLLECT_EVERY
+            if self._unretired or self.config.incremental
+            else COLLECT_EVERY * SWEEP_EVERY
+        ):
             self._collect()
         return at
 
@@ -295,14 +310,15 @@ class CheckpointCoordinator:
             p["size"] <= RECYCLE_BYTES for p in parts.values()
         )
         for old in [e for e in retirable if e < kept[0]]:
-            if retirable.pop(old):
-                self.store.retire(old)
+            if not (retirable.pop(old) and self.store.retire(old)):
+                self._unretired = True
 
     def _collect(self) -> None:
         """Have the old checkpoints the commits so far left deleted (on the collector's
         thread)."""
         wanted, self._uncollected = self._uncollected, None
         self._commits_uncollected = 0
+        self._unretired = False
         if wanted is None:
             return
         if self._collector is None:
