@@ -12,6 +12,7 @@ later epoch changes a vertex's state before its snapshot for the checkpoint in b
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from progress import Location, source, target
@@ -34,6 +35,8 @@ bytes}}``, each vertex's snapshot encoded on its own (see :meth:`Snapshots.take`
 are on (None: every snapshot whole)."""
 
 _encode = serialization.encode
+_first = itemgetter(0)
+_node = attrgetter("node")
 _is_flat = serialization._is_flat
 __all__ = ["PART_FORMAT", "Part", "Snapshots", "arrow_bytes", "encode_part", "frozen"]
 
@@ -187,7 +190,7 @@ class Snapshots:
     def frontiers_moved(self, changes: Iterable[tuple[Location, Any, int]]) -> None:
         """The frontiers at these locations moved (``Tracker.propagate_all``'s changes):
         the next :meth:`scan` looks at their vertices."""
-        self.dirty.update(loc.node for loc, _, _ in changes)
+        self.dirty.update(map(_node, map(_first, changes)))
 
     def hold_back(self, v: int, epoch: int) -> bool:
         """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
@@ -218,7 +221,8 @@ class Snapshots:
         frontiers (most often the earliest), its notification requests, its capabilities
         and its inbox."""
         frontier = self.w.tracker.frontier
-        for loc in self._targets.get(v) or self._inputs(v):
+        targets = self._targets.get(v)
+        for loc in self._inputs(v) if targets is None else targets:
             for t in frontier(loc):
                 yield t[0]
         ctx = self.w.contexts[v]
@@ -250,7 +254,8 @@ class Snapshots:
         stopping at the first witness (it is asked of every vertex at every step, so it
         is :meth:`_open_epochs` written out, without a generator)."""
         frontier = self.w.tracker.frontier
-        for loc in self._targets.get(v) or self._inputs(v):
+        targets = self._targets.get(v)
+        for loc in self._inputs(v) if targets is None else targets:
             for t in frontier(loc):
                 if t[0] <= epoch:
                     return True
@@ -306,8 +311,19 @@ class Snapshots:
         cached = self._boundaries.get(v)
         if cached is not None and cached[0] == after:
             return cached[1]
-        due = self.due(after, None)
-        boundary = due[0] if due else None
+        segments = self._segments
+        if len(segments) == 1 and self._until is None:  # _grid's first epoch, written out
+            first, every = segments[0]
+            boundary = (
+                first
+                if after < first
+                else None
+                if every is None
+                else first + ((after - first) // every + 1) * every
+            )
+        else:
+            due = self.due(after, None)
+            boundary = due[0] if due else None
         self._boundaries[v] = (after, boundary)
         return boundary
 
