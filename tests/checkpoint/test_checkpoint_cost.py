@@ -216,8 +216,8 @@ ENCODE, WRITE, COMMIT = 9, 13, 17
 """Units of encoding a part and writing it (inline: on the loop, or for a large part on
 the writer thread) and of the driver's commit (the manifest and garbage collection)."""
 EPOCHS, SIZE = 48, 20
-_ENCODE_PIECES, _WRITE_PART, _COMMIT = (
-    serialization.encode_pieces,
+_PART_PIECES, _WRITE_PART, _COMMIT = (
+    timely.checkpoint.writer.part_pieces,
     CheckpointStore.write_part,
     CheckpointStore.commit,
 )
@@ -256,13 +256,13 @@ def costly_run(
     # The writer's CPU time: the fake time of its work (its jobs run one at a time).
     monkeypatch.setattr(timely.checkpoint.writer, "thread_time_ns", clock)
 
-    def encode(obj: Any) -> list[Any]:
+    def encode(part: dict[str, Any]) -> list[Any]:
         work(ENCODE)
-        return _ENCODE_PIECES(obj)
+        return _PART_PIECES(part)
 
-    # The writer encodes the part with it (and no snapshot: inline, a row snapshot is
+    # The writer encodes the part with it (its snapshots: inline, a row snapshot is
     # encoded on the loop, before it).
-    monkeypatch.setattr(timely.checkpoint.writer, "encode_pieces", encode)
+    monkeypatch.setattr(timely.checkpoint.writer, "part_pieces", encode)
 
     def costly_write(self: CheckpointStore, *a: Any, **k: Any) -> dict[str, Any]:
         work(WRITE)

@@ -58,10 +58,14 @@ def part_pieces(part: dict[str, Any]) -> list[Any]:
     """:func:`encode_part`'s bytes as pieces that join into them
     (:func:`~timely.comm.serialization.encode_pieces`), written and hashed as they are:
     an Arrow table's columns and an encoded snapshot are not copied on their way to the
-    file."""
+    file. A part whose snapshots are all encoded already (rows, inline) is packed whole:
+    one copy of its bytes costs less than looking through it for pieces."""
+    snaps = part["vertices"]
+    if all(type(s) is bytes for s in snaps.values()):
+        return [_encode(part)]
     vertices = {
         v: s if type(s) is bytes else Embedded(encode_pieces(s, join=False))
-        for v, s in part["vertices"].items()
+        for v, s in snaps.items()
     }
     return encode_pieces({**part, "vertices": vertices})
 
