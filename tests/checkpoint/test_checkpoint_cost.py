@@ -217,8 +217,8 @@ ENCODE, WRITE, COMMIT = 9, 13, 17
 """Units of encoding a part and writing it (inline: on the loop, or for a large part on
 the writer thread) and of the driver's commit (the manifest and garbage collection)."""
 EPOCHS, SIZE = 48, 20
-_ENCODE, _WRITE_PART, _COMMIT = (
-    serialization.encode,
+_PART_PIECES, _WRITE_PART, _COMMIT = (
+    timely.checkpoint.writer.part_pieces,
     CheckpointStore.write_part,
     CheckpointStore.commit,
 )
@@ -257,13 +257,13 @@ def costly_run(
     # The writer's CPU time: the fake time of its work (its jobs run one at a time).
     monkeypatch.setattr(timely.checkpoint.writer, "thread_time_ns", clock)
 
-    def encode(obj: Any) -> bytes:
+    def encode(part: dict[str, Any]) -> list[Any]:
         work(ENCODE)
-        return _ENCODE(obj)
+        return _PART_PIECES(part)
 
-    # The writer encodes the part with it (and no snapshot: inline, a row snapshot is
+    # The writer encodes the part with it (its snapshots: inline, a row snapshot is
     # encoded on the loop, before it).
-    monkeypatch.setattr(timely.checkpoint.writer, "_encode", encode)
+    monkeypatch.setattr(timely.checkpoint.writer, "part_pieces", encode)
 
     def costly_write(self: CheckpointStore, *a: Any, **k: Any) -> dict[str, Any]:
         work(WRITE)
@@ -327,7 +327,7 @@ def test_a_measurement_that_misses_the_parts_encoding_is_caught(
     def write_now(
         self: Any, epoch: int, worker: int, part: dict[str, Any], work: int, log: Any
     ) -> Any:
-        data = writer.encode_part(part)
+        data = writer.part_pieces(part)
         cpu = writer.thread_time_ns()
         info = self.store.write_part(epoch, worker, part["workers"], data, part.get("base"))
         info["work"] = (work + writer.thread_time_ns() - cpu) / 1e9
@@ -348,7 +348,7 @@ def test_a_measurement_that_misses_the_threads_encoding_is_caught(
     def write(
         self: Any, epoch: int, worker: int, part: dict[str, Any], work: int, at: int, log: Any
     ) -> Any:
-        data = writer.encode_part(part)
+        data = writer.part_pieces(part)
         cpu = writer.thread_time_ns()
         info = self._thread_store.write_part(epoch, worker, part["workers"], data, part.get("base"))
         info["work"] = (work + writer.thread_time_ns() - cpu) / 1e9

@@ -6,7 +6,7 @@ The property: whatever file an earlier run left under a part's name (longer, sho
 or none), a committed checkpoint reads back as exactly the bytes written; a part torn
 after its commit (a crash mid-write of a later run) makes the store fall back to the
 checkpoint before; a part's folder is made before the part is moved into it. Mutants: a
-part opened without ``O_TRUNC`` keeps a longer stale file's tail; a store that takes a
+part written over a file without cutting it keeps a longer stale file's tail; a store that takes a
 part's folder for made moves a recycled file into a missing folder first; a collection
 that recycles the files of a checkpoint never committed hands out a part a late writer
 still writes. All are caught.
@@ -66,7 +66,19 @@ def test_a_part_torn_in_place_falls_back(tmp_path: Path) -> None:
 def test_a_part_not_cut_to_length_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "_IN_PLACE", os.O_WRONLY | os.O_CREAT)
+    """The mutant: a part written over the file left under its name, not cut to its
+    length (as a retired checkpoint's folder leaves its parts' files)."""
+
+    def not_cut(path: str, data: list[bytes]) -> bool:
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except FileNotFoundError:
+            return False
+        os.write(fd, b"".join(data))
+        os.close(fd)
+        return True
+
+    monkeypatch.setattr(store_module, "_write_existing", not_cut)
     with pytest.raises((AssertionError, store_module.CheckpointError)):
         write_over_stale(tmp_path, 3000, 100)
 
@@ -152,3 +164,53 @@ def test_an_uncommitted_part_recycled_is_caught(
 
     monkeypatch.setattr(CheckpointStore, "_delete_dir", greedy)
     assert recycled_while_written(tmp_path)
+
+
+# -- the checksum: CRC-32, and SHA-256 in older manifests ------------------------------------
+
+
+def flipped_part_is_refused(root: Path) -> bool:
+    """A committed part with one byte changed (its size the same) is refused, and the
+    store falls back to the checkpoint before."""
+    store = CheckpointStore(str(root))
+    for epoch in (1, 2):
+        info = store.write_part(epoch, 0, 1, bytes(range(256)) * 8)
+        store.commit(epoch, 1, "fp", "flow", [info])
+    part = root / epoch_dir(2) / part_name(0, 1)
+    data = bytearray(part.read_bytes())
+    data[1000] ^= 0x10
+    part.write_bytes(bytes(data))
+    found = store.newest("fp", "flow")
+    return found is not None and found[0] == 1
+
+
+def test_a_part_with_a_byte_changed_is_refused(tmp_path: Path) -> None:
+    assert flipped_part_is_refused(tmp_path)
+
+
+def test_a_store_that_checks_no_checksum_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "_checksum_matches", lambda data, entry: True)
+    assert not flipped_part_is_refused(tmp_path)
+
+
+def test_a_manifest_with_sha256_still_reads(tmp_path: Path) -> None:
+    """Manifests written before issue 30 name each part's SHA-256: such a checkpoint
+    still restores, and a part that does not match it is still refused."""
+    import hashlib
+    import json
+
+    store = CheckpointStore(str(tmp_path))
+    data = b"part" * 100
+    info = store.write_part(4, 0, 1, data)
+    del info["crc32"]
+    info["sha256"] = hashlib.sha256(data).hexdigest()
+    store.commit(4, 1, "fp", "flow", [info])
+    assert store.load(4)[1] == [data]
+    manifest = tmp_path / epoch_dir(4) / "MANIFEST.json"
+    old = json.loads(manifest.read_text())
+    old["parts"][0]["sha256"] = hashlib.sha256(b"other").hexdigest()
+    manifest.write_text(json.dumps(old))
+    with pytest.raises(store_module.CheckpointError, match="checksum"):
+        store.load(4)

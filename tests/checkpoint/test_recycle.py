@@ -4,16 +4,19 @@
 The property: whatever the sizes written and however often old checkpoints are
 collected, every committed checkpoint still kept reads back as exactly the bytes its
 parts were written with, and a recycled file or folder is never one a kept checkpoint
-uses. The store runs against a dict of what each kept checkpoint holds. Four broken
-variants must be caught: a recycled file not cut to its new length, a kept checkpoint's
-part handed out for reuse, a recycled folder renamed over one in use, and one renamed
-over a folder another writer has just made (still empty).
+uses; checkpoints retired whole when no longer kept (``retire``) too, and a run that
+retires them makes no new file once it has what it keeps. The store runs against a dict
+of what each kept checkpoint holds. Six broken variants must be caught: a recycled file
+not cut to its new length, a kept checkpoint's part handed out for reuse, a recycled
+folder renamed over one in use, one renamed over a folder another writer has just made
+(still empty), a folder retired with its manifest in it, and a run that retires none.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -33,8 +36,12 @@ plans = st.lists(
 )
 
 
-def check_store(root: Path, plan: list[tuple[list[int], bool]], keep: int = 2) -> int:
-    """Run ``plan`` against a store at ``root``; return how many writes reused a file."""
+def check_store(
+    root: Path, plan: list[tuple[list[int], bool]], keep: int = 2, retire: bool = False
+) -> int:
+    """Run ``plan`` against a store at ``root``; return how many writes reused a file.
+    ``retire``: the checkpoint each commit leaves unkept is retired at once
+    (:meth:`CheckpointStore.retire`, as the coordinator does), besides collections."""
     store = CheckpointStore(str(root))
     reused = 0
     reuse = store._reuse
@@ -51,9 +58,13 @@ def check_store(root: Path, plan: list[tuple[list[int], bool]], keep: int = 2) -
     for epoch, (sizes, collect) in enumerate(plan):
         datas = [bytes([(epoch * 7 + w) % 251]) * size for w, size in enumerate(sizes)]
         infos = [store.write_part(epoch, w, len(datas), d) for w, d in enumerate(datas)]
+        # Written, not committed yet (a crash now): no manifest in its folder.
+        assert not (root / epoch_dir(epoch) / "MANIFEST.json").exists()
         store.commit(epoch, len(datas), "fp", "flow", infos)
         written[epoch] = datas
         committed.append(epoch)
+        if retire and len(committed) > keep:
+            store.retire(committed.pop(0))
         if collect:
             store.collect_garbage(keep, upto=epoch)
             committed = committed[-keep:]
@@ -62,6 +73,9 @@ def check_store(root: Path, plan: list[tuple[list[int], bool]], keep: int = 2) -
             assert parts == written[kept], f"checkpoint {kept} does not read back"
             assert manifest["epoch"] == kept
         assert store.epochs()[-len(committed) :] == committed
+        for other in set(store.epochs()) - set(committed):  # no manifest but its own
+            path = root / epoch_dir(other) / "MANIFEST.json"
+            assert not path.exists() or store.load(other)[0]["epoch"] == other
     return reused
 
 
@@ -74,6 +88,76 @@ def test_kept_checkpoints_read_back_whatever_was_recycled(
     tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[list[int], bool]]
 ) -> None:
     check_store(tmp_path_factory.mktemp("store"), plan)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=plans, keep=st.integers(1, 3))
+def test_kept_checkpoints_read_back_whatever_was_retired(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[list[int], bool]], keep: int
+) -> None:
+    """The same with each checkpoint no longer kept retired whole at once: its folder and
+    files written over by the next checkpoints, before or after collections."""
+    check_store(tmp_path_factory.mktemp("store"), plan, keep, retire=True)
+
+
+def test_a_folder_retired_with_its_manifest_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a checkpoint retired with its manifest still in its folder (the next
+    checkpoint's folder then holds a manifest that is not its own)."""
+
+    def with_manifest(self: CheckpointStore, epoch: int) -> bool:
+        moved = f"{store_module._DIR}{epoch}"
+        os.makedirs(self._path(RECYCLE), exist_ok=True)
+        os.rename(self._path(epoch_dir(epoch)), self._path(RECYCLE, moved))
+        self._recycled.append(moved)
+        return True
+
+    monkeypatch.setattr(CheckpointStore, "retire", with_manifest)
+    with pytest.raises((AssertionError, store_module.CheckpointError)):
+        check_store(tmp_path, [([100], False)] * 6, retire=True)
+
+
+def created(root: Path, epochs: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Files and folders a run with a checkpoint every epoch made in its store."""
+    made = 0
+    real_mkdir, real_local = os.mkdir, store_module._write_local
+
+    def mkdir(path: str, *args: Any) -> None:
+        nonlocal made
+        real_mkdir(path, *args)
+        made += 1
+
+    def write_local(*args: Any) -> None:
+        nonlocal made
+        made += 1
+        real_local(*args)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(store_module, "_write_local", write_local)
+    flow, _ = build("running", [[1, 2, 3]] * epochs)
+    flow.run(workers=2, backend="inline", checkpoint=str(root), keep_checkpoints=2)
+    monkeypatch.undo()
+    return made
+
+
+def test_a_run_makes_no_file_once_it_has_what_it_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a checkpoint every epoch, each checkpoint no longer kept is retired and
+    written over: a run of 40 epochs makes no more files and folders than one of 12."""
+    short = created(tmp_path / "short", 12, monkeypatch)
+    assert created(tmp_path / "long", 40, monkeypatch) == short
+
+
+def test_a_run_without_retiring_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: nothing retired, old checkpoints only collected (every few commits)."""
+    monkeypatch.setattr(CheckpointStore, "retire", lambda self, epoch: False)
+    short = created(tmp_path / "short", 12, monkeypatch)
+    monkeypatch.setattr(CheckpointStore, "retire", lambda self, epoch: False)
+    assert created(tmp_path / "long", 40, monkeypatch) > short
 
 
 def test_files_and_folders_are_reused(tmp_path: Path) -> None:
@@ -131,10 +215,10 @@ MUTANT_PLAN = [([3000], True), ([10], True), ([2000, 5], True), ([7], True), ([1
 def test_a_recycled_file_not_cut_to_length_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_truncate(path: str, tmp: str, data: bytes) -> None:
+    def no_truncate(path: str, tmp: str, data: list[bytes]) -> None:
         fd = os.open(tmp, os.O_WRONLY)
         try:
-            os.write(fd, data)
+            os.write(fd, b"".join(data))
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -228,3 +312,40 @@ def test_a_writer_replacing_an_empty_folder_is_caught(
     monkeypatch.setattr(store_module, "rename_noreplace", os.rename)
     with pytest.raises(AssertionError, match="replaced the folder"):
         test_a_folder_another_writer_made_is_never_replaced(tmp_path)
+
+
+def collections_asked(root: Path, monkeypatch: pytest.MonkeyPatch, retire: bool) -> int:
+    """Collections a coordinator asks for over 8 * COLLECT_EVERY commits of small whole
+    checkpoints (``retire=False``: a store that cannot retire them)."""
+    from timely.checkpoint import coordinator as coordinator_module
+    from timely.checkpoint.config import CheckpointConfig
+
+    asked = 0
+
+    def count(self: Any, kept: list[int], starts: dict[int, int]) -> None:
+        nonlocal asked
+        asked += 1
+
+    monkeypatch.setattr(coordinator_module._Collector, "collect", count)
+    if not retire:
+        monkeypatch.setattr(CheckpointStore, "retire", lambda self, epoch: False)
+    coordinator = coordinator_module.CheckpointCoordinator(
+        CheckpointConfig(uri=str(root), keep=2), "flow", "fp", 1, []
+    )
+    store = coordinator.store
+    for epoch in range(8 * coordinator_module.COLLECT_EVERY):
+        coordinator.part_written(epoch, store.write_part(epoch, 0, 1, b"p" * 100))
+    monkeypatch.undo()
+    return asked
+
+
+def test_a_run_that_retires_is_swept_rarely(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits that retire every checkpoint they leave unkept need the collection only for
+    what an earlier run or a superseded part left: once early, then every
+    ``SWEEP_EVERY`` times ``COLLECT_EVERY`` commits; a run whose checkpoints are left to
+    the collection has one every ``COLLECT_EVERY`` (a coordinator that swept rarely
+    whatever it retired, or collected as often either way, is caught)."""
+    assert collections_asked(tmp_path / "a", monkeypatch, retire=True) == 1
+    assert collections_asked(tmp_path / "b", monkeypatch, retire=False) == 8

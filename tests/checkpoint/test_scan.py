@@ -17,6 +17,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
 from timely import Dataflow
@@ -127,6 +129,7 @@ def inbox_run() -> list[list[int]]:
     snaps.scan()
     out.append([e for e, _ in snaps.take_parts()])
     host.inbox = []
+    snaps.touch(0)  # (the host says so: the batch left the inbox)
     snaps.scan()
     out.append([e for e, _ in snaps.take_parts()])
     return out
@@ -142,3 +145,20 @@ def test_a_scan_that_skips_the_inbox_is_caught(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(Host, "queued", lambda self, v: [])
     with pytest.raises(AssertionError):
         test_a_batch_waiting_in_the_inbox_holds_its_epoch_open()
+
+
+@given(
+    first=st.integers(0, 50),
+    every=st.none() | st.integers(1, 7),
+    after=st.integers(-1, 80),
+)
+def test_the_next_boundary_is_the_first_epoch_due(
+    first: int, every: int | None, after: int
+) -> None:
+    """``next_boundary`` computes a one-segment schedule's next epoch itself (it is asked
+    at every step): the same as the first of ``due``."""
+    snaps = Snapshots(Host(), every=1, start=0)  # type: ignore[arg-type]
+    snaps.segments = [(first, every)]
+    snaps.snapped[0] = after
+    due = list(snaps.due(after, None))
+    assert snaps.next_boundary(0) == (due[0] if due else None)

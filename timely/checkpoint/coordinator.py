@@ -21,7 +21,7 @@ from typing import Any
 from timely.checkpoint.aimd import AIMD
 from timely.checkpoint.cadence import AutoCadence, Request
 from timely.checkpoint.config import CheckpointConfig
-from timely.checkpoint.store import CheckpointError, CheckpointStore, Share
+from timely.checkpoint.store import RECYCLE_BYTES, CheckpointError, CheckpointStore, Share
 from timely.comm.messages import Advance, InputCommand, Send
 from timely.routing.bins import DEFAULT_BINS
 from timely.sinks import Sink, SinkLineage, display_location
@@ -39,6 +39,13 @@ be read, or the run ends): each collection lists the store and looks for every
 checkpoint's manifest, so one per commit cost more than the deletions (issue 30). Up to
 this many more checkpoints than ``keep_checkpoints`` stay on disk meanwhile; none of them
 is needed, and a restore takes the newest usable one whatever is there."""
+
+
+SWEEP_EVERY = 8
+"""While commits retire every checkpoint they leave unkept (``CheckpointStore.retire``),
+the collection (a listing of the store and a look for every manifest, on a thread that
+takes the GIL from the loop) runs this many times less often: it finds only what a
+superseded or failed attempt left."""
 
 
 class CheckpointCoordinator:
@@ -98,6 +105,14 @@ class CheckpointCoordinator:
         self._uncollected: tuple[list[int], dict[int, int]] | None = None
         """What the newest commit not yet collected keeps (see :data:`COLLECT_EVERY`)."""
         self._commits_uncollected = 0
+        self._unretired = True
+        """A checkpoint was left to the collection since the last one (or none has run:
+        the store may hold an earlier run's). Else the commits retired every one they
+        left unkept, and the collection waits :data:`SWEEP_EVERY` times longer."""
+        self._retirable: dict[int, bool] = {}
+        """Per checkpoint committed and kept, whether it may be retired whole once no
+        longer kept (:meth:`CheckpointStore.retire`): its parts are small enough to be
+        written over (:data:`~timely.checkpoint.store.RECYCLE_BYTES`)."""
         # A fixed interval is measured as "auto"'s is (a controller pinned to it), so that
         # every run with checkpoint_every reports what checkpointing costs it.
         controller = (
@@ -277,19 +292,37 @@ class CheckpointCoordinator:
                 for entry in self._input_log
                 if not (isinstance(entry[1], Send) and entry[2] <= self._trimmed)
             ]
+        self._retire(epoch, parts, kept)
         for sink in self.sinks:
             sink.commit(epoch)
         self._uncollected = (kept, dict(self._starts))
         self._commits_uncollected += 1
-        if self._commits_uncollected >= COLLECT_EVERY:
+        if self._commits_uncollected >= (
+            COLLECT_EVERY
+            if self._unretired or self.config.incremental
+            else COLLECT_EVERY * SWEEP_EVERY
+        ):
             self._collect()
         return at
+
+    def _retire(self, epoch: int, parts: dict[int, dict[str, Any]], kept: list[int]) -> None:
+        """The checkpoint that this commit at ``epoch`` leaves unkept goes to be written
+        over at once (:meth:`CheckpointStore.retire`), unless its files are large or may
+        be links of an incremental chain (the collection decides those)."""
+        retirable = self._retirable
+        retirable[epoch] = not self.config.incremental and all(
+            p["size"] <= RECYCLE_BYTES for p in parts.values()
+        )
+        for old in [e for e in retirable if e < kept[0]]:
+            if not (retirable.pop(old) and self.store.retire(old)):
+                self._unretired = True
 
     def _collect(self) -> None:
         """Have the old checkpoints the commits so far left deleted (on the collector's
         thread)."""
         wanted, self._uncollected = self._uncollected, None
         self._commits_uncollected = 0
+        self._unretired = False
         if wanted is None:
             return
         if self._collector is None:
@@ -350,7 +383,7 @@ class CheckpointCoordinator:
 
 def _link(epoch: int, info: dict[str, Any]) -> dict[str, Any]:
     """A part as a link of an incremental chain: where it is and how to verify it."""
-    return {"epoch": epoch, "path": info["path"], "size": info["size"], "sha256": info["sha256"]}
+    return {"epoch": epoch, "path": info["path"], "size": info["size"], "crc32": info["crc32"]}
 
 
 class _Collector:

@@ -1,7 +1,7 @@
 """Checkpoint parts encoded, written and hashed: at once, or on a thread of their own.
 
 Inline, the step loop is every worker's and the driver's thread, and a part's encoding,
-file and SHA-256 are on it. A thread helps only where the work releases the GIL for
+file and checksum are on it. A thread helps only where the work releases the GIL for
 long: Arrow's IPC encoding, the write and the hash of a large part (a whole part of a
 table of 1M keys: ~16 MB, ~50 ms of hashing alone). A small part's write is a handful of
 short system calls, each of which hands the GIL over and back: measured on a loaded
@@ -30,6 +30,8 @@ from timely.eventlog import EventLog, clock
 from timely.state.columnar import is_columnar
 
 _encode = serialization.encode
+Embedded = serialization.Embedded
+encode_pieces = serialization.encode_pieces
 
 LARGE = 1 << 20
 """Parts of at least this many bytes (as far as the loop knows them: :func:`part_bytes`)
@@ -52,6 +54,22 @@ def encode_part(part: dict[str, Any]) -> bytes:
     return _encode(part)
 
 
+def part_pieces(part: dict[str, Any]) -> list[Any]:
+    """:func:`encode_part`'s bytes as pieces that join into them
+    (:func:`~timely.comm.serialization.encode_pieces`), written and hashed as they are:
+    an Arrow table's columns and an encoded snapshot are not copied on their way to the
+    file. A part whose snapshots are all encoded already (rows, inline) is packed whole:
+    one copy of its bytes costs less than looking through it for pieces."""
+    snaps = part["vertices"]
+    if all(type(s) is bytes for s in snaps.values()):
+        return [_encode(part)]
+    vertices = {
+        v: s if type(s) is bytes else Embedded(encode_pieces(s, join=False))
+        for v, s in snaps.items()
+    }
+    return encode_pieces({**part, "vertices": vertices})
+
+
 def write_encoded(
     store: CheckpointStore,
     epoch: int,
@@ -64,7 +82,7 @@ def write_encoded(
     own count), logging the write: what the manifest records of it, and when the
     encoding began and the write ended (``clock`` ns). Every host writes parts so."""
     t0 = clock()
-    data = encode_part(part)
+    data = part_pieces(part)
     info = store.write_part(
         epoch,
         worker,

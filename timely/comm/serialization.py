@@ -80,6 +80,10 @@ class _Packers(threading.local):
         )
         """Packs a list of scalars alone as ``flat`` does, and raises at anything else (a
         tuple, a subclass, an int beyond 64 bits): :func:`_maybe_flat`'s first try."""
+        self.scalars_utf8 = msgpack.Packer(default=_not_scalar, strict_types=True, datetime=False)
+        """``scalars`` for strings without lone surrogates, which raise here: the same bytes,
+        twice as fast (msgpack encodes strings with an error handler through a slower
+        path; a checkpoint of 5,000 words took ~0.1 ms more, issue 30)."""
         self.plain = False
         """Set while encoding or decoding plain data (:func:`encode_plain`): no pickle."""
 
@@ -168,12 +172,17 @@ def _maybe_flat(items: list[Any]) -> Any:
         try:
             if first is str:
                 "".join(items)
+                try:
+                    return msgpack.ExtType(EXT_FLAT, p.scalars_utf8.pack(items))
+                except UnicodeEncodeError:  # a lone surrogate: packed as it is, below
+                    p.scalars_utf8.reset()
             else:
                 # numpy scalars among them may overflow, or add inf to -inf: only the type matters
                 with np.errstate(over="ignore", invalid="ignore"):
                     sum(items)
             return msgpack.ExtType(EXT_FLAT, p.scalars.pack(items))
         except Exception:  # not one kind of scalar alone: the checked path
+            p.scalars_utf8.reset()
             p.scalars.reset()
     if _is_flat(items):
         return msgpack.ExtType(EXT_FLAT, p.flat.pack(items))
@@ -564,3 +573,123 @@ def decode_message(data: bytes | bytearray | memoryview) -> WorkerMessage:
             tuple(zip(after[0][::2], after[0][1::2], strict=True)) if after else (),
         )
     return out
+
+
+# -- encoded as pieces (checkpoint parts) -------------------------------------------------------
+_WALK = 64
+"""Lists longer than this are packed whole by :func:`encode_pieces`, not looked into: a
+Python call per item would cost more than the copy it might save (an Arrow table sits
+in a short list: a table's times, a tuple's fields)."""
+_BIN8 = struct.Struct(">BB")
+_BIN16 = struct.Struct(">BH")
+_BIN32 = struct.Struct(">BI")
+_EXT8 = struct.Struct(">BBb")
+_EXT16 = struct.Struct(">BHb")
+_EXT32 = struct.Struct(">BIb")
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+
+
+class Embedded:
+    """Bytes already encoded, as pieces that join into them: :func:`encode_pieces` carries
+    them as the one msgpack ``bin`` that :func:`encode` writes for those bytes, without
+    joining them (a checkpoint part's snapshots, each encoded on its own)."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self, pieces: list[Any]) -> None:
+        self.pieces = pieces
+        self.size = sum(map(len, pieces))
+
+
+def encode_pieces(obj: Any, join: bool = True) -> list[Any]:
+    """:func:`encode`'s bytes for ``obj`` as pieces that join into them, for a file
+    written by one ``os.writev`` and hashed piece by piece: an Arrow table's IPC stream
+    in one buffer of its own, ``bytes`` of :data:`_BIG` or more and :class:`Embedded`
+    pieces as they are; the rest packed, and runs of small pieces joined
+    (:func:`_coalesce`; not with ``join=False``: pieces to embed in others). A
+    checkpoint part of 100 KB was copied four times on its way to the file (the IPC
+    buffer, ``bytes``, the snapshot's msgpack, the part's), the last three into fresh
+    memory (issue 30). ``obj`` may hold :class:`Embedded` values, which :func:`encode` cannot
+    pack. The pieces must not change until they are written, as for
+    :func:`encode_message_parts`."""
+    if type(obj) is list:
+        obj = _maybe_flat(obj)
+    out = _pieces(obj)
+    if out is None:
+        return [_pack(obj)]
+    return _coalesce(out) if join else out
+
+
+def _pieces(obj: Any) -> list[Any] | None:
+    """``obj`` packed as pieces, or None when it holds nothing worth carrying apart (the
+    caller packs it with the rest)."""
+    t = type(obj)
+    if t in _SMALL:
+        return None
+    if t is dict:
+        inner = [_pieces(v) for v in obj.values()]
+        if not any(inner):
+            return None
+        out: list[Any] = [_packers.scalar.pack_map_header(len(obj))]
+        for (key, value), p in zip(obj.items(), inner):
+            out.append(_pack(key))
+            if p is None:
+                out.append(_pack(value))
+            else:
+                out.extend(p)
+        return out
+    if t is list:
+        return _items(obj) if len(obj) <= _WALK else None
+    if t is tuple:  # as _default packs it: an ext holding its items as a list
+        items = _items([_maybe_flat(x) if type(x) is list else x for x in obj])
+        return None if items is None else [_ext_header(EXT_TUPLE, sum(map(len, items))), *items]
+    if t is Embedded:
+        return [_bin_header(obj.size), *obj.pieces]
+    if t is bytes:
+        return [_bin_header(len(obj)), obj] if len(obj) >= _BIG else None
+    if t.__module__ == "pyarrow.lib" and t.__name__ in ("RecordBatch", "Table"):
+        # One IPC buffer (one copy, in C++): cheaper than Arrow's writer handing each of
+        # its dozen pieces to Python (``_ipc_parts``), and one piece to hash and write.
+        buffer = _arrow_buffer(obj)
+        code = EXT_ARROW_BATCH if t.__name__ == "RecordBatch" else EXT_ARROW_TABLE
+        return [_ext_header(code, buffer.size), buffer]
+    return None
+
+
+_SMALL = frozenset({str, int, float, bool, type(None)})
+"""Types :func:`_pieces` packs with the rest at once."""
+
+
+def _items(items: list[Any]) -> list[Any] | None:
+    """A list's items as pieces after its msgpack array header (None: pack it whole)."""
+    inner = [_pieces(x) for x in items]
+    if not any(inner):
+        return None
+    out: list[Any] = [_packers.scalar.pack_array_header(len(items))]
+    for item, p in zip(items, inner):
+        if p is None:
+            out.append(_pack(item))
+        else:
+            out.extend(p)
+    return out
+
+
+def _bin_header(n: int) -> bytes:
+    """msgpack's header of a ``bin`` of ``n`` bytes."""
+    if n < 0x100:
+        return _BIN8.pack(0xC4, n)
+    if n < 0x10000:
+        return _BIN16.pack(0xC5, n)
+    return _BIN32.pack(0xC6, n)
+
+
+def _ext_header(code: int, n: int) -> bytes:
+    """msgpack's header of an ext of type ``code`` holding ``n`` bytes."""
+    fixed = _FIXEXT.get(n)
+    if fixed is not None:
+        return bytes((fixed, code))
+    if n < 0x100:
+        return _EXT8.pack(0xC7, n, code)
+    if n < 0x10000:
+        return _EXT16.pack(0xC8, n, code)
+    return _EXT32.pack(0xC9, n, code)

@@ -105,8 +105,10 @@ class RunView:
             self._restarts = restarts
 
     def committed(self, epochs: list[int]) -> None:
+        """The epochs committed: the coordinator's own list, kept as it is (it only grows;
+        a copy at every part cost a pass over every commit of the run)."""
         with self._lock:
-            self._committed = list(epochs)
+            self._committed = epochs
 
     def cadence(self, interval: int, fraction: float) -> None:
         """``checkpoint_every="auto"`` measured a cycle: the interval chosen after it, and

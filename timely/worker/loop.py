@@ -215,6 +215,9 @@ class Worker:
             if checkpointing
             else None
         )
+        self._touched: set[int] = set() if self.snapshots is None else self.snapshots.dirty
+        """The vertices that ran, dropped a capability or took a batch from their inbox
+        since the last scan: the ones it looks at (with those whose frontiers moved)."""
         if restore is not None:
             self._restore(*restore)
         if join is not None and self.snapshots is not None and join.segments is not None:
@@ -379,7 +382,10 @@ class Worker:
     def _propagate(self) -> None:
         if self._frontier_moved:
             self._frontier_moved = False
-            if self.tracker.propagate_all():
+            changes = self.tracker.propagate_all()
+            if changes:
+                if self.snapshots is not None:
+                    self.snapshots.frontiers_moved(changes)
                 self._notify_check = True
                 self._round_check = True
                 self.migration.dirty = True
@@ -435,6 +441,7 @@ class Worker:
             if not queue:
                 continue
             port, time, records = queue.popleft()
+            self._touched.add(v)
             loc = self._ins[v][port]
             if time[0] > self.max_epoch:
                 self.max_epoch = time[0]
@@ -554,6 +561,7 @@ class Worker:
             u0 = clock()
         ctx = self.contexts[v]
         ctx.now = None if time is None else (port, time)
+        self._touched.add(v)
         try:
             fn(*args)
         except TimelyError:
@@ -593,6 +601,8 @@ class Worker:
         """``v`` holds ``delta`` more capabilities at ``time``: count them at its outputs."""
         if delta > 0 and time[0] > self.max_epoch:
             self.max_epoch = time[0]
+        elif delta < 0:
+            self._touched.add(v)
         for loc in self._outs[v][:outputs]:
             self._updates.update((loc, time), delta)
 

@@ -11,7 +11,8 @@ later epoch changes a vertex's state before its snapshot for the checkpoint in b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from operator import attrgetter, itemgetter
 from time import thread_time_ns
 from typing import Any
 
@@ -35,6 +36,8 @@ bytes}}``, each vertex's snapshot encoded on its own (see :meth:`Snapshots.take`
 are on (None: every snapshot whole)."""
 
 _encode = serialization.encode
+_first = itemgetter(0)
+_node = attrgetter("node")
 _is_flat = serialization._is_flat
 __all__ = ["PART_FORMAT", "Part", "Snapshots", "arrow_bytes", "encode_part", "frozen"]
 
@@ -119,6 +122,14 @@ class Snapshots:
         )
         """Sources whose partitions may move between workers: one here is open while any
         worker holds a capability of it (one with none may be handed some)."""
+        self.dirty: set[int] = set(self.vertices)
+        """The vertices that may have passed their next checkpoint epoch since the last
+        :meth:`scan` (issue 30: a scan of every vertex at every step cost ~0.2 ms a
+        checkpoint). Whether ``v`` can still act at an epoch (:meth:`open_at`) changes
+        only when a frontier at its inputs moves, a capability of its goes, it runs or a
+        batch leaves its inbox, or its schedule changes; the host adds ``v`` for the
+        first three (:meth:`frontiers_moved`, :meth:`touch`), this class for the last.
+        (A vertex that is finished is taken into a part by the scan's second pass.)"""
         self.snapped = {v: start - 1 for v in self.vertices}
         """Per vertex, the last epoch it was snapshotted after."""
         self.parts: dict[int, dict[int, Any]] = {}
@@ -159,6 +170,7 @@ class Snapshots:
     def segments(self, segments: list[tuple[int, int | None]]) -> None:
         self._segments = segments
         self._boundaries.clear()
+        self.dirty.update(self.vertices)
 
     @property
     def until(self) -> int | None:
@@ -169,6 +181,17 @@ class Snapshots:
     def until(self, epoch: int | None) -> None:
         self._until = epoch
         self._boundaries.clear()
+        self.dirty.update(self.vertices)
+
+    def touch(self, v: int) -> None:
+        """``v`` ran, a capability of its went or a batch left its inbox: the next
+        :meth:`scan` looks at it."""
+        self.dirty.add(v)
+
+    def frontiers_moved(self, changes: Iterable[tuple[Location, Any, int]]) -> None:
+        """The frontiers at these locations moved (``Tracker.propagate_all``'s changes):
+        the next :meth:`scan` looks at their vertices."""
+        self.dirty.update(map(_node, map(_first, changes)))
 
     def hold_back(self, v: int, epoch: int) -> bool:
         """Whether a notification of ``v`` at ``epoch`` must wait: the vertex's snapshot for
@@ -199,7 +222,8 @@ class Snapshots:
         frontiers (most often the earliest), its notification requests, its capabilities
         and its inbox."""
         frontier = self.w.tracker.frontier
-        for loc in self._targets.get(v) or self._inputs(v):
+        targets = self._targets.get(v)
+        for loc in self._inputs(v) if targets is None else targets:
             for t in frontier(loc):
                 yield t[0]
         ctx = self.w.contexts[v]
@@ -231,7 +255,8 @@ class Snapshots:
         stopping at the first witness (it is asked of every vertex at every step, so it
         is :meth:`_open_epochs` written out, without a generator)."""
         frontier = self.w.tracker.frontier
-        for loc in self._targets.get(v) or self._inputs(v):
+        targets = self._targets.get(v)
+        for loc in self._inputs(v) if targets is None else targets:
             for t in frontier(loc):
                 if t[0] <= epoch:
                     return True
@@ -287,8 +312,19 @@ class Snapshots:
         cached = self._boundaries.get(v)
         if cached is not None and cached[0] == after:
             return cached[1]
-        due = self.due(after, None)
-        boundary = due[0] if due else None
+        segments = self._segments
+        if len(segments) == 1 and self._until is None:  # _grid's first epoch, written out
+            first, every = segments[0]
+            boundary = (
+                first
+                if after < first
+                else None
+                if every is None
+                else first + ((after - first) // every + 1) * every
+            )
+        else:
+            due = self.due(after, None)
+            boundary = due[0] if due else None
         self._boundaries[v] = (after, boundary)
         return boundary
 
@@ -446,17 +482,22 @@ class Snapshots:
             self.cost.section(t0, thread_time_ns())
 
     def _scan(self) -> None:
-        snapped, boundaries = self.snapped, self._boundaries
-        for v in self.vertices:
-            # snapshot(v)'s first test, written out: this runs for every vertex at every step.
-            cached = boundaries.get(v)
-            if (
-                cached is not None
-                and cached[0] == snapped[v]
-                and (cached[1] is None or self.open_at(v, cached[1]))
-            ):
-                continue
-            self.snapshot(v)
+        snapped, boundaries, dirty = self.snapped, self._boundaries, self.dirty
+        if self._moving:
+            dirty.update(self._moving)  # (a handover elsewhere may close one here)
+        if dirty:
+            todo = sorted(dirty)
+            dirty.clear()
+            for v in todo:
+                # snapshot(v)'s first test, written out: this runs at every step.
+                cached = boundaries.get(v)
+                if (
+                    cached is not None
+                    and cached[0] == snapped[v]
+                    and (cached[1] is None or self.open_at(v, cached[1]))
+                ):
+                    continue
+                self.snapshot(v)
         if not self.parts:
             return
         for epoch in sorted(self.parts):
