@@ -207,10 +207,17 @@ def test_a_manifest_with_sha256_still_reads(tmp_path: Path) -> None:
     del info["crc32"]
     info["sha256"] = hashlib.sha256(data).hexdigest()
     store.commit(4, 1, "fp", "flow", [info])
-    assert store.load(4)[1] == [data]
     manifest = tmp_path / epoch_dir(4) / "MANIFEST.json"
     old = json.loads(manifest.read_text())
+    assert old["format"] == 2  # what a manifest checked by CRC-32 says it is
+    old["format"] = 1
+    manifest.write_text(json.dumps(old))
+    assert store.load(4)[1] == [data]
     old["parts"][0]["sha256"] = hashlib.sha256(b"other").hexdigest()
     manifest.write_text(json.dumps(old))
     with pytest.raises(store_module.CheckpointError, match="checksum"):
+        store.load(4)
+    old["format"] = 3  # a newer timely's: refused by its format, not misread
+    manifest.write_text(json.dumps(old))
+    with pytest.raises(store_module.CheckpointError, match="format 3"):
         store.load(4)

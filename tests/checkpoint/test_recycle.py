@@ -349,3 +349,59 @@ def test_a_run_that_retires_is_swept_rarely(
     whatever it retired, or collected as often either way, is caught)."""
     assert collections_asked(tmp_path / "a", monkeypatch, retire=True) == 1
     assert collections_asked(tmp_path / "b", monkeypatch, retire=False) == 8
+
+
+def made_apart(root: Path, epochs: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Files and folders made over ``epochs`` checkpoints in Ray's layout: each of two
+    workers writes its parts through a store of its own, and the driver, through a third,
+    commits each checkpoint and retires the one no longer kept (keep 2). Each checkpoint
+    is checked to read back."""
+    made = 0
+    real_mkdir, real_local = os.mkdir, store_module._write_local
+
+    def mkdir(path: str, *args: Any) -> None:
+        nonlocal made
+        real_mkdir(path, *args)
+        made += 1
+
+    def write_local(*args: Any) -> None:
+        nonlocal made
+        made += 1
+        real_local(*args)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(store_module, "_write_local", write_local)
+    driver = CheckpointStore(str(root))
+    workers = [CheckpointStore(str(root)) for _ in range(2)]
+    for epoch in range(epochs):
+        datas = [bytes([epoch % 251, w]) * 50 for w in range(2)]
+        infos = [s.write_part(epoch, w, 2, d) for w, (s, d) in enumerate(zip(workers, datas))]
+        driver.commit(epoch, 2, "fp", "flow", infos)
+        if epoch >= 2:
+            assert driver.retire(epoch - 2), f"checkpoint {epoch - 2} not retired"
+        assert driver.load(epoch)[1] == datas
+    monkeypatch.undo()
+    return made
+
+
+def test_stores_apart_reuse_what_the_driver_retired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Ray the driver retires and the workers take: the driver keeps retiring (it
+    counts what waits in the folder, not names it noted) and the workers find the folders
+    it left (they list again when the names they knew are gone), so 40 checkpoints make
+    no more files and folders than 12."""
+    short = made_apart(tmp_path / "short", 12, monkeypatch)
+    assert made_apart(tmp_path / "long", 40, monkeypatch) == short
+
+
+def test_workers_that_never_list_again_are_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a writer that only ever tries the names it listed last (the folders
+    the driver retired since are never found, and each checkpoint makes a new folder)."""
+    with pytest.raises(AssertionError):  # (folders pile up unused: retiring stops)
+        monkeypatch.setattr(CheckpointStore, "_relist", lambda self: self._recycled)
+        short = made_apart(tmp_path / "short", 12, monkeypatch)
+        monkeypatch.setattr(CheckpointStore, "_relist", lambda self: self._recycled)
+        assert made_apart(tmp_path / "long", 40, monkeypatch) == short

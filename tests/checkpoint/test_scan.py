@@ -129,7 +129,7 @@ def inbox_run() -> list[list[int]]:
     snaps.scan()
     out.append([e for e, _ in snaps.take_parts()])
     host.inbox = []
-    snaps.touch(0)  # (the host says so: the batch left the inbox)
+    snaps.dirty.add(0)  # (the host says so: the batch left the inbox)
     snaps.scan()
     out.append([e for e, _ in snaps.take_parts()])
     return out

@@ -25,11 +25,12 @@ from hypothesis import strategies as st
 
 import timely.state.columnar as columnar
 import timely.state.spill as spill
+from timely.checkpoint.writer import encode_part
 from timely.comm import serialization
 from timely.routing.bins import bins_of, default_table
 from timely.state.columnar import Arranged, ColumnState, apply_deltas, merge_snapshots, share_of
 from timely.state.disk import StateStore, StoreConfig
-from timely.worker.snapshots import encode_part, frozen
+from timely.worker.snapshots import frozen
 
 SCHEMA = pa.schema([("k", pa.string()), ("f", pa.float64()), ("v", pa.int64())])
 KEYS = ("k", "f")

@@ -213,6 +213,9 @@ class WorkerActor:
         self._writer_cpu = 0
         """The writer thread's CPU time when it last wrote a part (ns; a new writer's
         thread starts at 0)."""
+        self._part_stalled = 0
+        """The loop's stalls (:meth:`~timely.worker.loop.Worker.checkpoint_stalled`) when
+        its last checkpoint part was handed over (ns)."""
 
     async def start(
         self,
@@ -306,12 +309,18 @@ class WorkerActor:
         ``"tcp"``)."""
         task = self._track()
         try:
-            await self.comm.connect([Address(*a) for a in table])
-        except PeerLost as e:
-            raise self._lost(e) from None
+            await self._connect(table)
         finally:
             self._tasks.discard(task)
         return self.comm.kinds()
+
+    async def _connect(self, table: list[Address]) -> None:
+        """Connect to every peer and take the driver's connection, each proving this
+        run's secret; a peer lost meanwhile surfaces as the worker it was."""
+        try:
+            await self.comm.connect([Address(*a) for a in table])
+        except PeerLost as e:
+            raise self._lost(e) from None
 
     def _lost(self, error: PeerLost) -> WorkerDied:
         if error.peer == DRIVER:
@@ -403,10 +412,7 @@ class WorkerActor:
         task = self._track()
         try:
             if table is not None:
-                try:
-                    await self.comm.connect([Address(*a) for a in table])
-                except PeerLost as e:
-                    raise self._lost(e) from None
+                await self._connect(table)
             return await self._profiled()
         finally:
             self._tasks.discard(task)
@@ -518,15 +524,16 @@ class WorkerActor:
             return
         t0 = time.thread_time_ns()
         for epoch, part in parts:
-            self._write_part(epoch, part, worker.checkpoint_work())
+            self._write_part(epoch, part, worker.checkpoint_work(), worker.checkpoint_stalled())
         worker.checkpoint_section(t0, time.thread_time_ns())  # with the next part
 
-    def _write_part(self, epoch: int, part: dict[str, Any], work: int) -> None:
+    def _write_part(self, epoch: int, part: dict[str, Any], work: int, stalled: int = 0) -> None:
         """Encode and write a checkpoint part on the writer thread (off the step loop);
         report it to the driver once it is durable (after the outputs of its epoch: they
         went first), with what checkpointing cost (``work``: ns on the loop, see
         :mod:`timely.checkpoint.cost`; and the writer's CPU time, the GIL it took from the
-        loop) and when it was durable (this node's clock)."""
+        loop) and when it was durable (this node's clock); ``stalled``: the loop's stalls
+        so far (ns), which count as CPU the run spent as well as in ``work``."""
         store, writer = self.store, self.writer
         assert store is not None and writer is not None
 
@@ -545,8 +552,8 @@ class WorkerActor:
             # The CPU this process used since its last part: the run's, which the driver
             # measures the checkpoints' share of (one writer thread: parts in order).
             now = time.process_time_ns()
-            info["cpu"] = (now - self._part_cpu) / 1e9
-            self._part_cpu = now
+            info["cpu"] = (now - self._part_cpu + stalled - self._part_stalled) / 1e9
+            self._part_cpu, self._part_stalled = now, stalled
             self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
         self.pending_writes.append(writer.submit(write))

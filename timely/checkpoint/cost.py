@@ -29,13 +29,17 @@ from __future__ import annotations
 class LoopCost:
     """One worker's checkpoint cost since it was last taken (nanoseconds)."""
 
-    __slots__ = ("_held", "loop_ns", "stall_ns")
+    __slots__ = ("_held", "loop_ns", "stall_ns", "stalled_ns")
 
     def __init__(self) -> None:
         self.loop_ns = 0
         """Spent in checkpoint code on the loop (its thread's CPU time)."""
         self.stall_ns = 0
         """Spent waiting for input while a notification was held back."""
+        self.stalled_ns = 0
+        """All such waits since the loop began (never taken): counted as if the loop
+        had computed then, they belong in the CPU the fraction is of as well as in its
+        cost (:mod:`timely.checkpoint.cadence`), or a fraction of mostly waits exceeds 1."""
         self._held: set[int] = set()
         """The vertices with a notification held back now."""
 
@@ -61,6 +65,7 @@ class LoopCost:
         back meanwhile (it would have run it instead)."""
         if self._held:
             self.stall_ns += t1 - t0
+            self.stalled_ns += t1 - t0
 
     def take(self) -> int:
         """The cost since the last call (nanoseconds), and start again from nothing."""

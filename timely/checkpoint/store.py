@@ -60,7 +60,11 @@ from timely.routing.bins import DEFAULT_BINS, bins_of, default_table
 from timely.state.columnar import is_columnar, merge_snapshots, share_of
 from timely.state.keyed import _keys, apply_deltas
 
-FORMAT = 1
+FORMAT = 2
+"""A manifest's format: 2 checks parts by CRC-32 (issue 30), 1 by SHA-256. Format 1
+is still read; a timely that knows only 1 refuses a 2 with its format named, rather than
+failing on the missing digest."""
+READABLE = (1, 2)
 _PREFIX = "ckpt-"
 LINEAGE = "LINEAGE.json"
 RECYCLE = ".recycle"
@@ -73,7 +77,9 @@ length (a manifest then renamed into place, as a new one is)."""
 RECYCLE_FILES = 16
 """At most this many files wait in :data:`RECYCLE`; the others are deleted."""
 RECYCLE_DIRS = 8
-"""At most this many empty checkpoint folders wait there, to be renamed to new ones."""
+"""At most this many checkpoint folders wait there, to be renamed to new ones: empty, or
+retired whole with their parts (each part at most :data:`RECYCLE_BYTES`), which stay on
+disk after the run until written over."""
 RECYCLE_BYTES = 1 << 20
 """Larger files are deleted, not kept (their write costs far more than a new inode)."""
 _RELIST = 1
@@ -208,12 +214,16 @@ class CheckpointStore:
             if self._unlisted:
                 self._unlisted -= 1
                 return self._recycled
-            try:
-                self._recycled = os.listdir(self._path(RECYCLE))
-            except OSError:
-                self._recycled = []
-            if not self._recycled:
+            if not self._relist():
                 self._unlisted = _RELIST
+        return self._recycled
+
+    def _relist(self) -> list[str]:
+        """:data:`RECYCLE` listed now (what other writers and the retiring driver left)."""
+        try:
+            self._recycled = os.listdir(self._path(RECYCLE))
+        except OSError:
+            self._recycled = []
         return self._recycled
 
     def _reuse(self, tmp: str) -> bool:
@@ -248,18 +258,24 @@ class CheckpointStore:
         (:mod:`timely.checkpoint.noreplace`); the folder there is used. Returns whether
         the folder may hold files already (recycled, or made by another writer)."""
         names = self._recycled_names()
-        for name in [n for n in names if n.startswith(_DIR)]:
-            names.remove(name)
-            try:
-                rename_noreplace(self._path(RECYCLE, name), folder)
-                return True
-            except FileExistsError:
-                names.append(name)  # (still there, for the next folder)
-                return True  # another writer made it: never replaced
-            except FileNotFoundError:
-                continue  # another writer took it (or the store's root is not made yet)
-            except OSError:
-                break  # the folder is there, made by another writer; or no renameat2
+        for fresh in (False, True):
+            if fresh:  # none of the names known was a folder still there: list again
+                names = self._relist()  # (~10 us; a new folder costs ~0.1-0.3 ms)
+            for name in [n for n in names if n.startswith(_DIR)]:
+                names.remove(name)
+                try:
+                    rename_noreplace(self._path(RECYCLE, name), folder)
+                    return True
+                except FileExistsError:
+                    names.append(name)  # (still there, for the next folder)
+                    return True  # another writer made it: never replaced
+                except FileNotFoundError:
+                    continue  # another writer took it (or the store's root is not made yet)
+                except OSError:
+                    break  # the folder is there, made by another writer; or no renameat2
+            else:
+                continue
+            break
         try:
             os.mkdir(folder)
             return False
@@ -282,11 +298,16 @@ class CheckpointStore:
         deletes it then)."""
         if not self._local:
             return False
-        names = self._recycled
-        if sum(1 for n in names if n.startswith(_DIR)) >= RECYCLE_DIRS:
-            return False
         folder = self._path(epoch_dir(epoch))
         pool = self._path(RECYCLE)
+        # What waits there now, listed (~10 us): on Ray the driver retires and the workers
+        # take, so a list this store kept would only ever grow.
+        try:
+            names = self._recycled = os.listdir(pool)
+        except FileNotFoundError:
+            names = self._recycled = []
+        if sum(1 for n in names if n.startswith(_DIR)) >= RECYCLE_DIRS:
+            return False
         manifest = self._unique()
         try:
             try:
@@ -461,7 +482,7 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint {epoch} has no manifest (never committed)") from None
         except (OSError, ValueError) as e:
             raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
-        if manifest.get("format") != FORMAT:
+        if manifest.get("format") not in READABLE:
             raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
         if len(manifest["parts"]) != manifest["workers"]:
             raise CheckpointError(

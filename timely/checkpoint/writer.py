@@ -43,8 +43,9 @@ coordinator measures (``"work"``, ``"at"``: see ``CheckpointCoordinator.part_wri
 
 
 def encode_part(part: dict[str, Any]) -> bytes:
-    """A part as written: each vertex's snapshot encoded on its own (those the loop left
-    as data, ``Snapshots.defer``: here, off the step loop), then the part."""
+    """A part's bytes as written, in one piece: each vertex's snapshot encoded on its own
+    (those the loop left as data, ``Snapshots.defer``), then the part. The reference
+    :func:`part_pieces` (what hosts write) must equal, joined."""
     vertices = part["vertices"]
     if any(type(s) is not bytes for s in vertices.values()):
         part = {

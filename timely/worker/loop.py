@@ -1031,6 +1031,11 @@ class Worker:
         :meth:`timely.worker.snapshots.Snapshots.take_work`)."""
         return 0 if self.snapshots is None else self.snapshots.take_work()
 
+    def checkpoint_stalled(self) -> int:
+        """Nanoseconds this loop has waited for input while a notification was held back,
+        since it began (see :meth:`waited`)."""
+        return 0 if self.snapshots is None else self.snapshots.cost.stalled_ns
+
     def checkpoint_section(self, t0: int, t1: int) -> None:
         """The host's loop spent ``[t0, t1]`` (ns of its thread's CPU time) on checkpoint
         work of its own (handing parts to its writer, reporting them): counted with the

@@ -19,7 +19,7 @@ from typing import Any
 from progress import Location, source, target
 from timely.checkpoint.config import COUNT_CHAIN
 from timely.checkpoint.cost import LoopCost
-from timely.checkpoint.writer import arrow_bytes, encode_part
+from timely.checkpoint.writer import arrow_bytes
 from timely.comm import serialization
 from timely.eventlog import clock
 from timely.state.columnar import is_columnar
@@ -39,7 +39,7 @@ _encode = serialization.encode
 _first = itemgetter(0)
 _node = attrgetter("node")
 _is_flat = serialization._is_flat
-__all__ = ["PART_FORMAT", "Part", "Snapshots", "arrow_bytes", "encode_part", "frozen"]
+__all__ = ["PART_FORMAT", "Part", "Snapshots", "arrow_bytes", "frozen"]
 
 
 def frozen(snap: dict[str, Any], rows: bool = True) -> bool:
@@ -98,8 +98,8 @@ class Snapshots:
         (which clears this)."""
         self.defer = False
         """Leave a keyed vertex's snapshot as data when it is a copy already
-        (:func:`frozen`), for the host to encode off the step loop (:func:`encode_part`,
-        on its writer thread): Ray's."""
+        (:func:`frozen`), for the host to encode off the step loop
+        (:func:`~timely.checkpoint.writer.part_pieces`, on its writer thread): Ray's."""
         self.defer_columns = False
         """The same for snapshots of columnar tables only: the inline backend's, whose
         writer shares the loop's process, so only an encoding that releases the GIL (Arrow
@@ -182,11 +182,6 @@ class Snapshots:
         self._until = epoch
         self._boundaries.clear()
         self.dirty.update(self.vertices)
-
-    def touch(self, v: int) -> None:
-        """``v`` ran, a capability of its went or a batch left its inbox: the next
-        :meth:`scan` looks at it."""
-        self.dirty.add(v)
 
     def frontiers_moved(self, changes: Iterable[tuple[Location, Any, int]]) -> None:
         """The frontiers at these locations moved (``Tracker.propagate_all``'s changes):
@@ -456,7 +451,7 @@ class Snapshots:
             if snap is None:
                 data = None
             elif own and (self.defer or self.defer_columns) and frozen(snap, self.defer):
-                data = snap  # a copy already: encoded off the loop (encode_part)
+                data = snap  # a copy already: encoded off the loop (part_pieces)
             else:
                 data = _encode(snap)
             if snap is not None and snap.get("moved"):  # partitions not where a restore deals them
