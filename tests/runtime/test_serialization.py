@@ -19,8 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from progress import Location, Port, ProgressBatch, source, target
+from timely.comm import serialization
 from timely.comm.messages import WorkerMessage
 from timely.comm.serialization import (
+    AsBin,
     Embedded,
     PlainDataError,
     decode,
@@ -441,11 +443,89 @@ def test_pieces_join_into_the_encoded_bytes(value: Any, embed: bool) -> None:
 
 def check_pieces(value: Any, embed: bool) -> None:
     if embed:
-        wrapped = {"format": 2, "vertices": {3: Embedded(encode_pieces(value)), 4: b"x"}}
         want = encode({"format": 2, "vertices": {3: encode(value), 4: b"x"}})
+        wrapped = {"format": 2, "vertices": {3: Embedded(encode_pieces(value)), 4: b"x"}}
+        assert b"".join(encode_pieces(wrapped)) == want
+        # encoded in the same pass as the part (a snapshot left as data: part_pieces)
+        wrapped = {"format": 2, "vertices": {3: AsBin(value), 4: Embedded([b"x"])}}
         assert b"".join(encode_pieces(wrapped)) == want
     else:
         assert b"".join(encode_pieces(value)) == encode(value)
+
+
+def arrow_type(leaf: st.SearchStrategy[pa.DataType]) -> st.SearchStrategy[pa.DataType]:
+    return st.recursive(
+        leaf,
+        lambda inner: (
+            st.builds(pa.list_, inner)
+            | st.builds(lambda t: pa.struct([("a", t), ("b", pa.int8())]), inner)
+            | st.builds(lambda t: pa.map_(pa.string(), t), inner)
+        ),
+        max_leaves=3,
+    )
+
+
+flat_types = st.sampled_from(
+    [pa.int64(), pa.int8(), pa.float64(), pa.bool_(), pa.string(), pa.large_string()]
+    + [pa.binary(), pa.timestamp("us"), pa.null(), pa.dictionary(pa.int32(), pa.string())]
+)
+
+
+def arrow_value(t: pa.DataType) -> st.SearchStrategy[Any]:
+    """A value of a column of type ``t`` (as ``pa.array`` takes it), or None."""
+    if pa.types.is_null(t):
+        return st.none()
+    if pa.types.is_list(t):
+        inner = st.lists(arrow_value(t.value_type), max_size=3)
+    elif pa.types.is_struct(t):
+        inner = st.fixed_dictionaries({"a": arrow_value(t.field(0).type), "b": st.none()})
+    elif pa.types.is_map(t):
+        inner = st.lists(st.tuples(st.text(max_size=2), arrow_value(t.item_type)), max_size=2)
+    elif pa.types.is_dictionary(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
+        inner = st.sampled_from(["x", "y", "zz"])
+    elif pa.types.is_binary(t):
+        inner = st.binary(max_size=3)
+    elif pa.types.is_boolean(t):
+        inner = st.booleans()
+    elif pa.types.is_floating(t):
+        inner = st.floats(allow_nan=False)
+    else:
+        inner = st.integers(0, 100)
+    return st.none() | inner
+
+
+@st.composite
+def arrow_records(draw: st.DrawFn) -> Any:
+    """Tables (of one or more chunks, sliced or not) and record batches of random types,
+    dictionary columns among them, with and without schema metadata."""
+    types = draw(st.lists(arrow_type(flat_types), min_size=1, max_size=3))
+    n = draw(st.integers(0, 20))
+    columns = [pa.array([draw(arrow_value(t)) for _ in range(n)], type=t) for t in types]
+    names = [f"c{i}" for i in range(len(columns))]
+    metadata = draw(st.none() | st.just({b"k": b"v"}))
+    batch = pa.record_batch(columns, names=names, metadata=metadata)
+    if draw(st.booleans()):
+        return batch.slice(draw(st.integers(0, n)), draw(st.integers(0, n)))
+    chunks = draw(st.integers(1, 3))
+    table = pa.Table.from_batches([batch] * chunks)
+    if draw(st.booleans()):
+        table = table.slice(draw(st.integers(0, n * chunks)))
+    return table
+
+
+@given(arrow_records())
+def test_ipc_pieces_are_the_stream_writers_bytes(record: Any) -> None:
+    """A table's IPC stream as its schema's and batches' messages (``serialize``) is what
+    the stream writer writes (so what ``encode`` packs, and what restore reads), for any
+    types, chunks and slices; with dictionaries it is the writer's own."""
+    check_ipc(record)
+
+
+def check_ipc(record: Any) -> None:
+    pieces = serialization._arrow_pieces(record)
+    assert b"".join(pieces) == serialization._arrow_bytes(record)
+    back = decode(b"".join(encode_pieces([0, record, 1])))[1]
+    assert type(back) is type(record) and back.equals(record)
 
 
 def test_pieces_carry_a_tables_ipc_stream_as_it_is() -> None:
@@ -471,3 +551,60 @@ def test_an_ext_header_off_by_its_size_class_is_caught(monkeypatch: pytest.Monke
     small = pa.table({"k": ["a", "b"]})  # an IPC stream of a few hundred bytes
     with pytest.raises(AssertionError):
         check_pieces({"times": [((0,), small)]}, embed=False)
+
+
+def test_dictionaries_not_written_apart_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: every schema taken as plain, dictionary columns through ``serialize``
+    too (which writes no dictionary batch: a reader could not decode the column)."""
+    monkeypatch.setattr(serialization, "_plain_type", lambda t: True)
+    coded = pa.table({"d": pa.array(["x", "y", "x"]).dictionary_encode()})
+    with pytest.raises(AssertionError):
+        check_ipc(coded)
+
+
+class Marks:
+    """Placeholder marks in a given order (``getrandbits``'s stand-in)."""
+
+    def __init__(self, *marks: bytes) -> None:
+        self.marks = list(marks)
+
+    def getrandbits(self, k: int) -> int:
+        return int.from_bytes(self.marks.pop(0), "little")
+
+
+@pytest.mark.parametrize("index", [0, 1, 7])
+def test_a_placeholders_mark_found_in_the_data_is_packed_again(
+    monkeypatch: pytest.MonkeyPatch, index: int
+) -> None:
+    """Data that holds a placeholder's bytes (here the first mark, followed by a number
+    in range, out of range, or the real placeholder's own) is not taken for it: packed
+    again with the next mark, the same bytes as ``encode``."""
+    first, second = b"\x01" * 12, b"\x02" * 12
+    fake = bytes((0xD8, serialization.EXT_HOLE)) + first + index.to_bytes(4, "little")
+    table = pa.table({"k": ["a", "b"]})
+    for value in ({"a": fake, "t": [((0,), table)]}, {"t": [((0,), table)], "a": fake}):
+        monkeypatch.setattr(serialization, "_random", Marks(first, second))
+        assert b"".join(encode_pieces(value)) == encode(value)
+        assert not serialization._random.marks  # type: ignore[attr-defined]  # both used
+    monkeypatch.setattr(serialization, "_random", Marks(*[first] * serialization._TRIES))
+    with pytest.raises(RuntimeError, match="random marks"):
+        encode_pieces({"a": fake, "t": table})
+
+
+def test_a_splice_that_trusts_every_mark_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: a splice that takes each mark it finds for a placeholder, a second
+    find of one as well (data holding the mark is then spliced as if it were a table)."""
+    splice = serialization._splice
+
+    class Forgetful(list[bool]):
+        def __getitem__(self, k: Any) -> Any:
+            return False
+
+    def trusting(data: bytes, holes: Any, mark: bytes, used: list[bool]) -> Any:
+        out = splice(data, holes, mark, Forgetful(used))
+        used[:] = [True] * len(used)
+        return out
+
+    monkeypatch.setattr(serialization, "_splice", trusting)
+    with pytest.raises(AssertionError):
+        test_a_placeholders_mark_found_in_the_data_is_packed_again(monkeypatch, 0)

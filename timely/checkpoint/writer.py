@@ -30,7 +30,9 @@ from timely.eventlog import EventLog, clock
 from timely.state.columnar import is_columnar
 
 _encode = serialization.encode
+AsBin = serialization.AsBin
 Embedded = serialization.Embedded
+PIECE = serialization.PIECE
 encode_pieces = serialization.encode_pieces
 
 LARGE = 1 << 20
@@ -58,14 +60,16 @@ def encode_part(part: dict[str, Any]) -> bytes:
 def part_pieces(part: dict[str, Any]) -> list[Any]:
     """:func:`encode_part`'s bytes as pieces that join into them
     (:func:`~timely.comm.serialization.encode_pieces`), written and hashed as they are:
-    an Arrow table's columns and an encoded snapshot are not copied on their way to the
-    file. A part whose snapshots are all encoded already (rows, inline) is packed whole:
+    an Arrow table's IPC stream and an encoded snapshot of ``PIECE`` bytes or more are
+    not copied into the rest; a snapshot left as data is encoded in the same pass as
+    the part (``AsBin``: the ``bin`` of its own encoding, as :func:`encode_part` has it).
+    A part whose snapshots are all encoded already (rows, inline) is packed whole:
     one copy of its bytes costs less than looking through it for pieces."""
     snaps = part["vertices"]
     if all(type(s) is bytes for s in snaps.values()):
         return [_encode(part)]
     vertices = {
-        v: s if type(s) is bytes else Embedded(encode_pieces(s, join=False))
+        v: AsBin(s) if type(s) is not bytes else Embedded([s]) if len(s) >= PIECE else s
         for v, s in snaps.items()
     }
     return encode_pieces({**part, "vertices": vertices})

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import random
 import struct
 import threading
 from collections.abc import Callable
@@ -86,6 +87,15 @@ class _Packers(threading.local):
         path; a checkpoint of 5,000 words took ~0.1 ms more, issue 30)."""
         self.plain = False
         """Set while encoding or decoding plain data (:func:`encode_plain`): no pickle."""
+        self.hook: Callable[[Any], Any] = _default
+        """The hook of the packers :func:`_pack` makes for ``nested``."""
+        self.pieces: list[msgpack.Packer] = []
+        """``nested`` while :func:`encode_pieces` packs (hook :func:`_default_pieces`)."""
+        self.holes: list[tuple[int, Any]] = []
+        """While :func:`encode_pieces` packs: the values it carries apart, each packed as a
+        placeholder (:func:`_hole`) that it splices out afterwards."""
+        self.nonce = b""
+        """The placeholders' mark in this :func:`encode_pieces` (random)."""
 
 
 _dumps: Callable[[Any], bytes] | None = None
@@ -113,7 +123,7 @@ def _pack(obj: Any) -> bytes:
     if depth == len(p.nested):
         p.nested.append(
             msgpack.Packer(
-                default=_default, strict_types=True, datetime=False, unicode_errors=_UNICODE
+                default=p.hook, strict_types=True, datetime=False, unicode_errors=_UNICODE
             )
         )
     p.depth = depth + 1
@@ -397,7 +407,7 @@ def _is_arrow(record: Any) -> bool:
     return t.__module__ == "pyarrow.lib" and t.__name__ in ("RecordBatch", "Table")
 
 
-_BIG = 1 << 12
+_BIG = PIECE = 1 << 12
 """A buffer Arrow's IPC writer hands over that is at least this large (a column's
 values, offsets, bitmap) goes to the socket as it is; smaller ones (the messages'
 metadata, padding, small columns) are copied into the frame's runs of small bytes
@@ -576,10 +586,10 @@ def decode_message(data: bytes | bytearray | memoryview) -> WorkerMessage:
 
 
 # -- encoded as pieces (checkpoint parts) -------------------------------------------------------
-_WALK = 64
-"""Lists longer than this are packed whole by :func:`encode_pieces`, not looked into: a
-Python call per item would cost more than the copy it might save (an Arrow table sits
-in a short list: a table's times, a tuple's fields)."""
+EXT_HOLE = 12
+"""Never in bytes that leave :func:`encode_pieces`: the ext type of its placeholders."""
+_BIN = -1
+"""A placeholder's kind for what is carried as a msgpack ``bin`` (not an ext)."""
 _BIN8 = struct.Struct(">BB")
 _BIN16 = struct.Struct(">BH")
 _BIN32 = struct.Struct(">BI")
@@ -587,12 +597,16 @@ _EXT8 = struct.Struct(">BBb")
 _EXT16 = struct.Struct(">BHb")
 _EXT32 = struct.Struct(">BIb")
 _FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""An Arrow IPC stream's end: a continuation marker and a zero length."""
+_random = random.Random()
+"""Where placeholders' marks come from (seeded by the OS)."""
 
 
 class Embedded:
     """Bytes already encoded, as pieces that join into them: :func:`encode_pieces` carries
     them as the one msgpack ``bin`` that :func:`encode` writes for those bytes, without
-    joining them (a checkpoint part's snapshots, each encoded on its own)."""
+    joining them."""
 
     __slots__ = ("pieces", "size")
 
@@ -601,77 +615,144 @@ class Embedded:
         self.size = sum(map(len, pieces))
 
 
+class AsBin:
+    """A value :func:`encode_pieces` carries as the msgpack ``bin`` of its own encoding
+    (``encode(value)``), its Arrow tables' IPC streams still pieces of their own: a
+    checkpoint part's snapshot left as data."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 def encode_pieces(obj: Any, join: bool = True) -> list[Any]:
     """:func:`encode`'s bytes for ``obj`` as pieces that join into them, for a file
-    written by one ``os.writev`` and hashed piece by piece: an Arrow table's IPC stream
-    in one buffer of its own, ``bytes`` of :data:`_BIG` or more and :class:`Embedded`
-    pieces as they are; the rest packed, and runs of small pieces joined
-    (:func:`_coalesce`; not with ``join=False``: pieces to embed in others). A
-    checkpoint part of 100 KB was copied four times on its way to the file (the IPC
-    buffer, ``bytes``, the snapshot's msgpack, the part's), the last three into fresh
-    memory (issue 30). ``obj`` may hold :class:`Embedded` values, which :func:`encode` cannot
-    pack. The pieces must not change until they are written, as for
-    :func:`encode_message_parts`."""
+    written by one ``os.writev`` and checksummed piece by piece: an Arrow table's IPC
+    stream and :class:`Embedded` pieces as they are, not copied into the rest; runs of
+    small pieces joined (:func:`_coalesce`; not with ``join=False``: pieces to embed in
+    others). ``obj`` may hold :class:`Embedded` and :class:`AsBin` values, which
+    :func:`encode` cannot pack. The pieces must not change until they are written, as for
+    :func:`encode_message_parts`.
+
+    msgpack's C packer walks ``obj`` (a walk in Python, one call per dict, list and
+    value, took a third of a table word count's part encoding, ~55 of ~160 µs of a
+    loop's CPU per checkpoint, issue 30); what is carried apart (a table, an
+    :class:`Embedded`, and each ext or ``bin`` holding one: a tuple, an :class:`AsBin`)
+    it packs as a placeholder, an ext of type :data:`EXT_HOLE` holding a random mark and
+    the value's number, which :func:`_splice` then replaces by the value's header and
+    pieces. Should the mark occur in the data by chance as well (each placeholder must
+    be found once, and nothing else), it packs again with another. ``bytes`` are packed
+    with the rest (copied): carry large ones apart as :class:`Embedded`."""
     if type(obj) is list:
         obj = _maybe_flat(obj)
-    out = _pieces(obj)
-    if out is None:
-        return [_pack(obj)]
-    return _coalesce(out) if join else out
+    p = _packers
+    outer = p.nested, p.depth, p.hook, p.holes, p.nonce
+    p.nested, p.depth, p.hook = p.pieces, 0, _default_pieces
+    try:
+        for _ in range(_TRIES):
+            holes: list[tuple[int, Any]] = []
+            p.holes = holes
+            p.nonce = nonce = _random.getrandbits(96).to_bytes(12, "little")
+            data = _pack(obj)
+            if not holes:
+                return [data]
+            used = [False] * len(holes)
+            out = _splice(data, holes, bytes((0xD8, EXT_HOLE)) + nonce, used)
+            if out is not None and all(used):
+                return _coalesce(out) if join else out
+    finally:
+        p.nested, p.depth, p.hook, p.holes, p.nonce = outer
+    raise RuntimeError(f"encode_pieces: {_TRIES} random marks all found in the data")
 
 
-def _pieces(obj: Any) -> list[Any] | None:
-    """``obj`` packed as pieces, or None when it holds nothing worth carrying apart (the
-    caller packs it with the rest)."""
+_TRIES = 4
+"""Marks :func:`encode_pieces` tries (one is found in the data by chance once in 2**96)."""
+
+
+def _default_pieces(obj: Any) -> Any:
+    """:func:`_default` for :func:`encode_pieces`: a placeholder for what is carried apart."""
     t = type(obj)
-    if t in _SMALL:
-        return None
-    if t is dict:
-        inner = [_pieces(v) for v in obj.values()]
-        if not any(inner):
-            return None
-        out: list[Any] = [_packers.scalar.pack_map_header(len(obj))]
-        for (key, value), p in zip(obj.items(), inner):
-            out.append(_pack(key))
-            if p is None:
-                out.append(_pack(value))
-            else:
-                out.extend(p)
-        return out
-    if t is list:
-        return _items(obj) if len(obj) <= _WALK else None
-    if t is tuple:  # as _default packs it: an ext holding its items as a list
-        items = _items([_maybe_flat(x) if type(x) is list else x for x in obj])
-        return None if items is None else [_ext_header(EXT_TUPLE, sum(map(len, items))), *items]
+    if t is tuple or t is set or t is frozenset:
+        holes = _packers.holes
+        n = len(holes)
+        ext = _default(obj)  # its items packed by packers with this hook
+        return _hole(ext.code, ext.data) if len(holes) > n else ext
     if t is Embedded:
-        return [_bin_header(obj.size), *obj.pieces]
-    if t is bytes:
-        return [_bin_header(len(obj)), obj] if len(obj) >= _BIG else None
-    if t.__module__ == "pyarrow.lib" and t.__name__ in ("RecordBatch", "Table"):
-        # One IPC buffer (one copy, in C++): cheaper than Arrow's writer handing each of
-        # its dozen pieces to Python (``_ipc_parts``), and one piece to hash and write.
-        buffer = _arrow_buffer(obj)
-        code = EXT_ARROW_BATCH if t.__name__ == "RecordBatch" else EXT_ARROW_TABLE
-        return [_ext_header(code, buffer.size), buffer]
-    return None
+        return _hole(_BIN, obj.pieces)
+    if t is AsBin:
+        holes = _packers.holes
+        n = len(holes)
+        value = obj.value
+        data = _pack(_maybe_flat(value) if type(value) is list else value)
+        return _hole(_BIN, data) if len(holes) > n else data  # bytes: packed as a bin
+    if _is_arrow(obj):
+        return _hole(EXT_ARROW_BATCH if t.__name__ == "RecordBatch" else EXT_ARROW_TABLE, obj)
+    return _default(obj)
 
 
-_SMALL = frozenset({str, int, float, bool, type(None)})
-"""Types :func:`_pieces` packs with the rest at once."""
+def _hole(code: int, content: Any) -> msgpack.ExtType:
+    """The placeholder of a value carried apart (``code``: the ext type it is packed as,
+    or :data:`_BIN`; ``content``: its packed bytes holding placeholders of their own, an
+    Arrow record batch or table, or pieces that join into its bytes)."""
+    p = _packers
+    holes = p.holes
+    holes.append((code, content))
+    return msgpack.ExtType(EXT_HOLE, p.nonce + (len(holes) - 1).to_bytes(4, "little"))
 
 
-def _items(items: list[Any]) -> list[Any] | None:
-    """A list's items as pieces after its msgpack array header (None: pack it whole)."""
-    inner = [_pieces(x) for x in items]
-    if not any(inner):
-        return None
-    out: list[Any] = [_packers.scalar.pack_array_header(len(items))]
-    for item, p in zip(items, inner):
-        if p is None:
-            out.append(_pack(item))
+def _splice(data: bytes, holes: list[tuple[int, Any]], mark: bytes, used: list[bool]) -> Any:
+    """``data`` as pieces, each placeholder in it replaced by its value's header and
+    pieces (None: a placeholder's mark found twice or out of range, by chance in the data)."""
+    out: list[Any] = []
+    view = memoryview(data)
+    at = 0
+    end = len(mark)
+    while (i := data.find(mark, at)) >= 0:
+        k = int.from_bytes(data[i + end : i + end + 4], "little")
+        if k >= len(holes) or used[k]:
+            return None
+        used[k] = True
+        if i > at:
+            out.append(view[at:i])
+        code, content = holes[k]
+        if type(content) is bytes:
+            inner = _splice(content, holes, mark, used)
+            if inner is None:
+                return None
+        elif type(content) is list:
+            inner = content
         else:
-            out.extend(p)
+            inner = _arrow_pieces(content)
+        size = sum(map(len, inner))
+        out.append(_bin_header(size) if code == _BIN else _ext_header(code, size))
+        out.extend(inner)
+        at = i + end + 4
+    if at < len(data):
+        out.append(view[at:] if at else data)
     return out
+
+
+def _arrow_pieces(obj: Any) -> list[Any]:
+    """A record batch or table as the pieces of the IPC stream :func:`_arrow_buffer`
+    writes: its schema's message, each batch's (metadata and body: the one copy of its
+    columns' bytes, in C++), the end; through the stream writer where it writes more
+    (dictionaries) or an extension type might."""
+    schema = obj.schema
+    if not all(map(_plain_type, schema.types)):
+        return [_arrow_buffer(obj)]
+    batches = [obj] if type(obj).__name__ == "RecordBatch" else obj.to_batches()
+    return [schema.serialize(), *[b.serialize() for b in batches], _EOS]
+
+
+def _plain_type(t: Any) -> bool:
+    """Whether an IPC stream of a column of type ``t`` is its schema and batches alone:
+    no dictionary, no extension type, in it or in its fields."""
+    import pyarrow as pa
+
+    if isinstance(t, pa.DictionaryType | pa.BaseExtensionType):
+        return False
+    return t.num_fields == 0 or all(_plain_type(t.field(i).type) for i in range(t.num_fields))
 
 
 def _bin_header(n: int) -> bytes:
