@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import timely.checkpoint.cadence
 from timely.checkpoint.aimd import AIMD
 from timely.checkpoint.cadence import AutoCadence
 from timely.checkpoint.config import CheckpointConfig
@@ -290,7 +291,11 @@ def test_a_change_is_asked_for_k_after_the_commit_that_chose_it() -> None:
     assert m.fraction == pytest.approx(0.07)
 
 
-def test_a_refused_change_is_asked_again_at_once_past_the_floor_on_the_same_grid() -> None:
+def test_a_refused_change_is_asked_again_at_once_past_the_floor_on_the_same_grid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr(timely.checkpoint.cadence, "clock", lambda: now[0])
     c = cadence(interval=2)
     commit(c, 1, 0.0)
     commit(c, 3, 1.0, work=0.5)  # -> 4, chosen at 3
@@ -301,13 +306,14 @@ def test_a_refused_change_is_asked_again_at_once_past_the_floor_on_the_same_grid
         answer = workers(epoch, every, fraction)
         workers.floor += 1  # the workers move on while the driver asks
         seen.append(workers.floor)
+        now[0] += 1.0  # each request takes a second of the fake clock
         return answer
 
     c.reschedule(moving)
     epochs = [e for e, _ in workers.asked]
     assert epochs[0] == 7 and all((e - 3) % 4 == 0 for e in epochs)
     assert epochs[-1] > seen[-2] and c.pending() is None
-    assert c.request_seconds > 0
+    assert c.request_seconds == len(workers.asked)  # every request's time, counted once
 
 
 def test_a_restart_starts_afresh_at_the_controllers_interval() -> None:

@@ -44,6 +44,9 @@ from typing import Protocol
 
 from timely.checkpoint.aimd import AIMD
 
+clock = time.perf_counter
+"""What a request to the workers is timed on (seconds; a test gives a fake one)."""
+
 MIN_WINDOW = 0.5
 """The shortest window measured (seconds): several bursts of commits."""
 
@@ -227,7 +230,7 @@ class AutoCadence:
             return
         k, chosen_at, fraction = self._wanted
         self._asking = True  # no second request from inside this one
-        started = time.perf_counter()
+        started = clock()
         try:
             for _ in range(_ATTEMPTS):
                 # The first epoch k, 2k, ... after the commit that chose k that is past the
@@ -244,4 +247,4 @@ class AutoCadence:
                 self._lookahead = min(2 * self._lookahead, _MAX_LOOKAHEAD)
         finally:
             self._asking = False
-            self.request_seconds += time.perf_counter() - started
+            self.request_seconds += clock() - started
