@@ -120,27 +120,32 @@ def test_a_folder_retired_with_its_manifest_is_caught(
         check_store(tmp_path, [([100], False)] * 6, retire=True)
 
 
-def created(root: Path, epochs: int, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Files and folders a run with a checkpoint every epoch made in its store."""
-    made = 0
+def count_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count every folder made and every new file written from now on (until
+    ``monkeypatch.undo()``), in the one item of the list returned."""
+    made = [0]
     real_mkdir, real_local = os.mkdir, store_module._write_local
 
     def mkdir(path: str, *args: Any) -> None:
-        nonlocal made
         real_mkdir(path, *args)
-        made += 1
+        made[0] += 1
 
     def write_local(*args: Any) -> None:
-        nonlocal made
-        made += 1
+        made[0] += 1
         real_local(*args)
 
     monkeypatch.setattr(os, "mkdir", mkdir)
     monkeypatch.setattr(store_module, "_write_local", write_local)
+    return made
+
+
+def created(root: Path, epochs: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Files and folders a run with a checkpoint every epoch made in its store."""
+    made = count_made(monkeypatch)
     flow, _ = build("running", [[1, 2, 3]] * epochs)
     flow.run(workers=2, backend="inline", checkpoint=str(root), keep_checkpoints=2)
     monkeypatch.undo()
-    return made
+    return made[0]
 
 
 def test_a_run_makes_no_file_once_it_has_what_it_keeps(
@@ -356,21 +361,7 @@ def made_apart(root: Path, epochs: int, monkeypatch: pytest.MonkeyPatch) -> int:
     workers writes its parts through a store of its own, and the driver, through a third,
     commits each checkpoint and retires the one no longer kept (keep 2). Each checkpoint
     is checked to read back."""
-    made = 0
-    real_mkdir, real_local = os.mkdir, store_module._write_local
-
-    def mkdir(path: str, *args: Any) -> None:
-        nonlocal made
-        real_mkdir(path, *args)
-        made += 1
-
-    def write_local(*args: Any) -> None:
-        nonlocal made
-        made += 1
-        real_local(*args)
-
-    monkeypatch.setattr(os, "mkdir", mkdir)
-    monkeypatch.setattr(store_module, "_write_local", write_local)
+    made = count_made(monkeypatch)
     driver = CheckpointStore(str(root))
     workers = [CheckpointStore(str(root)) for _ in range(2)]
     for epoch in range(epochs):
@@ -381,7 +372,7 @@ def made_apart(root: Path, epochs: int, monkeypatch: pytest.MonkeyPatch) -> int:
             assert driver.retire(epoch - 2), f"checkpoint {epoch - 2} not retired"
         assert driver.load(epoch)[1] == datas
     monkeypatch.undo()
-    return made
+    return made[0]
 
 
 def test_stores_apart_reuse_what_the_driver_retired(
