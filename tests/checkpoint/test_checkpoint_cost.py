@@ -360,16 +360,22 @@ def test_a_measurement_that_misses_the_threads_encoding_is_caught(
     writer = timely.checkpoint.writer
 
     def write(
-        self: Any, epoch: int, worker: int, part: dict[str, Any], work: int, at: int, log: Any
+        store: Any,
+        epoch: int,
+        worker: int,
+        part: dict[str, Any],
+        work: int,
+        at: int | None,
+        log: Any,
     ) -> Any:
         data = writer.part_pieces(part)
         cpu = writer.thread_time_ns()
-        info = self._thread_store.write_part(epoch, worker, part["workers"], data, part.get("base"))
+        info = store.write_part(epoch, worker, part["workers"], data, part.get("base"))
         info["work"] = (work + writer.thread_time_ns() - cpu) / 1e9
-        info["at"] = at / 1e9
+        info["at"] = (writer.clock() if at is None else at) / 1e9
         return epoch, info
 
-    monkeypatch.setattr(writer.PartWriter, "_write", write)
+    monkeypatch.setattr(writer.PartWriter, "_write", staticmethod(write))
     slowdown, reported = slowdown_and_reported(tmp_path, monkeypatch, 1, threaded=True)
     assert reported and all(f < slowdown - 0.01 for f in reported), (slowdown, reported)
 

@@ -527,7 +527,7 @@ class WorkerActor:
             self._write_part(epoch, part, worker.checkpoint_work(), worker.checkpoint_stalled())
         worker.checkpoint_section(t0, time.thread_time_ns())  # with the next part
 
-    def _write_part(self, epoch: int, part: dict[str, Any], work: int, stalled: int = 0) -> None:
+    def _write_part(self, epoch: int, part: dict[str, Any], work: int, stalled: int) -> None:
         """Encode and write a checkpoint part on the writer thread (off the step loop);
         report it to the driver once it is durable (after the outputs of its epoch: they
         went first), with what checkpointing cost (``work``: ns on the loop, see
@@ -541,7 +541,7 @@ class WorkerActor:
 
         def write() -> None:
             workers = part["workers"] or self.npeers
-            info, _, t1 = write_encoded(store, epoch, self.index, part, log, workers)
+            info, t1 = write_encoded(store, epoch, self.index, part, log, workers)
             # Off the step loop, a write costs the worker the CPU it takes, not the time it
             # waits on the store (or on the loop for the GIL): all of the writer thread's
             # since its last part (taking the job in too), its only thread.

@@ -82,10 +82,10 @@ def write_encoded(
     part: dict[str, Any],
     log: EventLog | None,
     workers: int | None = None,
-) -> tuple[dict[str, Any], int, int]:
+) -> tuple[dict[str, Any], int]:
     """Encode ``part`` and write it as ``worker``'s (of ``workers``, else the part's
-    own count), logging the write: what the manifest records of it, and when the
-    encoding began and the write ended (``clock`` ns). Every host writes parts so."""
+    own count), logging the write: what the manifest records of it, and when the write
+    ended (``clock`` ns). Every host writes parts so."""
     t0 = clock()
     data = part_pieces(part)
     info = store.write_part(
@@ -99,7 +99,7 @@ def write_encoded(
     t1 = clock()
     if log is not None:
         log.add(("c", t0, t1, epoch, "write"))
-    return info, t0, t1
+    return info, t1
 
 
 def arrow_bytes(snap: dict[str, Any]) -> int | None:
@@ -162,7 +162,9 @@ class PartWriter:
         ``at``: when the part was complete, on the loop's clock (ns), which the
         coordinator's cadence measures its windows by (the write follows at once; read
         on the loop, it is the loop's timeline whatever the writer thread waits for)."""
-        self._pending.append(self._pool.submit(self._write, epoch, worker, part, work, at, log))
+        self._pending.append(
+            self._pool.submit(self._write, self._thread_store, epoch, worker, part, work, at, log)
+        )
         self.submitted += 1
 
     def write_now(
@@ -170,25 +172,24 @@ class PartWriter:
     ) -> Report:
         """Write ``part`` on this thread (the loop's), as :meth:`submit` would on its
         own: the encoding and the write are the loop's cost then, in its CPU time."""
-        cpu = thread_time_ns()
-        info, _, t1 = write_encoded(self.store, epoch, worker, part, log)
-        info["work"] = (work + thread_time_ns() - cpu) / 1e9
-        info["at"] = t1 / 1e9
-        return epoch, info
+        return self._write(self.store, epoch, worker, part, work, None, log)
 
+    @staticmethod
     def _write(
-        self,
+        store: CheckpointStore,
         epoch: int,
         worker: int,
         part: dict[str, Any],
         work: int,
-        at: int,
+        at: int | None,
         log: EventLog | None,
     ) -> Report:
+        """Write ``part`` through ``store`` on this thread, adding its CPU time to
+        ``work``; complete ``at`` (ns), or when written (None: on the loop)."""
         cpu = thread_time_ns()
-        info, _, _ = write_encoded(self._thread_store, epoch, worker, part, log)
+        info, t1 = write_encoded(store, epoch, worker, part, log)
         info["work"] = (work + thread_time_ns() - cpu) / 1e9
-        info["at"] = at / 1e9
+        info["at"] = (t1 if at is None else at) / 1e9
         return epoch, info
 
     @property

@@ -128,7 +128,8 @@ class Snapshots:
         checkpoint). Whether ``v`` can still act at an epoch (:meth:`open_at`) changes
         only when a frontier at its inputs moves, a capability of its goes, it runs or a
         batch leaves its inbox, or its schedule changes; the host adds ``v`` for the
-        first three (:meth:`frontiers_moved`, :meth:`touch`), this class for the last.
+        first three (:meth:`frontiers_moved`; the worker adds the rest to this set as its
+        own ``_touched``), this class for the last.
         (A vertex that is finished is taken into a part by the scan's second pass.)"""
         self.snapped = {v: start - 1 for v in self.vertices}
         """Per vertex, the last epoch it was snapshotted after."""
