@@ -563,6 +563,7 @@ def test_a_run_ends_once_every_last_report_is_in_without_waiting_for_its_calls(
     the driver ends the run once every last report is in: it does not wait for the
     ``run`` calls to return through Ray (a round trip). The actors are kept, reset, and
     host the next run. Caught: the wait for the calls put back."""
+    release_workers()  # (an earlier test's idle actors would be counted in the pool too)
     _activate_and_join(wordcount(lines_by_epoch(seed=17)))  # the actors are warm
     data = lines_by_epoch(seed=18)
     expected = sorted(wordcount(data).run(workers=1, backend="inline")["counts"])
