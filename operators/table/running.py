@@ -132,7 +132,8 @@ class RunningAggregate(KeyedPartials):
     def _fold(self, epoch: pa.Table) -> pa.Table:
         """Fold the epoch's rows into the state; the keys' new rows."""
         h = self.state.hashes(epoch)
-        found, old = self.state.lookup(STATE_TIME, epoch, h)
+        got = self.state.find(STATE_TIME, epoch, h)
+        found, old = got.index, got.held
         if found.size:
             new = epoch.take(pa.array(found, type=pa.int64()))
             columns = [
@@ -149,7 +150,7 @@ class RunningAggregate(KeyedPartials):
             h = np.concatenate([h[found], h[rest]])
         else:
             rows = epoch
-        self.state.upsert(STATE_TIME, rows, h)
+        self.state.upsert(STATE_TIME, rows, h, found=got)  # (the keys just looked up)
         return rows
 
     def _merge_of(self) -> list[str]:

@@ -2,7 +2,8 @@
 random upserts and removals of keys of two columns (nulls, NaN, strings), then a snapshot
 through the wire format, bins taken out and put back, incremental deltas along a chain
 and a worker's share on a rescale, each compared with the model. Mutation checks: a
-lookup that misses keys whose hashes collide, and bins computed by another hash.
+lookup that misses keys whose hashes collide, bins computed by another hash, an upsert
+that trusts a lookup's places after the table changed, and one that ignores them.
 
 The property and the spine tests run twice: in memory, and with the disk backend's
 layout (:mod:`timely.state.spill`) with a spill threshold of a few rows, so that runs
@@ -68,10 +69,14 @@ def _model_of(table: pa.Table | None) -> dict[tuple[Any, ...], int]:
 
 
 def _apply(state: ColumnState, model: dict[Any, int], ops: Any) -> None:
-    for op, pairs in ops:
+    for i, (op, pairs) in enumerate(ops):
         batch = {_norm(k): v for k, v in pairs}  # keys unique in one batch
         if op == "put":
-            state.upsert(T, _table(batch))
+            rows = _table(batch)
+            if i % 2:  # as a fold does: the keys looked up first, the upsert told where
+                state.upsert(T, rows, found=state.find(T, rows))
+            else:
+                state.upsert(T, rows)
             model.update(batch)
         else:
             state.remove(T, _table(batch))
@@ -338,3 +343,73 @@ def _spine(state: ColumnState, store: StateStore | None) -> None:
         assert all(model[(r["k"], r["f"])] == r["v"] for r in held.to_pylist())
     assert most_runs >= 3  # the large run was left alone while the small ones grew
     assert len(state._times[T].runs[0][0]) >= 2000  # and never rewritten for 20 keys
+
+
+def test_an_upsert_told_where_its_keys_are_replaces_them_there() -> None:
+    """A fold: ``find`` the epoch's keys, then ``upsert`` them told where they are (no
+    second lookup). The places given are used: the keys' old rows go, none twice."""
+    state = ColumnState(KEYS, SCHEMA)
+    model = {(f"k{i}", 1.5): i for i in range(100)}
+    state.upsert(T, _table(model))
+    batch = {(f"k{i}", 1.5): -i for i in range(90, 130)}  # 10 held, 30 new
+    rows = _table(batch)
+    found = state.find(T, rows)
+    assert len(found.index) == 10
+    state.upsert(T, rows, found=found)
+    model.update(batch)
+    assert _model_of(state.get(T)) == model
+    assert len(state) == len(model)
+
+
+def test_a_stale_lookup_is_not_trusted() -> None:
+    """Places from before a change (here an upsert of new keys, merged into the run) are
+    stale: the upsert looks its keys up again instead of killing what is there now."""
+    state = ColumnState(KEYS, SCHEMA)
+    model = {(f"k{i}", 1.5): i for i in range(100)}
+    state.upsert(T, _table(model))
+    rows = _table({(f"k{i}", 1.5): 7 for i in range(0, 100, 3)})
+    found = state.find(T, rows)
+    other = {(f"k{i}", 1.5): i for i in range(100, 160)}
+    state.upsert(T, _table(other))  # new keys, over half as many: merged, places moved
+    model.update(other)
+    state.upsert(T, rows, found=found)
+    model.update({(f"k{i}", 1.5): 7 for i in range(0, 100, 3)})
+    assert _model_of(state.get(T)) == model
+
+
+def test_mutation_a_stale_lookup_trusted_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(columnar.Spine, "_kill", _kill_trusting)
+    with pytest.raises((AssertionError, KeyError)):
+        test_a_stale_lookup_is_not_trusted()
+
+
+def _kill_trusting(self: Any, rows: pa.Table, h: Any, found: Any = None) -> int:
+    """The mutant: a lookup's places used whatever changed since (no version check)."""
+    if found is None or not found.where:
+        return int(ORIGINAL_KILL(self, rows, h))
+    killed = 0
+    for a, pos in found.where:
+        for b, live in self.runs:
+            if b is a or len(live) > max(pos, default=-1):
+                killed += int(live[pos].sum())
+                live[pos] = False
+                break
+    self._table = None
+    self._live -= killed
+    return killed
+
+
+def test_mutation_an_upsert_that_ignores_where_its_keys_are_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Told where its keys are, an upsert that kills nothing there keeps both rows."""
+
+    def kill_nothing(self: Any, rows: pa.Table, h: Any, found: Any = None) -> int:
+        return 0 if found is not None else int(ORIGINAL_KILL(self, rows, h))
+
+    monkeypatch.setattr(columnar.Spine, "_kill", kill_nothing)
+    with pytest.raises(AssertionError):
+        test_an_upsert_told_where_its_keys_are_replaces_them_there()
+
+
+ORIGINAL_KILL = columnar.Spine._kill
