@@ -89,6 +89,40 @@ def test_a_dictionary_column_hashes_as_its_values() -> None:
     assert h.hashes(plain).tolist() == [stable_hash(v) for v in plain.to_pylist()]
 
 
+def test_strings_that_hardly_repeat_are_hashed_without_a_dictionary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A column whose last dictionary held nearly a value per row (a group's keys, as the
+    partial aggregates before an exchange send) is hashed from its own buffers, with a
+    dictionary again every ``_RECHECK`` batches; one whose values repeat (raw words) keeps
+    the dictionary. The hashes are ``stable_hash``'s either way, nulls included. Caught:
+    the dictionary built for every batch (its cost ~2x the hashing of distinct words),
+    or never again once a column looked distinct."""
+    encodes: list[int] = []
+    real = columns.pc.dictionary_encode
+
+    def counted(column: Any) -> Any:
+        encodes.append(len(column))
+        return real(column)
+
+    monkeypatch.setattr(columns.pc, "dictionary_encode", counted)
+    h = ColumnHasher()
+    keys = pa.array([f"w{i}" for i in range(100)])
+    words = pa.array([f"w{i % 7}" for i in range(100)])
+    with_nulls = pa.array(["a", None, "b", "c"])
+    for _ in range(1 + columns._RECHECK):
+        assert h.hashes(keys).tolist() == [stable_hash(v) for v in keys.to_pylist()]
+    assert encodes == [100]  # the first batch only
+    assert h.hashes(keys).tolist() == [stable_hash(v) for v in keys.to_pylist()]
+    assert encodes == [100, 100]  # the recheck
+    assert h.hashes(with_nulls).tolist() == [stable_hash(v) for v in with_nulls.to_pylist()]
+    assert encodes == [100, 100, 4]  # nulls: through the dictionary, which knows them
+    h = ColumnHasher()
+    for _ in range(3):
+        assert h.hashes(words).tolist() == [stable_hash(v) for v in words.to_pylist()]
+    assert encodes == [100, 100, 4, 100, 100, 100]  # 7 distinct in 100: every time
+
+
 DESTS = (
     st.integers(1, 20)
     .flatmap(lambda workers: st.lists(st.integers(0, workers - 1), min_size=1, max_size=40))

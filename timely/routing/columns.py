@@ -65,11 +65,28 @@ def _int_hashes(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return _mix(values.view(np.uint64))
 
 
+_DISTINCT = 0.5
+"""A string column whose last dictionary held at least this share of its rows as
+distinct values is hashed value by value next time (:meth:`ColumnHasher.hashes`)."""
+_RECHECK = 16
+"""Every this many batches hashed value by value, one goes through the dictionary again,
+to see whether its values still repeat as little."""
+
+
 @dataclass
 class ColumnHasher:
-    """Per-row ``stable_hash`` of one column's values, remembering strings' hashes."""
+    """Per-row ``stable_hash`` of one column's values, remembering strings' hashes.
+
+    A string column is hashed through a dictionary of its distinct values (one hash per
+    value, however often it repeats: raw words), unless this column's last dictionary
+    showed that its values hardly repeat (a group's keys, as after ``group_by``'s
+    partial aggregates): then the dictionary costs more than it saves (~2x the hashing
+    of 20,000 distinct words) and the values are hashed from the column's own buffers.
+    Both give the same hashes."""
 
     _strings: dict[Any, int] = field(default_factory=dict)
+    _direct: int = 0
+    """Batches left to hash value by value before the dictionary is tried again."""
 
     def hashes(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, Any]:
         if isinstance(column, pa.ChunkedArray):
@@ -95,7 +112,14 @@ class ColumnHasher:
             or pa.types.is_binary(t)
             or (pa.types.is_large_binary(t))
         ):
+            if self._direct > 0:
+                self._direct -= 1
+                direct = text_hashes(column)
+                if direct is not None:
+                    return direct
             encoded = pc.dictionary_encode(column)
+            if len(encoded.dictionary) >= _DISTINCT * n and not column.null_count:
+                self._direct = _RECHECK
             return self._by_dictionary(encoded.dictionary, encoded.indices, n)
         else:  # other types: stable_hash per row, the slow path
             return np.fromiter(
