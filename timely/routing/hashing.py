@@ -68,7 +68,12 @@ def bytes_hashes(
     out = np.empty(n, np.uint64)
     if n == 0:
         return out
-    order = np.argsort(-lengths, kind="stable")
+    key = -lengths
+    if int(lengths.max()) < 1 << 15:
+        # numpy sorts 16-bit keys stably by radix: 2-3x faster than int64's timsort (30,000
+        # words: 253 against 583 us). Any order by length down would do; this one is cheap.
+        key = key.astype(np.int16)
+    order = np.argsort(key, kind="stable")
     longest = lengths[order]
     first = starts.astype(np.int64, copy=False)[order]
     crc = np.full(n, 0xFFFFFFFF, np.uint32)

@@ -318,9 +318,11 @@ class Spine:
                 where.append((a, at))
         if not found:
             return Found(np.zeros(0, dtype=np.intp), self.schema.empty_table(), self, [])
+        if len(found) == 1:  # one run: its indices are ascending already (flatnonzero)
+            return Found(found[0], held[0], self, where)
         index = np.concatenate(found)
         order = np.argsort(index, kind="stable")
-        table = held[0] if len(held) == 1 else pa.concat_tables(held).combine_chunks()
+        table = pa.concat_tables(held).combine_chunks()
         return Found(index[order], _take(table, order), self, where)
 
     def _kill(self, rows: pa.Table, h: Hashes, found: Found | None = None) -> int:
