@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -576,8 +577,13 @@ def paced_on_ray(pipeline: str, **options: Any) -> tuple[Any, ...]:
                 session.poll(0.05)
             sizes.append(session.workers)
             e += 1
+        # Every worker steps at one niceness, the joiners too (Ray's 15, or the driver's
+        # where it may be lowered to).
+        alive = [session.actors[w] for w in session.membership.alive]
+        nices = {s["nice"] for s in ray.get([a.stats.remote() for a in alive])}
         handle.close()
         session.join()
+    assert len(nices) == 1, nices
     return epochs, out, session.rescales, sizes
 
 

@@ -542,6 +542,28 @@ def test_workers_step_at_the_drivers_niceness_not_rays() -> None:
     assert rays == [ray_nice, ray_nice]  # what the loop would have run at
 
 
+def test_workers_step_at_whatever_niceness_the_driver_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same with the driver's niceness read as 17, which any user may raise a
+    thread to: this check runs without privileges, and cannot pass because the driver
+    happens to sit at Ray's 15 already. The actors, left at 17, are killed after."""
+    import timely.backends.ray as ray_backend
+
+    monkeypatch.setattr(ray_backend, "_driver_niceness", lambda: 17)
+    flow = wordcount(lines_by_epoch(seed=19))
+    session = flow.activate(workers=2, backend="ray")
+    try:
+        assert isinstance(session, RaySession)
+        stats = ray.get([a.stats.remote() for a in session.actors])
+        for handle in flow._inputs:
+            handle.close()
+        session.join()
+    finally:
+        release_workers()
+    assert [s["nice"] for s in stats] == [17, 17]
+
+
 def test_a_session_start_asks_the_cluster_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A start on warm actors reads the cluster's nodes once (each worker's CPU share,
     whether they fit, whether they talk over TCP), where it asked Ray three times.

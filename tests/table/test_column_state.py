@@ -413,3 +413,57 @@ def test_mutation_an_upsert_that_ignores_where_its_keys_are_is_caught(
 
 
 ORIGINAL_KILL = columnar.Spine._kill
+
+
+def _finds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the lookups of keys in a run from now on (in the one item returned)."""
+    calls = [0]
+    real = Arranged.find
+
+    def find(self: Arranged, rows: pa.Table, h: Any) -> Any:
+        calls[0] += 1
+        return real(self, rows, h)
+
+    monkeypatch.setattr(Arranged, "find", find)
+    return calls
+
+
+def test_a_fold_looks_its_keys_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Told where its keys are, an upsert looks none up; a ``Found`` of other keys (one
+    more, or the same keys repeated) or from before a change is not trusted: those keys
+    are looked up again, and the table stays the model's, its count of rows too."""
+    state = ColumnState(KEYS, SCHEMA)
+    model = {(f"k{i}", 1.5): i for i in range(100)}
+    state.upsert(T, _table(model))
+    finds = _finds(monkeypatch)
+
+    def put(batch: dict[Any, int], looked_up: pa.Table) -> int:
+        found = state.find(T, looked_up)
+        before = finds[0]
+        state.upsert(T, _table(batch), found=found)
+        model.update(batch)
+        assert _model_of(state.get(T)) == model
+        assert len(state) == len(model)
+        return finds[0] - before
+
+    batch = {(f"k{i}", 1.5): -i for i in range(95, 105)}  # 5 held, 5 new
+    assert put(batch, _table(batch)) == 0
+    more = {(f"k{i}", 1.5): 7 for i in range(3)}
+    assert put(more, _table(dict(list(more.items())[:2]))) > 0  # k2 not looked up
+    again = {(f"k{i}", 1.5): 8 for i in range(10, 12)}
+    twice = pa.concat_tables([_table(again), _table(again)])  # the keys repeated
+    assert put(again, twice) > 0
+
+
+def test_mutation_a_found_trusted_for_other_keys_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutant trusts any ``Found`` of this spine's version: a key upserted that the
+    lookup did not cover keeps its old row, and is held twice."""
+    monkeypatch.setattr(
+        columnar.Found,
+        "covers",
+        lambda self, spine, h: self.spine is spine and self.version == spine._version,
+    )
+    with pytest.raises(AssertionError):
+        test_a_fold_looks_its_keys_up_once(monkeypatch)

@@ -63,6 +63,7 @@ import os
 import pickle
 import secrets
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -618,9 +619,12 @@ class WorkerActor:
         store: CheckpointStore | None = None,
         every: int | None = None,
         incremental: int = 0,
+        nice: int | None = None,
     ) -> tuple[str, int, Address]:
         """Listen as worker ``index``, joining a running dataflow (the next index): its
-        worker is built by :meth:`join` from what a donor made. Returns as :meth:`start`."""
+        worker is built by :meth:`join` from what a donor made; it steps at ``nice`` as
+        :meth:`start`'s workers do. Returns as :meth:`start`."""
+        _match_niceness(nice)
         await self.reset()
         self._begin(index, index + 1, accumulate, window)
         self.plan, self.trace = plan, trace
@@ -807,7 +811,7 @@ class WorkerActor:
             "early_frames": self.early_frames,
             "refused": self.comm.refused,
             "links": self.comm.kinds(),
-            "nice": os.getpriority(os.PRIO_PROCESS, 0),  # the loop's thread: this one
+            "nice": _niceness(),  # the loop's thread: this one
         }
 
     async def inject_fault(self, fault: str, peer: int) -> None:
@@ -1028,7 +1032,7 @@ class RaySession(Session):
                 None if restore is None else (restore[0], restore[1][i]),
                 None if self.trace is None else (self.trace, self.attempt),
                 self._incremental,
-                os.getpriority(os.PRIO_PROCESS, 0),
+                _driver_niceness(),
             )
             for i, a in enumerate(self.actors)
         ]
@@ -1329,6 +1333,7 @@ class RaySession(Session):
             None if self.coordinator is None else self.coordinator.store,
             self._every,
             self._incremental,
+            _driver_niceness(),
         )
         node, pid, address = self._started([start], cpus)[0]
         alive = list(self.membership.alive)
@@ -1832,6 +1837,20 @@ class _PlanNotLoaded(Exception):
     """A worker could not unpickle the plan (the driver says so as a ``ConfigError``)."""
 
 
+def _niceness() -> int | None:
+    """The calling thread's niceness (None where the system has none)."""
+    if not hasattr(os, "getpriority"):
+        return None
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _driver_niceness() -> int | None:
+    """What the workers' loops step at: the driver's niceness, but never ahead of Ray's
+    own daemons (at 0) even when the driver is (a root driver at ``nice -n -5``)."""
+    nice = _niceness()
+    return None if nice is None else max(nice, 0)
+
+
 def _match_niceness(nice: int | None) -> None:
     """Give the calling thread (an actor's event loop: its steps) the niceness ``nice``.
 
@@ -1843,8 +1862,10 @@ def _match_niceness(nice: int | None) -> None:
     busy with a loop at 0: Ray x2 1.17 s at 15, 0.29 s at 0). The loop's thread steps at the
     driver's niceness instead; lowering a niceness needs the privilege to (root,
     ``CAP_SYS_NICE`` or ``RLIMIT_NICE``), and without it the thread stays as Ray made
-    it. On Linux a niceness is a thread's: Ray's own threads in the process keep 15."""
-    if nice is None or not hasattr(os, "setpriority"):
+    it. On Linux a niceness is a thread's: Ray's own threads in the process keep 15, and
+    the threads the loop starts from now on (the checkpoint writer) inherit the loop's.
+    Elsewhere it would be the whole process's: nothing is changed there."""
+    if nice is None or not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError):
         if os.getpriority(os.PRIO_PROCESS, 0) != nice:

@@ -204,10 +204,12 @@ class Arranged:
 class Found:
     """A lookup's answer: which rows of a table have a key held (``index``, ascending),
     what is held for each (``held``, row for row), and where (per run, the positions):
-    an upsert of those keys right after kills them there without looking them up
-    again. Stale (and ignored) once the spine changes."""
+    an upsert of the same keys right after kills them there without looking them up
+    again. Ignored (the keys looked up again) once the spine changes, or when the rows
+    upserted are not as many as those looked up with the same sum of key hashes (another
+    set of keys, or the lookup's keys repeated)."""
 
-    __slots__ = ("held", "index", "spine", "version", "where")
+    __slots__ = ("checksum", "count", "held", "index", "spine", "version", "where")
 
     def __init__(
         self,
@@ -215,12 +217,29 @@ class Found:
         held: pa.Table,
         spine: Spine | None,
         where: list[tuple[Arranged, np.ndarray[Any, Any]]],
+        h: Hashes | None = None,
     ) -> None:
         self.index = index
         self.held = held
         self.spine = spine
         self.version = -1 if spine is None else spine._version
         self.where = where
+        self.count = -1 if h is None else len(h)
+        self.checksum = _hash_sum(h)
+
+    def covers(self, spine: Spine, h: Hashes) -> bool:
+        """Whether an upsert of rows with key hashes ``h`` into ``spine`` may trust it."""
+        return (
+            self.spine is spine
+            and self.version == spine._version
+            and self.count == len(h)
+            and self.checksum == _hash_sum(h)
+        )
+
+
+def _hash_sum(h: Hashes | None) -> int:
+    """The hashes added up (wrapping): a set of keys' fingerprint, in one pass."""
+    return -1 if h is None else int(np.add.reduce(h, dtype=np.uint64))
 
 
 class Spine:
@@ -317,19 +336,19 @@ class Spine:
                 held.append(a.rows_at(at))
                 where.append((a, at))
         if not found:
-            return Found(np.zeros(0, dtype=np.intp), self.schema.empty_table(), self, [])
+            return Found(np.zeros(0, dtype=np.intp), self.schema.empty_table(), self, [], h)
         if len(found) == 1:  # one run: its indices are ascending already (flatnonzero)
-            return Found(found[0], held[0], self, where)
+            return Found(found[0], held[0], self, where, h)
         index = np.concatenate(found)
         order = np.argsort(index, kind="stable")
         table = pa.concat_tables(held).combine_chunks()
-        return Found(index[order], _take(table, order), self, where)
+        return Found(index[order], _take(table, order), self, where, h)
 
     def _kill(self, rows: pa.Table, h: Hashes, found: Found | None = None) -> int:
         """Mark the rows of ``rows``' keys dead; how many there were. ``found``: where
         they are, from a :meth:`lookup` of them since which nothing changed here."""
         killed = 0
-        if found is not None and found.spine is self and found.version == self._version:
+        if found is not None and found.covers(self, h):
             runs = {id(a): live for a, live in self.runs}
             for a, pos in found.where:
                 live = runs[id(a)]
@@ -349,8 +368,8 @@ class Spine:
 
     def upsert(self, rows: pa.Table, h: Hashes, found: Found | None = None) -> None:
         """Put ``rows`` (keys unique among them) in, replacing what their keys held.
-        ``found``: a :meth:`lookup` of keys that include every key of ``rows`` held here,
-        taken since the last change (else ignored: the keys are looked up again)."""
+        ``found``: a :meth:`lookup` of the same keys since the last change (else ignored,
+        :meth:`Found.covers`: the keys are looked up again)."""
         self._kill(rows, h, found)
         self.append(rows, h)
 
@@ -361,11 +380,11 @@ class Spine:
         if self.runs and 2 * len(rows) >= int(self.runs[-1][1].sum()):
             # The new run would be merged into the last one at once: merge the rows as
             # they are (one ``take`` of both), without arranging them first.
-            old, old_live = self.runs.pop()
+            old, old_live = self.runs[-1]
             source, pieces = old.merge_plan(old_live, rows, np.arange(len(rows)), h)
             merged = self._arranged(source, int(old_live.sum()) + len(rows), pieces)
-            _gone(old)
-            self.runs.append((merged, np.ones(len(merged), dtype=bool)))
+            self.runs[-1] = (merged, np.ones(len(merged), dtype=bool))
+            _gone(old)  # (after: a merge that fails, a full disk, leaves the run held)
             self._live += len(rows)
         else:
             order = np.argsort(h, kind="stable")
@@ -402,8 +421,8 @@ class Spine:
         return taken[0] if len(taken) == 1 else pa.concat_tables(taken).combine_chunks()
 
     def _compact(self) -> None:
-        """Drop runs with nothing live, rebuild one mostly dead, and merge the newest run
-        into the one before while it is at least half that one's size (a run replaced
+        """Drop runs with nothing live, merge the newest run into the one before while it
+        is at least half that one's size, then rebuild one mostly dead (a run replaced
         has its file deleted)."""
         self._version += 1
         runs = []
@@ -611,8 +630,8 @@ class ColumnState:
     ) -> None:
         """Put ``rows`` (keys unique among them) into ``time``'s table, replacing the rows
         of keys already there (``h``: their hashes, if known). ``found``: a :meth:`find`
-        at ``time`` since which nothing changed, of keys that include every key of
-        ``rows`` held there."""
+        at ``time`` of the same keys (a fold: the keys found, changed, and the new ones),
+        since which nothing changed; otherwise it is ignored (:meth:`Found.covers`)."""
         if not self.unique:
             raise TypeError("upsert is for a table of unique keys; a bag takes append")
         if rows.num_rows == 0:
