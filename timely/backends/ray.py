@@ -1015,6 +1015,7 @@ class RaySession(Session):
         every = self._every
         secret = self._secret = secrets.token_bytes(32)
         tcp = (cluster or _Cluster.now()).nodes > 1
+        nice = _driver_niceness()
         self.membership = Membership(workers, 0 if restore is None else restore[0] + 1)
         self._handing: set[int] = set()
         """Workers with source partitions to hand over (:meth:`_hand_over`)."""
@@ -1032,7 +1033,7 @@ class RaySession(Session):
                 None if restore is None else (restore[0], restore[1][i]),
                 None if self.trace is None else (self.trace, self.attempt),
                 self._incremental,
-                _driver_niceness(),
+                nice,
             )
             for i, a in enumerate(self.actors)
         ]
@@ -1868,7 +1869,7 @@ def _match_niceness(nice: int | None) -> None:
     if nice is None or not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError):
-        if os.getpriority(os.PRIO_PROCESS, 0) != nice:
+        if _niceness() != nice:
             os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 

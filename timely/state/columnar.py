@@ -203,7 +203,8 @@ class Arranged:
 
 class Found:
     """A lookup's answer: which rows of a table have a key held (``index``, ascending),
-    what is held for each (``held``, row for row), and where (per run, the positions):
+    what is held for each (``held``, row for row), and where (per run, its live mask and
+    the positions):
     an upsert of the same keys right after kills them there without looking them up
     again. Ignored (the keys looked up again) once the spine changes, or when the rows
     upserted are not as many as those looked up with the same sum of key hashes (another
@@ -216,7 +217,7 @@ class Found:
         index: np.ndarray[Any, Any],
         held: pa.Table,
         spine: Spine | None,
-        where: list[tuple[Arranged, np.ndarray[Any, Any]]],
+        where: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]],
         h: Hashes | None = None,
     ) -> None:
         self.index = index
@@ -309,6 +310,15 @@ class Spine:
         # (No spiller: no run is in a file, so neither is any part of ``source``.)
         return Arranged(_take(source, index, mapped=self.spill is not None), hashes, self.keys)
 
+    def _merge(
+        self, old: Arranged, live: Hashes, other: pa.Table, at: Hashes, h: Hashes
+    ) -> tuple[Arranged, np.ndarray[Any, Any]]:
+        """The live rows of ``old`` and the rows ``at`` of ``other`` (hashes ``h``) as one
+        run, every row live (``old``'s file, if any, is the caller's to delete)."""
+        source, pieces = old.merge_plan(live, other, at, h)
+        merged = self._arranged(source, int(live.sum()) + len(at), pieces)
+        return merged, np.ones(len(merged), dtype=bool)
+
     def drop(self) -> None:
         """Delete the files of this spine's runs (it is no longer held)."""
         for a, _ in self.runs:
@@ -325,7 +335,7 @@ class Spine:
         keys to replace without looking them up again (:meth:`upsert`'s ``found``)."""
         found: list[np.ndarray[Any, Any]] = []
         held: list[pa.Table] = []
-        where: list[tuple[Arranged, np.ndarray[Any, Any]]] = []
+        where: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         for a, live in self.runs:
             pos = a.find(rows, h)
             hit = pos >= 0
@@ -334,7 +344,7 @@ class Spine:
                 found.append(np.flatnonzero(hit))
                 at = pos[hit]
                 held.append(a.rows_at(at))
-                where.append((a, at))
+                where.append((live, at))
         if not found:
             return Found(np.zeros(0, dtype=np.intp), self.schema.empty_table(), self, [], h)
         if len(found) == 1:  # one run: its indices are ascending already (flatnonzero)
@@ -347,20 +357,17 @@ class Spine:
     def _kill(self, rows: pa.Table, h: Hashes, found: Found | None = None) -> int:
         """Mark the rows of ``rows``' keys dead; how many there were. ``found``: where
         they are, from a :meth:`lookup` of them since which nothing changed here."""
-        killed = 0
         if found is not None and found.covers(self, h):
-            runs = {id(a): live for a, live in self.runs}
-            for a, pos in found.where:
-                live = runs[id(a)]
-                killed += int(live[pos].sum())
-                live[pos] = False
+            places = found.where  # (the masks are this spine's: its version is unchanged)
         else:
+            places = []
             for a, live in self.runs:
                 pos = a.find(rows, h)
-                pos = pos[pos >= 0]
-                if pos.size:
-                    killed += int(live[pos].sum())
-                    live[pos] = False
+                places.append((live, pos[pos >= 0]))
+        killed = 0
+        for live, pos in places:
+            killed += int(live[pos].sum())
+            live[pos] = False
         if killed:
             self._table = None
             self._live -= killed
@@ -381,9 +388,7 @@ class Spine:
             # The new run would be merged into the last one at once: merge the rows as
             # they are (one ``take`` of both), without arranging them first.
             old, old_live = self.runs[-1]
-            source, pieces = old.merge_plan(old_live, rows, np.arange(len(rows)), h)
-            merged = self._arranged(source, int(old_live.sum()) + len(rows), pieces)
-            self.runs[-1] = (merged, np.ones(len(merged), dtype=bool))
+            self.runs[-1] = self._merge(old, old_live, rows, np.arange(len(rows)), h)
             _gone(old)  # (after: a merge that fails, a full disk, leaves the run held)
             self._live += len(rows)
         else:
@@ -435,12 +440,9 @@ class Spine:
         while len(runs) > 1 and 2 * int(runs[-1][1].sum()) >= int(runs[-2][1].sum()):
             (old, old_live), (new, new_live) = runs[-2], runs.pop()
             idx = np.flatnonzero(new_live)
-            source, pieces = old.merge_plan(old_live, new.table, idx, new.hashes[idx])
-            n = int(old_live.sum()) + len(idx)
-            merged = self._arranged(source, n, pieces)
+            runs[-1] = self._merge(old, old_live, new.table, idx, new.hashes[idx])
             _gone(old)
             _gone(new)
-            runs[-1] = (merged, np.ones(len(merged), dtype=bool))
         for i, (a, live) in enumerate(runs):
             n = int(live.sum())
             if 2 * n < len(live):
