@@ -66,6 +66,7 @@ def schedule(every: int | None, vertices: int = 2, start: int = 0) -> Snapshots:
     """A worker's :class:`Snapshots` with nothing around it but what the schedule uses."""
     worker = SimpleNamespace(
         plan=SimpleNamespace(vertices=[None] * vertices, live_control=False),
+        vertices=[None] * vertices,
         recheck_notifications=lambda: None,
     )
     return Snapshots(worker, every, start)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import pytest
 import operators  # noqa: F401  (select_many, count_by)
 from timely import ConfigError, Dataflow
 from timely.eventlog import COMMAND, RECV, START, read_driver_log, read_trace
+from timely.worker.snapshots import waited_for
 
 LINES = ["a b c", "b c d e", "a a"] * 20
 EPOCHS = 4
@@ -102,11 +103,16 @@ def test_a_restore_starts_a_new_attempt(tmp_path: Path) -> None:
     # the driver logged the recovery: what was restored, and why
     (recovery,) = [e for e in read_driver_log(str(trace)) if e[0] == "recovery"]
     assert recovery[3]["restart"] == 1 and "injected crash" in recovery[3]["cause"]
-    # Checkpoint work is logged: every vertex's snapshot for some epoch, on every worker.
+    # Checkpoint work is logged: the snapshot of every vertex a checkpoint waits for
+    # (those with state, and the graph's ends) for some epoch, on every worker.
+    plan = wordcount().build()
+    waited = set(waited_for(plan, [spec.factory() for spec in plan.vertices]))
+    assert 0 < len(waited) < len(plan.vertices)
     for header, events in read_trace(trace):
         snapshots = {e[5] for e in events if e[0] == "c" and e[4] == "snapshot"}
         if header["attempt"] == 1:  # the attempt that ran to the end checkpointed
-            assert snapshots == set(range(len(header["vertices"])))
+            assert len(header["vertices"]) == len(plan.vertices)
+            assert snapshots == waited
 
 
 def test_a_trace_directory_that_cannot_be_made_fails_before_starting(tmp_path: Path) -> None:
