@@ -33,6 +33,31 @@ worker reads itself)."""
 _MAX_LOOKAHEAD = 1 << 20
 """Bounds the checkpoint request's lookahead (in epochs)."""
 
+InputEntry = tuple[int, InputCommand, int]
+"""A driver command logged: ``(input vertex, command, the input's epoch then)``."""
+
+TRIM_AT = 64
+"""The input log is trimmed once it is twice as long as after the last trim, and at
+least twice this."""
+
+
+def trim_inputs(log: list[InputEntry], upto: int) -> list[InputEntry]:
+    """``log`` without what no restore from a checkpoint at ``upto`` or later replays
+    differently: the sends at epochs up to ``upto`` (replayed from after the checkpoint),
+    and each input's advances to epochs up to it but the last (replayed, they would
+    only move the input through epochs with nothing sent in them)."""
+    last: dict[int, int] = {}
+    for i, (vertex, cmd, epoch) in enumerate(log):
+        if type(cmd) is Advance and epoch <= upto:
+            last[vertex] = i
+    return [
+        entry
+        for i, entry in enumerate(log)
+        if entry[2] > upto
+        or (type(entry[1]) is not Send and (type(entry[1]) is not Advance or last[entry[0]] == i))
+    ]
+
+
 COLLECT_EVERY = 8
 """Old checkpoints are deleted once every this many commits (and when the store is to
 be read, or the run ends): each collection lists the store and looks for every
@@ -90,7 +115,14 @@ class CheckpointCoordinator:
         on (incremental checkpoints): kept until no committed chain needs it."""
         self._part_at: dict[int, float] = {}
         """Per epoch, when its latest part so far was durable."""
-        self._input_log: list[tuple[int, InputCommand, int]] = []
+        self._input_log: list[InputEntry] = []
+        """The driver's commands since the run began, less what :func:`trim_inputs`
+        dropped: what a restore replays (:meth:`replay`)."""
+        self._input_kept = TRIM_AT
+        """The log's length when it was last trimmed (at least :data:`TRIM_AT`): trimmed
+        again once it is twice that, so that a commit's share of the trimming stays the
+        same however long the run (a pass over the whole log at every commit grew with
+        the run, and its advances were never dropped)."""
         self._input_epoch: dict[int, int] = {}
         self._requested: int | None = None
         """Interval mode: the epoch every worker agreed to checkpoint after, until committed."""
@@ -287,11 +319,9 @@ class CheckpointCoordinator:
         # newest damaged falls back to an older one and must replay from there.
         if len(self.committed) > len(kept) and kept[0] > self._trimmed:
             self._trimmed = kept[0]
-            self._input_log = [
-                entry
-                for entry in self._input_log
-                if not (isinstance(entry[1], Send) and entry[2] <= self._trimmed)
-            ]
+            if len(self._input_log) >= 2 * self._input_kept:
+                self._input_log = trim_inputs(self._input_log, self._trimmed)
+                self._input_kept = max(TRIM_AT, len(self._input_log))
         self._retire(epoch, parts, kept)
         for sink in self.sinks:
             sink.commit(epoch)
