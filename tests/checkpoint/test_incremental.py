@@ -19,7 +19,7 @@ from tests.checkpoint import mutable
 from tests.checkpoint.pipelines import build
 from timely import ConfigError, Dataflow, exchange
 from timely.checkpoint import coordinator as coordinator_module
-from timely.checkpoint.store import CheckpointError, CheckpointStore, epoch_dir
+from timely.checkpoint.store import RECYCLE, CheckpointError, CheckpointStore, epoch_dir
 from timely.state.keyed import KeyedState, apply_delta
 
 # -- the table level: a delta applied on its base is the whole snapshot ------------------------
@@ -186,7 +186,8 @@ def test_a_chain_restores_what_a_whole_checkpoint_would(tmp_path: Path, pipeline
     # of 7's chain leaves 3 to fall back to), each with the chain it needs; the chains'
     # parts are no checkpoints of their own any more (no inputs are kept for them).
     assert list(found) == [3, 7]
-    assert sorted(os.listdir(tmp_path)) == [f"ckpt-{e:012d}" for e in range(8)]
+    # (Their manifests wait in RECYCLE, to be written over by the next ones.)
+    assert sorted(set(os.listdir(tmp_path)) - {RECYCLE}) == [f"ckpt-{e:012d}" for e in range(8)]
     restored, got = resumed(tmp_path, pipeline)
     assert restored == 7
     assert got == {e: r for e, r in expected.items() if e > 7}

@@ -396,3 +396,51 @@ def test_workers_that_never_list_again_are_caught(
         short = made_apart(tmp_path / "short", 12, monkeypatch)
         monkeypatch.setattr(CheckpointStore, "_relist", lambda self: self._recycled)
         assert made_apart(tmp_path / "long", 40, monkeypatch) == short
+
+
+def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> int:
+    """Parts of one incremental chain (each a delta on the one before), committed one by
+    one and collected every fourth commit, as the coordinator does; how many writes
+    were over a recycled file. Every checkpoint kept reads back, and every folder of the
+    chain stays (its part is a link)."""
+    store = CheckpointStore(str(root))
+    reused = 0
+    reuse = store._reuse
+
+    def counted(tmp: str) -> bool:
+        nonlocal reused
+        took = reuse(tmp)
+        reused += took
+        return took
+
+    store._reuse = counted  # type: ignore[method-assign]
+    for epoch in range(epochs):
+        data = bytes([epoch]) * 100
+        info = store.write_part(epoch, 0, 1, data, base=None if epoch == 0 else epoch - 1)
+        store.commit(epoch, 1, "fp", "flow", [info])
+        if epoch % 4 == 3:
+            store.collect_garbage(keep, starts=dict.fromkeys(range(epoch + 1), 0), upto=epoch)
+    assert store.epochs() == list(range(epochs))
+    for kept in range(epochs - keep, epochs):
+        manifest, parts = store.load(kept)
+        assert manifest["epoch"] == kept and parts[-1] == bytes([kept]) * 100
+    return reused
+
+
+def test_a_chains_old_manifests_are_written_over(tmp_path: Path) -> None:
+    """An incremental chain keeps every folder and part it links, but the manifests of
+    its checkpoints no longer kept are written over by the next ones: no new file."""
+    assert chain_run(tmp_path) > 0
+
+
+def test_manifests_deleted_not_kept_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a chain's old manifests are deleted (as before issue 30's recycling of
+    them)."""
+
+    def delete(self: CheckpointStore, relpath: str, room: list[int]) -> None:
+        os.unlink(self._path(relpath, "MANIFEST.json"))
+
+    monkeypatch.setattr(CheckpointStore, "_drop_manifest", delete)
+    assert chain_run(tmp_path) == 0

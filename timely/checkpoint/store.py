@@ -130,6 +130,8 @@ class CheckpointStore:
         """Names in :data:`RECYCLE` as last listed, not yet tried."""
         self._unlisted = 0
         """New files to create before listing :data:`RECYCLE` again (it was empty)."""
+        self._listed = False
+        """Whether :meth:`_relist` ran since :meth:`_make_dir` began."""
         self._folder = ""
         """The checkpoint folder this store last made or found, for parts written in
         place: a part in another one has its folder made first (a rename of a recycled
@@ -220,6 +222,7 @@ class CheckpointStore:
 
     def _relist(self) -> list[str]:
         """:data:`RECYCLE` listed now (what other writers and the retiring driver left)."""
+        self._listed = True
         try:
             self._recycled = os.listdir(self._path(RECYCLE))
         except OSError:
@@ -257,9 +260,12 @@ class CheckpointStore:
         empty one: that writer may be creating its file in it
         (:mod:`timely.checkpoint.noreplace`); the folder there is used. Returns whether
         the folder may hold files already (recycled, or made by another writer)."""
+        self._listed = False
         names = self._recycled_names()
         for fresh in (False, True):
             if fresh:  # none of the names known was a folder still there: list again
+                if self._listed:
+                    break  # (listed just now; a listing of no folder raises, ~13 us)
                 names = self._relist()  # (~10 us; a new folder costs ~0.1-0.3 ms)
             for name in [n for n in names if n.startswith(_DIR)]:
                 names.remove(name)
@@ -324,6 +330,20 @@ class CheckpointStore:
             return False  # (the collection deletes what is left)
         names.append(moved)
         return True
+
+    def _drop_manifest(self, relpath: str, room: list[int]) -> None:
+        """Take a checkpoint's manifest away (its parts stay, links of a chain): on a
+        local store into :data:`RECYCLE` while ``room[0]`` allows (counted down), for the
+        next manifest to be written over (an incremental run makes a folder and a part
+        file at every checkpoint, whose links are kept; its manifests need not be new
+        files too), else deleted."""
+        path = self._path(relpath, "MANIFEST.json")
+        if self._local and room[0] > 0:
+            os.makedirs(self._path(RECYCLE), exist_ok=True)
+            os.rename(path, self._path(RECYCLE, uuid.uuid4().hex))
+            room[0] -= 1
+        else:
+            self.fs.delete_file(path)
 
     def _delete_dir(self, relpath: str, room: list[int]) -> None:
         """Delete a checkpoint's folder; on a local store its files (``room[0]`` of them,
@@ -610,7 +630,7 @@ class CheckpointStore:
                 # Kept for the chains only: no longer a checkpoint to restore from (the
                 # driver's inputs before the oldest kept checkpoint are gone).
                 with contextlib.suppress(OSError):
-                    self.fs.delete_file(self._path(epoch_dir(epoch), "MANIFEST.json"))
+                    self._drop_manifest(epoch_dir(epoch), room)
             elif epoch < oldest_kept or (epoch < kept[-1] and epoch in committed):
                 # On failure (a concurrent reader, an eventual store) try again next time.
                 # Only a committed checkpoint's files are recycled: every part of it was
