@@ -737,3 +737,37 @@ def test_on_ray_random_scale_plans_leave_every_epoch_as_without_them(
     epochs, got, rescales = planned_on_ray(pipeline, plan)
     assert got == run(pipeline, epochs, 1, 0)[0]
     assert all(r["path"] == "live" for r in rescales)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_on_ray_a_leavers_actor_goes_back_to_the_pool_once() -> None:
+    """A worker that leaves gives its actor back to the pool, and the session's end keeps
+    the others: each actor once (the leaver's was given back twice, so a later launch
+    could have had two workers on one actor)."""
+    from timely.backends import ray as ray_backend
+
+    ray_backend.POOL.release()
+    flow = Dataflow("leave-once")
+    handle = flow.new_input()
+    done: set[int] = set()
+    handle.stream.count_by(lambda x: 0).subscribe(lambda epoch, _: done.add(epoch))
+    try:
+        with flow.activate(
+            workers=2, backend="ray", reconfigurable=True, idle_timeout=60
+        ) as session:
+            e = 0
+            while e < 3 or session.workers > 1:
+                if e == 2:
+                    session.rescale(1)
+                handle.advance_to(e)
+                handle.send([e])
+                while e > 0 and e - 1 not in done:
+                    session.poll(0.05)
+                e += 1
+            handle.close()
+            session.join()
+        idle = [i.actor for i in ray_backend.POOL._idle]  # (what the pool holds now)
+        assert len(idle) == 2
+        assert len({a._actor_id for a in idle}) == 2
+    finally:
+        ray_backend.POOL.release()

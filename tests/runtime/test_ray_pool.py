@@ -197,6 +197,7 @@ def test_the_end_of_a_clean_run_starts_the_resets_and_waits_for_none(
     w0, w1, standby = FakeActor("w0"), FakeActor("w1"), FakeActor("s")
     session.plan = SimpleNamespace(store=None)  # type: ignore[assignment]
     session._links = None
+    session._departed = set()
     session.actors, session._standbys = [w0, w1], [standby]
     session._cpus_of, session.cpus, session.max_inflight = {}, 1.0, 8
     session.idle_timeout, session.heartbeat_timeout = 30.0, 7.0
@@ -227,6 +228,7 @@ def test_a_run_with_state_on_disk_waits_for_its_resets(monkeypatch: pytest.Monke
     w0, w1 = FakeActor("w0"), FakeActor("w1")
     session.plan = SimpleNamespace(store=object())  # type: ignore[assignment]
     session._links = None
+    session._departed = set()
     session.actors, session._standbys = [w0, w1], []
     session._cpus_of, session.cpus, session.max_inflight = {}, 1.0, 8
     session.idle_timeout, session.heartbeat_timeout = 30.0, 7.0

@@ -895,6 +895,10 @@ class RaySession(Session):
         self.heartbeat_timeout = heartbeat_timeout
         self.idle_timeout = float(idle_timeout)
         self.actors: list[Any] = []
+        self._departed: set[int] = set()
+        """The actors (``id``) of workers that left a running dataflow: back in the pool
+        already (or killed), so never reset, kept, reused or killed again by this session
+        (a live scale-down then its end gave one actor to the pool twice)."""
         self.reused = 0
         """How many of the actors came warm from an earlier run (the last launch)."""
         self._clean = False
@@ -1011,6 +1015,7 @@ class RaySession(Session):
         self.reused = len(actors) - cold
         self.cold_starts = cold
         self.actors = actors
+        self._departed = set()
         self._cpus_of = {id(a): c for a, c in zip(actors, cpus)}
         every = self._every
         secret = self._secret = secrets.token_bytes(32)
@@ -1121,8 +1126,9 @@ class RaySession(Session):
         failed or did not answer within ``heartbeat_timeout`` instead."""
         if self._links is not None:
             self._links.close()
-        actors = self.actors + self._standbys
-        shapes = [(self._cpus_of.get(id(a), self.cpus), self._shape()[1]) for a in self.actors]
+        hosting = self._hosting()
+        actors = hosting + self._standbys
+        shapes = [(self._cpus_of.get(id(a), self.cpus), self._shape()[1]) for a in hosting]
         shapes += [self._standby_shape()] * len(self._standbys)
         self._standbys = []
         calls = [a.reset.remote() for a in actors]
@@ -1149,7 +1155,7 @@ class RaySession(Session):
     def _kill_actors(self, standbys: bool = False) -> None:
         if self._links is not None:
             self._links.close()
-        for actor in self.actors:
+        for actor in self._hosting():
             kill(actor)
         if standbys:
             for actor in self._standbys:
@@ -1188,7 +1194,7 @@ class RaySession(Session):
         no timeout is waited for. One that does not answer within ``heartbeat_timeout``
         (a stopped process) is killed. Survivors beyond the worker count (a rescale down)
         go to the pool; so do all of them when the shape changed (a rescale)."""
-        old = self.actors  # replaced by the launch (watchers see one list, then the next)
+        old = self._hosting()  # replaced by the launch (watchers see one list, then the next)
         answered = read_calls([a.reset.remote() for a in old], self.heartbeat_timeout)
         alive = []
         for actor, fine in zip(old, answered, strict=True):
@@ -1416,12 +1422,18 @@ class RaySession(Session):
         self._behind = {k: v for k, v in self._behind.items() if worker not in k}
         self.workers -= 1
         self._workers_changed()
+        self._departed.add(id(actor))
         try:
             self._get(actor.reset.remote(), worker)
             shape = (self._cpus_of.get(id(actor), self.cpus), self._shape()[1])
             POOL.give_back([actor], shape, self.idle_timeout)
         except WorkerDied:
             kill(actor)
+
+    def _hosting(self) -> list[Any]:
+        """The actors of this launch but those of workers that left (:meth:`_gone`)."""
+        departed = self._departed
+        return [a for a in self.actors if id(a) not in departed] if departed else self.actors
 
     def _request_checkpoint(
         self, epoch: int, every: int | None = None, fraction: float | None = None

@@ -530,8 +530,10 @@ class Snapshots:
             dirty.clear()
             for v in todo:
                 # snapshot(v)'s first test, written out: this runs at every step.
+                if v not in snapped:
+                    continue  # not waited for (:func:`waited_for`)
                 cached = boundaries.get(v)
-                if v not in snapped or (
+                if (
                     cached is not None
                     and cached[0] == snapped[v]
                     and (cached[1] is None or self.open_at(v, cached[1]))
