@@ -4,6 +4,7 @@ died; counted (processes kept, actors started), never timed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,17 @@ def feed(session: RaySession, nums: Any, epochs: range, out: dict[int, Any]) -> 
 
 def kill(session: RaySession, worker: int) -> None:
     """Kill ``worker`` once a checkpoint is committed, and wait until the session has
-    recovered (a kill is asynchronous: outputs may come first)."""
+    recovered (a kill is asynchronous: outputs may come first). The dead worker's socket
+    directory is gone with it (a killed process cannot remove its own)."""
     while not session.committed:
         session.poll(0.05)
     restarts = session.restarts
+    folder = os.path.dirname(session.addresses[worker].path)
+    assert os.path.isdir(folder)
     ray.kill(session.actors[worker], no_restart=True)
     while session.restarts == restarts:
         session.poll(0.05)
+    assert not os.path.exists(folder)
 
 
 def expected(epochs: int) -> dict[int, Any]:

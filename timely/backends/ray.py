@@ -1161,9 +1161,18 @@ class RaySession(Session):
             for actor in self._standbys:
                 kill(actor)
             self._standbys = []
-        # A killed actor leaves its socket directory behind; remove those on this machine
-        # (a normal end removes its own).
-        for address in self.addresses:
+        self._remove_sockets(self.actors)
+
+    def _remove_sockets(self, actors: list[Any]) -> None:
+        """Remove the socket directories of these actors of the launch (killed, or found
+        dead) on this machine: a killed process leaves its own behind (a normal end
+        removes it), ~30 of them a run of the test suite before the dead ones found by a
+        relaunch were removed too."""
+        where = {id(a): address for a, address in zip(self.actors, self.addresses)}
+        for actor in actors:
+            address = where.get(id(actor))
+            if address is None:
+                continue
             folder = os.path.dirname(address.path)
             if os.path.basename(folder).startswith("timely-"):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -1196,12 +1205,14 @@ class RaySession(Session):
         go to the pool; so do all of them when the shape changed (a rescale)."""
         old = self._hosting()  # replaced by the launch (watchers see one list, then the next)
         answered = read_calls([a.reset.remote() for a in old], self.heartbeat_timeout)
-        alive = []
+        alive, dead = [], []
         for actor, fine in zip(old, answered, strict=True):
             if fine:
                 alive.append(actor)
             else:
                 kill(actor)
+                dead.append(actor)
+        self._remove_sockets(dead)
         self.lost = len(old) - len(alive)
         fits = [a for a in alive if self._cpus_of.get(id(a)) in (self.cpus, 0.0)]
         spare = [a for a in alive if a not in fits] + fits[self.workers :]
@@ -1429,6 +1440,7 @@ class RaySession(Session):
             POOL.give_back([actor], shape, self.idle_timeout)
         except WorkerDied:
             kill(actor)
+            self._remove_sockets([actor])
 
     def _hosting(self) -> list[Any]:
         """The actors of this launch but those of workers that left (:meth:`_gone`)."""
