@@ -1325,7 +1325,10 @@ class RaySession(Session):
     def _join_worker(self, worker: int, epoch: int) -> None:
         links = self._links
         assert links is not None
-        for name in ("actors", "nodes", "pids", "addresses", "_kinds"):  # workers that left
+        # Workers that left: their actors are the pool's now (the pool may hand one back
+        # to this very join), no longer this launch's to leave out.
+        self._departed.difference_update(id(a) for a in self.actors[worker:])
+        for name in ("actors", "nodes", "pids", "addresses", "_kinds"):
             del getattr(self, name)[worker:]
         cpus = self.cpus
         if not self._cluster:  # what the running workers leave of this machine's CPUs
