@@ -1015,6 +1015,7 @@ class RaySession(Session):
         self.reused = len(actors) - cold
         self.cold_starts = cold
         self.actors = actors
+        self.addresses = []  # (this launch's, once started: never the last launch's)
         self._departed = set()
         self._cpus_of = {id(a): c for a, c in zip(actors, cpus)}
         every = self._every
