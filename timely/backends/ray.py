@@ -1166,9 +1166,9 @@ class RaySession(Session):
 
     def _remove_sockets(self, actors: list[Any]) -> None:
         """Remove the socket directories of these actors of the launch (killed, or found
-        dead) on this machine: a killed process leaves its own behind (a normal end
-        removes it), ~30 of them a run of the test suite before the dead ones found by a
-        relaunch were removed too."""
+        dead) on this machine: a killed process leaves its own behind, where a normal end
+        removes it (the test suite left ~30 a run while a relaunch dropped the dead
+        actors without theirs)."""
         where = {id(a): address for a, address in zip(self.actors, self.addresses)}
         for actor in actors:
             address = where.get(id(actor))

@@ -1,9 +1,10 @@
 """Checkpoint scheduling on one worker: when each vertex is snapshotted, and which parts
 are complete.
 
-The part for epoch ``e`` is complete once each vertex it waits for has passed ``e``:
-every vertex with state, and every one without whose passing no other vertex waited for
-implies (:func:`waited_for`), so that outputs buffered for ``e`` have left too. A vertex
+The part for epoch ``e`` is complete once each vertex it waits for has passed ``e``
+(:func:`waited_for`): every vertex with state, every one with no output edge and every
+one whose path summary is not the identity. A stateless vertex between them has passed
+``e`` once the vertex it feeds has, so what it buffered for ``e`` has left too. A vertex
 is snapshotted for every checkpoint epoch it has passed since its last snapshot, and the
 worker's ``_notify`` asks :meth:`Snapshots.hold_back` before each notification, so that
 no notification at a later epoch changes a vertex's state before its snapshot for the
