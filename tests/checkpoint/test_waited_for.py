@@ -55,12 +55,13 @@ def test_a_table_word_count_waits_for_its_state_and_its_sink() -> None:
         .running_agg(count().alias("n"))
         .subscribe(lambda e, t: None)
     )
-    waited = names(flow)
     plan = flow.build()
-    assert len(plan.vertices) == 8
+    vertices = [spec.factory() for spec in plan.vertices]
+    assert len(vertices) == 8
     # The running aggregate (its state) and what hands each epoch to the driver; not
     # the input, the projections, the explode, the partial counts or the gathering.
-    assert len(waited) == 2, waited
+    kinds = [type(vertices[v]).__name__ for v in waited_for(plan, vertices)]
+    assert kinds == ["RunningAggregate", "Gathered"], kinds
 
 
 def test_a_users_function_at_the_end_is_waited_for() -> None:
