@@ -36,23 +36,29 @@ plans = st.lists(
 )
 
 
+def counting_store(root: Path) -> tuple[CheckpointStore, list[int]]:
+    """A store at ``root`` that counts its writes over a recycled file (in the one item of
+    the list returned)."""
+    store = CheckpointStore(str(root))
+    reused = [0]
+    reuse = store._reuse
+
+    def counted(tmp: str) -> bool:
+        took = reuse(tmp)
+        reused[0] += took
+        return took
+
+    store._reuse = counted  # type: ignore[method-assign]
+    return store, reused
+
+
 def check_store(
     root: Path, plan: list[tuple[list[int], bool]], keep: int = 2, retire: bool = False
 ) -> int:
     """Run ``plan`` against a store at ``root``; return how many writes reused a file.
     ``retire``: the checkpoint each commit leaves unkept is retired at once
     (:meth:`CheckpointStore.retire`, as the coordinator does), besides collections."""
-    store = CheckpointStore(str(root))
-    reused = 0
-    reuse = store._reuse
-
-    def counted(tmp: str) -> bool:
-        nonlocal reused
-        took = reuse(tmp)
-        reused += took
-        return took
-
-    store._reuse = counted  # type: ignore[method-assign]
+    store, reused = counting_store(root)
     written: dict[int, list[bytes]] = {}
     committed: list[int] = []
     for epoch, (sizes, collect) in enumerate(plan):
@@ -76,7 +82,7 @@ def check_store(
         for other in set(store.epochs()) - set(committed):  # no manifest but its own
             path = root / epoch_dir(other) / "MANIFEST.json"
             assert not path.exists() or store.load(other)[0]["epoch"] == other
-    return reused
+    return reused[0]
 
 
 @settings(
@@ -403,17 +409,7 @@ def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> int:
     one and collected every fourth commit, as the coordinator does; how many writes
     were over a recycled file. Every checkpoint kept reads back, and every folder of the
     chain stays (its part is a link)."""
-    store = CheckpointStore(str(root))
-    reused = 0
-    reuse = store._reuse
-
-    def counted(tmp: str) -> bool:
-        nonlocal reused
-        took = reuse(tmp)
-        reused += took
-        return took
-
-    store._reuse = counted  # type: ignore[method-assign]
+    store, reused = counting_store(root)
     for epoch in range(epochs):
         data = bytes([epoch]) * 100
         info = store.write_part(epoch, 0, 1, data, base=None if epoch == 0 else epoch - 1)
@@ -424,7 +420,7 @@ def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> int:
     for kept in range(epochs - keep, epochs):
         manifest, parts = store.load(kept)
         assert manifest["epoch"] == kept and parts[-1] == bytes([kept]) * 100
-    return reused
+    return reused[0]
 
 
 def test_a_chains_old_manifests_are_written_over(tmp_path: Path) -> None:
