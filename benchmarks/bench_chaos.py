@@ -151,6 +151,8 @@ def seconds(value: float | None) -> str:
 def main() -> None:
     import ray
 
+    from timely.backends.ray import local_ray_options
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--kills", type=int, default=300, help="run rounds (each dataflow once) until this many"
@@ -181,7 +183,13 @@ def main() -> None:
     }
     runs: list[dict[str, Any]] = []
     start = time.monotonic()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        **local_ray_options(),
+    )
     try:
         seed = args.seed
         while True:  # whole rounds, so that every dataflow gets as many runs

@@ -93,8 +93,14 @@ def main() -> None:
 
         import ray
 
+        from timely.backends.ray import local_ray_options
+
         ray.init(
-            address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            **local_ray_options(),
         )
         run(src, "ray", 0)  # warm: the actors stay for the measured runs
         backends.append("ray")

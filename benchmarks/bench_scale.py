@@ -61,6 +61,7 @@ from benchmarks.bench_wordcount import (
 )
 from benchmarks.tables import markdown, write_results
 from timely import Dataflow, Source
+from timely.backends.ray import local_ray_options
 from timely.backends.ray_pool import release_workers
 
 SPIN_US = 3.0
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     k, spin_us = calibrate()
     print(f"spin: k={k} steps, {spin_us:.2f} us/call", file=sys.stderr)
     data = Path(tempfile.mkdtemp(prefix="scale-data-"))
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", **local_ray_options())
     try:
         # 1. start-up: new actors every time (cold), then actors kept from the run before
         # The first run on a fresh Ray: its actors land on worker processes Ray prestarted.

@@ -35,11 +35,13 @@ SCENARIOS: dict[str, Callable[[Path], None]] = {
 def main(argv: list[str] | None = None) -> None:
     import ray
 
+    from timely.backends.ray import local_ray_options
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
     load = os.getloadavg()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", **local_ray_options())
     right: dict[str, int] = dict.fromkeys(SCENARIOS, 0)
     wrong: dict[str, list[str]] = {name: [] for name in SCENARIOS}
     try:

@@ -61,6 +61,7 @@ import msgpack  # type: ignore[import-untyped]
 import ray
 
 from benchmarks.tables import markdown
+from timely.backends.ray import local_ray_options
 from timely.comm.driver import recv_exactly
 from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every
 from timely.comm.handshake import (
@@ -835,6 +836,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=False,  # the actors print nothing the report needs
+        **local_ray_options(),
     )
     try:
         a, b = RemoteEndpoint.remote(), RemoteEndpoint.remote()

@@ -172,6 +172,8 @@ def ray_local() -> Iterator[Any]:
     """Local Ray with 2 CPUs, started once; shut down at the end if this fixture started it."""
     import ray  # a runtime dependency: its absence is an error, not a skip
 
+    from timely.backends.ray import local_ray_options
+
     started = not ray.is_initialized()
     if started:
         ray.init(
@@ -179,6 +181,7 @@ def ray_local() -> Iterator[Any]:
             num_cpus=int(os.environ.get("TIMELY_TEST_CPUS", "2")),
             include_dashboard=False,
             logging_level=logging.WARNING,
+            **local_ray_options(),  # the workers at niceness 0, as a session starts them
         )
     yield ray
     if started:

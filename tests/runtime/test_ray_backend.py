@@ -35,7 +35,7 @@ from timely import (
     WorkerDied,
     exchange,
 )
-from timely.backends.ray import RaySession
+from timely.backends.ray import WORKER_NICENESS, RaySession
 from timely.backends.ray_pool import POOL, release_workers
 
 pytestmark = pytest.mark.usefixtures("ray_local")
@@ -538,8 +538,42 @@ def test_workers_step_at_the_drivers_niceness_not_rays() -> None:
         handle.close()
     session.join()
     assert [s["nice"] for s in stats] == [nice, nice]
-    ray_nice = int(os.environ.get("RAY_worker_niceness", 15))  # noqa: SIM112 - Ray spells it so
-    assert rays == [ray_nice, ray_nice]  # what the loop would have run at
+    # What the loop would have run at: what this process's Ray was started with.
+    ray_nice = int(os.environ.get("RAY_worker_niceness", WORKER_NICENESS))  # noqa: SIM112
+    assert rays == [ray_nice, ray_nice]
+
+
+def test_a_local_ray_timely_starts_has_its_workers_at_niceness_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray starts worker processes at niceness 15, where a busy process at 0 beside a run
+    takes the CPU from every thread of the workers (the loop's too, where the process may
+    not lower a thread's niceness). A local Ray that timely starts passes Ray's
+    ``worker_niceness`` as 0; a ``RAY_worker_niceness`` the user set is left to Ray. The
+    real Ray of this test process was started with the same options: its worker
+    processes run at 0. Caught: the option not passed by ``_connect``; the user's
+    setting overridden."""
+    import timely.backends.ray as ray_backend
+
+    # What this test process's Ray was started with (the conftest's ``ray_local``).
+    expected = int(os.environ.get("RAY_worker_niceness", WORKER_NICENESS))  # noqa: SIM112
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray_backend.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_backend.ray, "init", lambda **kw: seen.append(kw))
+    assert ray_backend._connect(None) is True
+    monkeypatch.setenv("RAY_worker_niceness", "5")
+    ray_backend._connect(None)
+    monkeypatch.undo()
+    assert seen[0]["_system_config"] == {"worker_niceness": 0}
+    assert "_system_config" not in seen[1]
+    session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=23)))
+    rays = [
+        int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+        for pid in session.pids
+    ]
+    assert rays == [expected, expected]
 
 
 def test_workers_step_at_whatever_niceness_the_driver_gives(
