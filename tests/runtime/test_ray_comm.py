@@ -211,7 +211,7 @@ def test_a_chain_with_a_slow_end_keeps_every_inbox_bounded() -> None:
         session.close()
     a, b, _ = stats
     assert a["messages_sent"] >= batches  # every batch crossed over, one step each
-    assert b["credit_waits"] > 0 and a["credit_waits"] > 0  # held back, in turn
+    assert b["credit_waits"] > 0 and a["credit_waits"] > 0, stats  # held back, in turn
     # Frames waiting to be taken in: at most a window per peer.
     assert all(s["max_queued"] <= window * 2 for s in stats), stats
     # Batches waiting in a worker: what it took in before a step (a window per peer)

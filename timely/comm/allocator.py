@@ -34,7 +34,6 @@ import contextlib
 import os
 import shutil
 import socket
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -44,6 +43,7 @@ from timely.comm.frames import COUNT, CREDIT, DATA, HEADER, credit_every, credit
 from timely.comm.handshake import HandshakeFailed, hello_dialer, hello_listener
 from timely.comm.receiving import FrameReader, Payload
 from timely.comm.sending import FrameSender
+from timely.comm.sockdir import socket_dir
 from timely.errors import TimelyError
 
 DRIVER = 0xFFFFFFFF
@@ -231,10 +231,7 @@ class Allocator:
             raise ValueError(
                 f"refusing to listen on every interface ({host!r}): give the node's IP"
             )
-        base = None
-        if len(tempfile.gettempdir()) > 60:  # a Unix socket path has at most 107 bytes
-            base = "/tmp"
-        self._dir = tempfile.mkdtemp(prefix="timely-", dir=base)  # mode 0700
+        self._dir = socket_dir()  # mode 0700; stale ones swept (the process's first)
         path = os.path.join(self._dir, f"worker-{self.index}.sock")
 
         async def on_unix(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
