@@ -262,8 +262,15 @@ def main(argv: list[str] | None = None) -> None:
 
     import ray
 
+    from timely.backends.ray import local_ray_options
+
     # Up before the first run: the first run's figures (its lag) would count Ray's start.
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        **local_ray_options(),
+    )
     runs = [
         run(kind, seconds, args.workload, args.feed)
         for _ in range(max(1, args.repeat))

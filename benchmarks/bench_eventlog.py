@@ -52,6 +52,8 @@ def event_cost(n: int = 200_000) -> float:
 def main(argv: list[str] | None = None) -> None:
     import ray
 
+    from timely.backends.ray import local_ray_options
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="200k words, 3 pairs")
     parser.add_argument("--repeat", type=int, default=None)
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     data = Path(tempfile.mkdtemp(prefix="eventlog-data-"))
     traces = Path(tempfile.mkdtemp(prefix="eventlog-trace-"))
     generate(data, words, 10_000)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", **local_ray_options())
     plain: list[float] = []
     traced: list[float] = []
     events = size = 0

@@ -44,13 +44,15 @@ def _mod(x: int) -> int:
 def main(argv: list[str] | None = None) -> None:
     import ray
 
+    from timely.backends.ray import local_ray_options
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="a shorter run")
     args = parser.parse_args(argv)
     batches = 1000 if args.quick else 10000
     load = os.getloadavg()
     trace = tempfile.mkdtemp(prefix="online-trace-")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", **local_ray_options())
     try:
         flow = Dataflow("online")
         (

@@ -128,7 +128,14 @@ def main(argv: list[str] | None = None) -> None:
 
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+        from timely.backends.ray import local_ray_options
+
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            **local_ray_options(),
+        )
         timely_table_cc(random_edges(50, 100), 2, "ray")  # the actors start, and are kept
         systems["timely table API, Ray x2 (warm)"] = lambda: timely_table_cc(edges, 2, "ray")
     want = union_find(pairs)

@@ -43,6 +43,7 @@ from benchmarks.bench_transport import Endpoint, _get
 from benchmarks.tables import markdown, write_results
 from operators.table import Table, table_input
 from timely import Dataflow
+from timely.backends.ray import local_ray_options
 from timely.comm.frames import credit_every
 from timely.routing.columns import exchange_columns
 
@@ -154,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=False,
+        **local_ray_options(),
     )
     secret = os.urandom(32)
     try:

@@ -152,8 +152,14 @@ def main() -> None:
 
             import ray
 
+            from timely.backends.ray import local_ray_options
+
             ray.init(
-                address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                **local_ray_options(),
             )
             table_api(paths, 2, "ray")  # warm: the actors stay for the measured runs
         for _ in range(rounds):

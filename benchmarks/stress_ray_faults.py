@@ -41,8 +41,11 @@ def main() -> None:
     import ray
 
     from tests.checkpoint import test_ray_faults as faults
+    from timely.backends.ray import local_ray_options
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(
+        num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, **local_ray_options()
+    )
     wrong = lost = 0
     seconds: list[float] = []
     try:

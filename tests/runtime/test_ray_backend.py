@@ -517,11 +517,13 @@ def _may_lower_niceness_to(nice: int) -> bool:
 
 
 def test_workers_step_at_the_drivers_niceness_not_rays() -> None:
-    """Ray starts its worker processes at niceness 15; a timely worker's loop (its
-    steps) runs at the driver's instead, so that on a busy machine a Ray run is not
-    starved by every process at 0, its own driver included, where an inline run is not.
-    Caught: the driver's niceness not passed to ``start``, or not given to the loop's
-    thread."""
+    """A timely worker's loop (its steps) runs at the driver's niceness, so that on a
+    busy machine a Ray run is not starved by every process at 0, its own driver
+    included, where an inline run is not; the process keeps the niceness Ray was told.
+    Where the driver's niceness is the workers' processes' already (0 and 0, as the
+    test fixture starts Ray), this run cannot tell whether the loop was given it: the
+    next test, at 17, catches the driver's niceness not passed to ``start`` or not given
+    to the loop's thread."""
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     if not _may_lower_niceness_to(nice):
         pytest.skip("this user may not lower a niceness (no root, RLIMIT_NICE too low)")

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,37 +34,65 @@ def _dead_pid() -> int:
     raise AssertionError("every exited child's id was in use again at once")
 
 
+def _socket(path: Path) -> None:
+    """A Unix socket file at ``path``, as a listener leaves it."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A fresh directory with a short path: a Unix socket's path has at most 107 bytes,
+    more than pytest's ``tmp_path`` leaves under a worker process of its own."""
+    path = Path(tempfile.mkdtemp(prefix="sockdir-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def test_a_sweep_removes_the_directories_of_dead_processes_and_nothing_else(
-    tmp_path: Path,
+    short_tmp: Path,
 ) -> None:
     """Caught: a live process's directory taken (the liveness check turned round), a
-    file or a link counted as a directory, a name without the process id matched."""
+    file or a link counted as a directory, a directory with a user's file in it emptied,
+    a name not of ``socket_dir``'s exact form matched (a user's ``timely-20240501-x``,
+    a non-ASCII digit, a pid too long: none may stop the sweep either)."""
     dead = _dead_pid()
-    gone = tmp_path / f"timely-{dead}-abc"
+    gone = short_tmp / f"timely-sock-{dead}-abc_1234"
     gone.mkdir()
-    (gone / "worker-0.sock").write_bytes(b"")
+    _socket(gone / "worker-0.sock")
     kept = [
-        tmp_path / f"timely-{os.getpid()}-abc",  # this process's: alive
-        tmp_path / f"timely-{os.getppid()}-abc",  # alive too
-        tmp_path / "timely-spark-abc",  # another use of the prefix
-        tmp_path / "timely-trace-abc",
-        tmp_path / f"timely-{dead}",  # the old naming: no process id to check
-        tmp_path / f"timely-{dead}-",
+        short_tmp / f"timely-sock-{os.getpid()}-abcdefgh",  # this process's: alive
+        short_tmp / f"timely-sock-{os.getppid()}-abcdefgh",  # alive too
+        short_tmp / f"timely-sock-{dead}-abc",  # not mkdtemp's eight characters
+        short_tmp / f"timely-sock-{dead}-ABCDEFGH",
+        short_tmp / "timely-sock-\u00b2-abcdefgh",  # a digit, but not an ASCII one
+        short_tmp / "timely-sock-99999999-abcdefgh",  # longer than any pid
+        short_tmp / f"timely-{dead}-abcdefgh",  # another name: a user's, or the old form
+        short_tmp / "timely-20240501-results",
+        short_tmp / "timely-spark-abcdefgh",
     ]
     for path in kept:
         path.mkdir()
-    other = tmp_path / "elsewhere"
+        (path / "data.csv").write_bytes(b"1,2\n")
+    mixed = short_tmp / f"timely-sock-{dead}-mixed___"  # a user's file beside the socket
+    mixed.mkdir()
+    _socket(mixed / "worker-1.sock")
+    (mixed / "notes.txt").write_bytes(b"keep")
+    other = short_tmp / "elsewhere"
     other.mkdir()
-    link = tmp_path / f"timely-{dead}-link"
+    link = short_tmp / f"timely-sock-{dead}-link____"
     link.symlink_to(other)
-    plain = tmp_path / f"timely-{dead}-file"
+    plain = short_tmp / f"timely-sock-{dead}-file____"
     plain.write_bytes(b"")
-    assert sockdir.sweep_stale(str(tmp_path)) == 1
+    assert sockdir.sweep_stale(str(short_tmp)) == 1
     assert not gone.exists()
-    assert all(path.is_dir() for path in kept)
+    assert all((path / "data.csv").is_file() for path in kept)
+    assert (mixed / "notes.txt").is_file() and (mixed / "worker-1.sock").exists()
     assert link.is_symlink() and other.is_dir() and plain.is_file()
-    assert sockdir.sweep_stale(str(tmp_path)) == 0
-    assert sockdir.sweep_stale(str(tmp_path / "missing")) == 0
+    assert sockdir.sweep_stale(str(short_tmp)) == 0
+    assert sockdir.sweep_stale(str(short_tmp / "missing")) == 0
 
 
 def test_a_sockets_directory_names_its_process(monkeypatch: pytest.MonkeyPatch) -> None:
