@@ -129,9 +129,9 @@ def test_a_killed_actors_directory_goes_at_the_next_processs_first_listen(
     pid, folder = ray.get(victim.make.remote())
     assert os.path.isdir(folder)
     ray.kill(victim, no_restart=True)
-    deadline = time.monotonic() + 60
-    while sockdir._alive(pid):  # the kill is asynchronous; then the raylet reaps it
-        assert time.monotonic() < deadline, f"actor process {pid} still alive"
+    # The kill is asynchronous; then the raylet reaps the process. One that never goes
+    # fails this test under the run's timeout (pytest-timeout), not on a clock here.
+    while sockdir._alive(pid):
         time.sleep(0.05)
     # (Not asserted here that the directory is still there: any worker process started
     # meanwhile, by another test process on this machine, sweeps it as well.)
