@@ -516,6 +516,11 @@ def _may_lower_niceness_to(nice: int) -> bool:
     return bool(soft == resource.RLIM_INFINITY or 20 - soft <= nice)
 
 
+def _process_niceness(pids: list[int]) -> list[int]:
+    """Each process's niceness as Ray made it (its main thread's, from ``/proc``)."""
+    return [int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[16]) for p in pids]
+
+
 def test_workers_step_at_the_drivers_niceness_not_rays() -> None:
     """A timely worker's loop (its steps) runs at the driver's niceness, so that on a
     busy machine a Ray run is not starved by every process at 0, its own driver
@@ -531,11 +536,7 @@ def test_workers_step_at_the_drivers_niceness_not_rays() -> None:
     session = flow.activate(workers=2, backend="ray")
     assert isinstance(session, RaySession)
     stats = ray.get([a.stats.remote() for a in session.actors])
-    # Ray's own niceness for the process (its main thread), as it made it.
-    rays = [
-        int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
-        for pid in session.pids
-    ]
+    rays = _process_niceness(session.pids)
     for handle in flow._inputs:
         handle.close()
     session.join()
@@ -571,11 +572,7 @@ def test_a_local_ray_timely_starts_has_its_workers_at_niceness_0(
     assert seen[0]["_system_config"] == {"worker_niceness": 0}
     assert "_system_config" not in seen[1]
     session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=23)))
-    rays = [
-        int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
-        for pid in session.pids
-    ]
-    assert rays == [expected, expected]
+    assert _process_niceness(session.pids) == [expected, expected]
 
 
 def test_workers_step_at_whatever_niceness_the_driver_gives(
