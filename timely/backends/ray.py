@@ -77,7 +77,7 @@ from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import Restore
 from timely.checkpoint.store import CheckpointStore, Share
 from timely.checkpoint.writer import write_encoded
-from timely.comm import serialization
+from timely.comm import serialization, sockdir
 from timely.comm.allocator import DRIVER, Address, Allocator, Channel, PeerLost
 from timely.comm.driver import DriverLinks
 from timely.comm.messages import (
@@ -1175,7 +1175,7 @@ class RaySession(Session):
             if address is None:
                 continue
             folder = os.path.dirname(address.path)
-            if os.path.basename(folder).startswith("timely-"):
+            if os.path.basename(folder).startswith(sockdir.PREFIX):  # socket_dir's
                 shutil.rmtree(folder, ignore_errors=True)
 
     def _set_workers(self, workers: int) -> None:
