@@ -26,6 +26,7 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
+from tests.runtime.test_ray_pool import Clock, Timers
 from timely import (
     ConfigError,
     Dataflow,
@@ -693,16 +694,27 @@ def test_actors_of_a_failed_run_are_not_kept() -> None:
     assert session.reused == 0
 
 
-def test_idle_actors_go_after_idle_timeout_or_at_once_with_zero() -> None:
+def test_idle_actors_go_after_idle_timeout_or_at_once_with_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool's clock and timer are fakes here: with a real 0.2 s timer, a machine that
+    stalls the driver for 0.2 s between the run's end and the count saw none kept."""
+    clock, timers = Clock(), Timers()
     release_workers()
+    monkeypatch.setattr(POOL, "_clock", clock)
+    monkeypatch.setattr(POOL, "_make_timer", timers)
     _activate_and_join(wordcount(lines_by_epoch(seed=2)), idle_timeout=0)
-    assert len(POOL) == 0
+    assert len(POOL) == 0 and not timers.live()
     _activate_and_join(wordcount(lines_by_epoch(seed=3)), idle_timeout=0.2)
     assert len(POOL) == 2
-    while len(POOL):  # the pool's timer kills them; a pool that keeps them hangs here and
-        time.sleep(0.05)  # fails under the run's timeout
+    [timer] = timers.live()
+    assert timer.delay == pytest.approx(0.2)
+    clock.now += 0.2
+    timer.fire()  # the pool's timer kills them
+    assert len(POOL) == 0 and not timers.live()
     session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=4)))
     assert session.reused == 0
+    release_workers()  # (their expiry is on the fake clock)
 
 
 def test_a_run_of_another_shape_replaces_the_idle_actors() -> None:

@@ -4,15 +4,16 @@ by epoch, with nothing lost or repeated."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import operators  # noqa: F401  (count_by, running_reduce)
-from connectors.rate import rate_source
-from timely import ConfigError, Dataflow
+from timely import ConfigError, Dataflow, Source
 
 EPOCHS = 10
 
@@ -60,27 +61,63 @@ def test_inline_rescale_mid_run_keeps_the_outputs(tmp_path: Path, start: int, to
     assert session.rescales[0]["epoch"] >= 3  # a checkpoint taken after the request
 
 
+class PacedUntilTold(Source):
+    """Epoch ``k`` of each partition is due at ``t0 + k * pace`` (:meth:`next_awake`) and
+    holds 25 numbers fixed by ``(k, partition)``; the source ends at the epoch the file
+    ``end`` names once it exists. The test writes it only after the rescale, naming an
+    epoch no partition can have been due to read yet, so the run cannot end before the
+    rescale however slow the machine is, and every epoch read is one it keeps."""
+
+    def __init__(self, end: str, t0: float, pace: float = 0.05) -> None:
+        self.end, self.t0, self.pace = end, t0, pace
+        self._last: int | None = None
+
+    def partitions(self) -> int:
+        return 4
+
+    def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
+        k = 0 if offset is None else int(offset)
+        if self._last is None and os.path.exists(self.end):
+            with open(self.end) as f:
+                self._last = int(f.read())
+        if self._last is not None and k > self._last:
+            return None
+        return k, [k * 1000 + partition * 100 + i for i in range(25)], k + 1
+
+    def next_awake(self, partition: int, offset: Any) -> float | None:
+        return self.t0 + (0 if offset is None else int(offset)) * self.pace
+
+
 def test_ray_rescale_from_another_thread_with_a_source(tmp_path: Path) -> None:
     """A controller's thread asks; the driver's loop acts at the next commit."""
-    source = rate_source(4000, seconds=1.5, epoch_seconds=0.1, partitions=4)
+    end = tmp_path / "end"
+    source = PacedUntilTold(str(end), time.time())
 
     def build() -> Dataflow:
         flow = Dataflow("rescaled-source")
         flow.source(source, name="rate").count_by(lambda x: x % 17).collect("counts")
         return flow
 
-    want = sorted(build().run(workers=2, backend="inline")["counts"])
     flow = build()
     session = flow.activate(
-        workers=2, backend="ray", checkpoint=str(tmp_path), checkpoint_interval=0.2
+        workers=2, backend="ray", checkpoint=str(tmp_path / "ckpt"), checkpoint_interval=0.2
     )
     asker = threading.Thread(target=session.rescale, args=(1,))
     session.poll(0.3)
     asker.start()
     asker.join()
+    while not session.rescales:
+        session.poll(0.05)
+    # The last epoch: one past any due so far (no partition reads an epoch before it is
+    # due), written whole at once.
+    last = int((time.time() - source.t0) / source.pace) + 1
+    (tmp_path / "end.tmp").write_text(str(last))
+    os.rename(tmp_path / "end.tmp", end)
     results = session.join()
-    assert sorted(results["counts"]) == want
     assert [(r["from"], r["to"]) for r in session.rescales] == [(2, 1)]
+    want = sorted(build().run(workers=2, backend="inline")["counts"])  # (it reads `end`)
+    assert sorted(results["counts"]) == want
+    assert {e for e, _ in want} == set(range(last + 1))
 
 
 def test_rescale_needs_checkpoints_and_a_worker_count() -> None:
