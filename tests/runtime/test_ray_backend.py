@@ -93,7 +93,8 @@ class Fragile(Vertex):
 
 
 class Busy(Vertex):
-    """Holds the interpreter (no sleeping, no I/O) for a while on its first batch."""
+    """Holds the interpreter (no sleeping, no I/O) on its first batch for twice the
+    heartbeat timeout the test runs with."""
 
     def __init__(self) -> None:
         self.first = True
@@ -101,7 +102,7 @@ class Busy(Vertex):
     def on_recv(self, input: int, records: list[Any], time_: tuple[int, ...]) -> None:
         if self.first:
             self.first = False
-            end = time.monotonic() + 2.5
+            end = time.monotonic() + 4.0
             while time.monotonic() < end:
                 pass
         self.send_by(0, records, time_)
@@ -387,7 +388,8 @@ def test_a_long_step_is_not_a_dead_worker() -> None:
     nums = flow.new_input("nums")
     nums.stream.unary(Busy).collect("out")
     nums.send(range(10))
-    results = flow.run(workers=2, backend="ray", heartbeat_timeout=1.0)
+    # (2 s, not 1: a heartbeat that a loaded machine delays by a second is no failure)
+    results = flow.run(workers=2, backend="ray", heartbeat_timeout=2.0)
     assert sorted(results.records("out")) == list(range(10))
 
 
@@ -397,7 +399,7 @@ def test_a_run_that_cannot_finish_is_reported_as_a_stall() -> None:
     nums.stream.exchange(lambda x: x).unary(Hoarder).collect("out")
     nums.send(range(10))
     with pytest.raises(RuntimeError, match="stalled"):
-        flow.run(workers=2, backend="ray", heartbeat_timeout=1.0)
+        flow.run(workers=2, backend="ray", heartbeat_timeout=2.0)
 
 
 ONLY_ON_THE_DRIVER = """
