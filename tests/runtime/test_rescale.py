@@ -63,24 +63,29 @@ def test_inline_rescale_mid_run_keeps_the_outputs(tmp_path: Path, start: int, to
 
 class PacedUntilTold(Source):
     """Epoch ``k`` of each partition is due at ``t0 + k * pace`` (:meth:`next_awake`) and
-    holds 25 numbers fixed by ``(k, partition)``; the source ends at the epoch the file
-    ``end`` names once it exists. The test writes it only after the rescale, naming an
-    epoch no partition can have been due to read yet, so the run cannot end before the
-    rescale however slow the machine is, and every epoch read is one it keeps."""
+    holds 25 numbers fixed by ``(k, partition)``. The source ends once the file ``end``
+    exists, at :meth:`last`: two epochs past the last one due when the file was made (a
+    restore may read one epoch early; a file's time may lag the clock by a tick). The
+    test makes the file only after the rescale, so the run cannot end before it however
+    slow the machine is, and every epoch read before the file was seen is one it keeps."""
 
     def __init__(self, end: str, t0: float, pace: float = 0.05) -> None:
         self.end, self.t0, self.pace = end, t0, pace
         self._last: int | None = None
+
+    def last(self) -> int | None:
+        """The last epoch, once ``end`` exists."""
+        if self._last is None and os.path.exists(self.end):
+            self._last = int((os.stat(self.end).st_mtime - self.t0) / self.pace) + 2
+        return self._last
 
     def partitions(self) -> int:
         return 4
 
     def read(self, partition: int, offset: Any) -> tuple[int, list[Any], Any] | None:
         k = 0 if offset is None else int(offset)
-        if self._last is None and os.path.exists(self.end):
-            with open(self.end) as f:
-                self._last = int(f.read())
-        if self._last is not None and k > self._last:
+        last = self.last()
+        if last is not None and k > last:
             return None
         return k, [k * 1000 + partition * 100 + i for i in range(25)], k + 1
 
@@ -108,12 +113,10 @@ def test_ray_rescale_from_another_thread_with_a_source(tmp_path: Path) -> None:
     asker.join()
     while not session.rescales:
         session.poll(0.05)
-    # The last epoch: one past any due so far (no partition reads an epoch before it is
-    # due), written whole at once.
-    last = int((time.time() - source.t0) / source.pace) + 1
-    (tmp_path / "end.tmp").write_text(str(last))
-    os.rename(tmp_path / "end.tmp", end)
+    end.touch()
     results = session.join()
+    last = source.last()
+    assert last is not None
     assert [(r["from"], r["to"]) for r in session.rescales] == [(2, 1)]
     want = sorted(build().run(workers=2, backend="inline")["counts"])  # (it reads `end`)
     assert sorted(results["counts"]) == want
