@@ -705,18 +705,20 @@ def test_idle_actors_go_after_idle_timeout_or_at_once_with_zero(
     release_workers()
     monkeypatch.setattr(POOL, "_clock", clock)
     monkeypatch.setattr(POOL, "_make_timer", timers)
-    _activate_and_join(wordcount(lines_by_epoch(seed=2)), idle_timeout=0)
-    assert len(POOL) == 0 and not timers.live()
-    _activate_and_join(wordcount(lines_by_epoch(seed=3)), idle_timeout=0.2)
-    assert len(POOL) == 2
-    [timer] = timers.live()
-    assert timer.delay == pytest.approx(0.2)
-    clock.now += 0.2
-    timer.fire()  # the pool's timer kills them
-    assert len(POOL) == 0 and not timers.live()
-    session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=4)))
-    assert session.reused == 0
-    release_workers()  # (their expiry is on the fake clock)
+    try:
+        _activate_and_join(wordcount(lines_by_epoch(seed=2)), idle_timeout=0)
+        assert len(POOL) == 0 and not timers.live()
+        _activate_and_join(wordcount(lines_by_epoch(seed=3)), idle_timeout=0.2)
+        assert len(POOL) == 2
+        [timer] = timers.live()
+        assert timer.delay == pytest.approx(0.2)
+        clock.now += 0.2
+        timer.fire()  # the pool's timer kills them
+        assert len(POOL) == 0 and not timers.live()
+        session, _ = _activate_and_join(wordcount(lines_by_epoch(seed=4)))
+        assert session.reused == 0
+    finally:
+        release_workers()  # (nothing kept with an expiry on the fake clock, nor its timer)
 
 
 def test_a_run_of_another_shape_replaces_the_idle_actors() -> None:

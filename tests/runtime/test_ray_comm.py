@@ -201,8 +201,9 @@ def test_a_chain_with_a_slow_end_keeps_every_inbox_bounded(tmp_path: Path) -> No
     worker 2, whose first batch waits on a gate: credits hold worker 0 back, by worker 1
     or by worker 2 directly (every step's progress goes to every peer), so no worker piles
     up batches. The gate opens once worker 0 has waited for a credit, or once it has sent
-    every batch (which only a run without credits can); without credits the slow end
-    queues ~100 frames here.
+    as many frames as there are batches (a frame to each peer a step: only a run without
+    credits gets there while worker 2 holds); without credits the slow end queues ~100
+    frames here.
 
     Whether worker 1 waits too depends on timing: worker 0 may run out of credits to
     worker 2 before it has sent worker 1 enough to run out of its own. Asserting it made

@@ -64,10 +64,11 @@ def test_inline_rescale_mid_run_keeps_the_outputs(tmp_path: Path, start: int, to
 class PacedUntilTold(Source):
     """Epoch ``k`` of each partition is due at ``t0 + k * pace`` (:meth:`next_awake`) and
     holds 25 numbers fixed by ``(k, partition)``. The source ends once the file ``end``
-    exists, at :meth:`last`: two epochs past the last one due when the file was made (a
-    restore may read one epoch early; a file's time may lag the clock by a tick). The
-    test makes the file only after the rescale, so the run cannot end before it however
-    slow the machine is, and every epoch read before the file was seen is one it keeps."""
+    exists, at :meth:`last`: two epochs past the last one due when the file was made (no
+    read comes before its due time, a restore's and a handed-over partition's included;
+    a file's time may lag the clock by a tick, and one epoch is spare). The test makes
+    the file only after the rescale, so the run cannot end before it however slow the
+    machine is, and every epoch read before the file was seen is one it keeps."""
 
     def __init__(self, end: str, t0: float, pace: float = 0.05) -> None:
         self.end, self.t0, self.pace = end, t0, pace
@@ -94,33 +95,50 @@ class PacedUntilTold(Source):
 
 
 def test_ray_rescale_from_another_thread_with_a_source(tmp_path: Path) -> None:
-    """A controller's thread asks; the driver's loop acts at the next commit."""
+    """A controller's thread asks; the driver's loop acts at the next commit. The running
+    totals carry state across the rescale: a restore that lost or repeated a batch of the
+    source would change every later total, where the per-epoch counts of the epochs
+    already out before the stop would not show it."""
     end = tmp_path / "end"
     source = PacedUntilTold(str(end), time.time())
 
     def build() -> Dataflow:
         flow = Dataflow("rescaled-source")
-        flow.source(source, name="rate").count_by(lambda x: x % 17).collect("counts")
+        counts = flow.source(source, name="rate").count_by(lambda x: x % 17)
+        counts.collect("counts")
+        totals = counts.running_reduce(lambda kv: kv[0], lambda a, b: a + b, lambda kv: kv[1])
+        totals.collect("totals")
         return flow
 
     flow = build()
     session = flow.activate(
         workers=2, backend="ray", checkpoint=str(tmp_path / "ckpt"), checkpoint_interval=0.2
     )
-    asker = threading.Thread(target=session.rescale, args=(1,))
-    session.poll(0.3)
-    asker.start()
-    asker.join()
-    while not session.rescales:
-        session.poll(0.05)
-    end.touch()
-    results = session.join()
+    try:
+        asker = threading.Thread(target=session.rescale, args=(1,))
+        session.poll(0.3)
+        asker.start()
+        asker.join()
+        while not session.rescales:  # (a rescale that never comes fails under pytest-timeout)
+            session.poll(0.05)
+        made = time.time()
+        end.touch()
+        # last() reads the file's time as the workers' clock, true of a local disk: it
+        # must not be behind the time it was made by an epoch (a lag makes `last` short)
+        assert os.stat(end).st_mtime > made - source.pace, "the file's time lags the clock"
+        results = session.join()
+    finally:
+        if not end.exists():
+            end.touch()  # (the source ends: nothing keeps running after a failure)
+        session.close()
     last = source.last()
     assert last is not None
     assert [(r["from"], r["to"]) for r in session.rescales] == [(2, 1)]
-    want = sorted(build().run(workers=2, backend="inline")["counts"])  # (it reads `end`)
-    assert sorted(results["counts"]) == want
-    assert {e for e, _ in want} == set(range(last + 1))
+    assert session.workers == 1
+    want = build().run(workers=2, backend="inline")  # (it reads `end` too)
+    for name in ("counts", "totals"):
+        assert sorted(results[name]) == sorted(want[name]), name
+    assert {e for e, _ in want["counts"]} == set(range(last + 1))
 
 
 def test_rescale_needs_checkpoints_and_a_worker_count() -> None:
