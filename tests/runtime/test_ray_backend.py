@@ -524,6 +524,12 @@ def _process_niceness(pids: list[int]) -> list[int]:
     return [int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[16]) for p in pids]
 
 
+def _started_niceness() -> int:
+    """The niceness this test process's Ray gives its worker processes: what the
+    conftest's ``ray_local`` started it with."""
+    return int(os.environ.get("RAY_worker_niceness", WORKER_NICENESS))  # noqa: SIM112
+
+
 def test_workers_step_at_the_drivers_niceness_not_rays() -> None:
     """A timely worker's loop (its steps) runs at the driver's niceness, so that on a
     busy machine a Ray run is not starved by every process at 0, its own driver
@@ -545,8 +551,7 @@ def test_workers_step_at_the_drivers_niceness_not_rays() -> None:
     session.join()
     assert [s["nice"] for s in stats] == [nice, nice]
     # What the loop would have run at: what this process's Ray was started with.
-    ray_nice = int(os.environ.get("RAY_worker_niceness", WORKER_NICENESS))  # noqa: SIM112
-    assert rays == [ray_nice, ray_nice]
+    assert rays == [_started_niceness()] * 2
 
 
 def test_a_local_ray_timely_starts_has_its_workers_at_niceness_0(
@@ -561,8 +566,7 @@ def test_a_local_ray_timely_starts_has_its_workers_at_niceness_0(
     setting overridden."""
     import timely.backends.ray as ray_backend
 
-    # What this test process's Ray was started with (the conftest's ``ray_local``).
-    expected = int(os.environ.get("RAY_worker_niceness", WORKER_NICENESS))  # noqa: SIM112
+    expected = _started_niceness()  # (read before the environment is changed below)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("RAY_worker_niceness", raising=False)
     seen: list[dict[str, Any]] = []
