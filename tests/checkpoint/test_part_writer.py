@@ -147,3 +147,36 @@ def test_random_parts_pieces_are_their_encoding_and_restore() -> None:
                 assert got == snap
 
     check()
+
+
+def columnar_part(*tables: Any) -> dict[str, Any]:
+    """A part whose one snapshot, left as data, holds ``tables`` (a ``ColumnState``'s)."""
+    from timely.state.columnar import COLUMNAR
+
+    state = {"columnar": COLUMNAR, "keys": ["word"], "replicated": False}
+    state["times"] = [((e,), t) for e, t in enumerate(tables)]
+    return {"format": 2, "epoch": 0, "workers": 1, "vertices": {1: {"tables": {"s": state}}}}
+
+
+def test_a_part_is_large_by_the_bytes_its_tables_use_not_the_buffers_they_share(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound (whole buffers) decides only when it is small: a small slice of a large
+    table is small. Mutation check: deciding by the bound alone sends the slice to the
+    writer thread (caught: the slice is then large)."""
+    import pyarrow as pa
+
+    import timely.checkpoint.writer as writer_module
+    from timely.checkpoint.writer import is_large, part_bytes
+
+    monkeypatch.setattr(writer_module, "LARGE", 100_000)
+    big = pa.table({"n": pa.array(range(20_000), pa.int64())})  # 160,000 bytes
+    assert is_large(columnar_part(big))
+    piece = big.slice(0, 1_000)  # 8,000 bytes used, of the same 160,000-byte buffer
+    assert part_bytes(columnar_part(piece), bound=True) >= 100_000  # (what the bound sees)
+    assert not is_large(columnar_part(piece))
+    assert not is_large(columnar_part(piece, piece))
+    assert not is_large({"format": 2, "epoch": 0, "workers": 1, "vertices": {1: b"x" * 10}})
+    assert is_large({"format": 2, "epoch": 0, "workers": 1, "vertices": {1: b"x" * 200_000}})
+    # A snapshot whose size is not known on the loop (not all Arrow) is written there.
+    assert not is_large({"format": 2, "epoch": 0, "workers": 1, "vertices": {1: {"x": 1}}})

@@ -15,10 +15,9 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from timely.checkpoint import writer as writer_module
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import Restore
-from timely.checkpoint.writer import PartWriter, part_bytes
+from timely.checkpoint.writer import PartWriter, is_large
 from timely.comm.messages import InputCommand, WorkerMessage
 from timely.errors import ConfigError, WorkerDied
 from timely.eventlog import clock, message_event
@@ -401,8 +400,8 @@ class InlineSession(Session):
         writer = self.writer
         for epoch, part in worker.take_parts():
             assert writer is not None
-            size = part_bytes(part)  # (None: not known; inline leaves only Arrow to encode)
-            if writer.pending or (size is not None and size >= writer_module.LARGE):
+            # (A size not known is small: inline leaves only Arrow to encode.)
+            if writer.pending or is_large(part):
                 writer.submit(epoch, w, part, worker.checkpoint_work(), clock(), worker.log)
             else:
                 report = writer.write_now(epoch, w, part, worker.checkpoint_work(), worker.log)
