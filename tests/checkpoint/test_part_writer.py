@@ -5,6 +5,7 @@ writer that reports parts as their writes end is caught."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections import deque
 from typing import Any
@@ -180,3 +181,79 @@ def test_a_part_is_large_by_the_bytes_its_tables_use_not_the_buffers_they_share(
     assert is_large({"format": 2, "epoch": 0, "workers": 1, "vertices": {1: b"x" * 200_000}})
     # A snapshot whose size is not known on the loop (not all Arrow) is written there.
     assert not is_large({"format": 2, "epoch": 0, "workers": 1, "vertices": {1: {"x": 1}}})
+
+
+class _Host:
+    """What a Ray worker actor's part writing asks of its worker: the parts it completed."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[int, dict[str, Any]]] = []
+
+    def take_parts(self) -> list[tuple[int, dict[str, Any]]]:
+        parts, self.parts = self.parts, []
+        return parts
+
+    def checkpoint_work(self) -> int:
+        return 0
+
+    def checkpoint_stalled(self) -> int:
+        return 0
+
+    def checkpoint_section(self, t0: int, t1: int) -> None:
+        pass
+
+
+def test_on_ray_a_small_part_is_written_on_the_loop_unless_one_before_is_on_the_thread() -> None:
+    """A Ray worker actor writes a small part on its loop and a large one on its writer
+    thread; a part completed while one is still on the thread follows it there, so parts
+    are written and reported in epoch order. Mutation check: a small part written on the
+    loop whatever is on the thread is written (and reported) before the large one before
+    it (caught by the first assertion on ``store.written``)."""
+    import asyncio
+
+    from timely.backends.ray import WorkerActor
+
+    gates = {e: threading.Event() for e in range(5)}
+    for e in (0, 2, 3, 4):
+        gates[e].set()  # only the large part's write waits for the test
+    store = GatedStore(gates)
+    actor = WorkerActor()
+    host = _Host()
+    reports: list[int] = []
+    actor.worker = host  # type: ignore[assignment]
+    actor.store = store
+    actor.writer = concurrent.futures.ThreadPoolExecutor(1)
+    actor.pending_writes = []
+    actor._report = lambda outputs, parts, end: reports.extend(e for e, _ in parts)  # type: ignore[method-assign]
+
+    def sized(epoch: int, size: int) -> dict[str, Any]:
+        return {**part(epoch), "vertices": {1: b"x" * size}}
+
+    async def steps() -> None:
+        actor.loop = asyncio.get_running_loop()
+        host.parts = [(0, sized(0, 10)), (1, sized(1, 2 << 20))]
+        actor._write_parts()
+        assert store.written == [0]  # the small one at once, on the loop
+        host.parts = [(2, sized(2, 10))]
+        actor._write_parts()  # while the large one waits on its gate
+        host.parts = [(3, sized(3, 10))]
+        actor._write_parts()
+        await asyncio.sleep(0)
+        assert store.written == [0] and reports == [0]
+        gates[1].set()
+        for fut in actor.pending_writes:
+            await asyncio.wrap_future(fut)
+        await asyncio.sleep(0)
+        assert store.written == [0, 1, 2, 3] and reports == [0, 1, 2, 3]
+        host.parts = [(4, sized(4, 10))]
+        actor._write_parts()  # nothing on the thread: on the loop again
+        assert store.written[-1] == 4 and len(actor.pending_writes) == 3
+        await asyncio.sleep(0)
+        assert reports == [0, 1, 2, 3, 4]
+
+    try:
+        asyncio.run(steps())
+    finally:
+        actor.writer.shutdown(wait=False)
+        for gate in gates.values():
+            gate.set()

@@ -13,7 +13,9 @@ unless parts are still waiting on the thread (parts are reported in order).
 
 A part is reported only once its file is written: the coordinator commits a checkpoint
 only when every part is durable. A Ray worker has its own writer thread in its actor
-(:mod:`timely.backends.ray`), which its process's loop shares with nothing else.
+(:mod:`timely.backends.ray`) and the same rule (:func:`is_large`): its loop hands the
+GIL over as often (measured there too: the rows word count on Ray x2, +22% with small
+parts on the loop against +31% on the thread).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ coordinator measures (``"work"``, ``"at"``: see ``CheckpointCoordinator.part_wri
 
 def encode_part(part: dict[str, Any]) -> bytes:
     """A part's bytes as written, in one piece: each vertex's snapshot encoded on its own
-    (those the loop left as data, ``Snapshots.defer``), then the part. The reference
+    (those the loop left as data, ``Snapshots.defer_columns``), then the part. The reference
     :func:`part_pieces` (what hosts write) must equal, joined."""
     vertices = part["vertices"]
     if any(type(s) is not bytes for s in vertices.values()):

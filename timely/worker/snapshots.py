@@ -138,14 +138,12 @@ class Snapshots:
         """Per vertex, its next boundary and the last snapshot it was found after: asked of
         every vertex at every step, it changes only with a snapshot or a new schedule
         (which clears this)."""
-        self.defer = False
-        """Leave a keyed vertex's snapshot as data when it is a copy already
-        (:func:`frozen`), for the host to encode off the step loop
-        (:func:`~timely.checkpoint.writer.part_pieces`, on its writer thread): Ray's."""
         self.defer_columns = False
-        """The same for snapshots of columnar tables only: the inline backend's, whose
-        writer shares the loop's process, so only an encoding that releases the GIL (Arrow
-        IPC, not msgpack) is worth moving there."""
+        """Leave a snapshot of columnar tables only as data (a copy already:
+        :func:`frozen`), encoded when its part is written
+        (:func:`~timely.checkpoint.writer.part_pieces`), for a large part on the host's
+        writer thread: Arrow's IPC encoding releases the GIL, msgpack does not (a row
+        snapshot encoded there held the loop up as long: issue 30)."""
         self.cost = LoopCost()
         """What checkpointing has cost the step loop since the last part was reported
         (see :mod:`timely.checkpoint.cost`): every span in this class's checks and
@@ -496,7 +494,7 @@ class Snapshots:
             data: bytes | dict[str, Any] | None
             if snap is None:
                 data = None
-            elif own and (self.defer or self.defer_columns) and frozen(snap, self.defer):
+            elif own and self.defer_columns and frozen(snap, rows=False):
                 data = snap  # a copy already: encoded off the loop (part_pieces)
             else:
                 data = _encode(snap)
