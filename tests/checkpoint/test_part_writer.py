@@ -204,11 +204,14 @@ class _Host:
 
 
 def test_on_ray_a_small_part_is_written_on_the_loop_unless_one_before_is_on_the_thread() -> None:
-    """A Ray worker actor writes a small part on its loop and a large one on its writer
-    thread; a part completed while one is still on the thread follows it there, so parts
-    are written and reported in epoch order. Mutation check: a small part written on the
-    loop whatever is on the thread is written (and reported) before the large one before
-    it (caught by the first assertion on ``store.written``)."""
+    """A Ray worker actor writes a small part on its loop, reported in the step's own
+    frame, and a large one on its writer thread, reported in a frame of its own once
+    written; a part completed while one is still on the thread, or written and not yet
+    reported, follows it there, so parts are written and reported in epoch order.
+    Mutation checks: a small part written on the loop whatever is on the thread is
+    written before the large one before it (caught by the assertion after the second
+    step); a thread's part never counted as reported sends every later part there
+    (caught by the last)."""
     import asyncio
 
     from timely.backends.ray import WorkerActor
@@ -229,27 +232,28 @@ def test_on_ray_a_small_part_is_written_on_the_loop_unless_one_before_is_on_the_
     def sized(epoch: int, size: int) -> dict[str, Any]:
         return {**part(epoch), "vertices": {1: b"x" * size}}
 
+    def step(*parts: tuple[int, int]) -> list[int]:
+        """A step completing ``parts`` (epoch, size): the epochs its frame reports."""
+        host.parts = [(e, sized(e, size)) for e, size in parts]
+        actor._write_parts()
+        return [e for e, _ in actor._take_written()]
+
     async def steps() -> None:
         actor.loop = asyncio.get_running_loop()
-        host.parts = [(0, sized(0, 10)), (1, sized(1, 2 << 20))]
-        actor._write_parts()
-        assert store.written == [0]  # the small one at once, on the loop
-        host.parts = [(2, sized(2, 10))]
-        actor._write_parts()  # while the large one waits on its gate
-        host.parts = [(3, sized(3, 10))]
-        actor._write_parts()
+        assert step((0, 10), (1, 2 << 20)) == [0]  # the small one at once, on the loop
+        assert store.written == [0]
+        assert step((2, 10)) == []  # while the large one waits on its gate: on the thread
+        assert store.written == [0]
+        assert step((3, 10)) == []
         await asyncio.sleep(0)
-        assert store.written == [0] and reports == [0]
+        assert reports == []
         gates[1].set()
         for fut in actor.pending_writes:
             await asyncio.wrap_future(fut)
         await asyncio.sleep(0)
-        assert store.written == [0, 1, 2, 3] and reports == [0, 1, 2, 3]
-        host.parts = [(4, sized(4, 10))]
-        actor._write_parts()  # nothing on the thread: on the loop again
+        assert store.written == [0, 1, 2, 3] and reports == [1, 2, 3]
+        assert step((4, 10)) == [4]  # nothing on the thread: on the loop again
         assert store.written[-1] == 4 and len(actor.pending_writes) == 3
-        await asyncio.sleep(0)
-        assert reports == [0, 1, 2, 3, 4]
 
     try:
         asyncio.run(steps())

@@ -217,6 +217,11 @@ class WorkerActor:
         self._part_stalled = 0
         """The loop's stalls (:meth:`~timely.worker.loop.Worker.checkpoint_stalled`) when
         its last checkpoint part was handed over (ns)."""
+        self._written: list[tuple[int, dict[str, Any]]] = []
+        """Parts written on the loop in this step, reported with its outputs."""
+        self._on_thread = 0
+        """Parts handed to the writer thread and not reported yet: the next part follows
+        them there (parts are reported in order)."""
 
     async def start(
         self,
@@ -449,8 +454,9 @@ class WorkerActor:
                     self._apply()
                     if worker.has_work():
                         out, emitted = self._step()
-                        if emitted:
-                            self._report(emitted, [], False)
+                        written = self._take_written()
+                        if emitted or written:
+                            self._report(emitted, written, False)
                         await self._send(out)
                         # Let the handlers run: a worker that always has work (a source) must
                         # still take messages in and hand its outputs over.
@@ -461,6 +467,8 @@ class WorkerActor:
                     if self.leave_epoch is not None and worker.can_leave(self.leave_epoch):
                         last, self.left_after = worker.leave()
                         self._write_parts()  # its parts of the checkpoints before it left
+                        if written := self._take_written():
+                            self._report([], written, False)
                         await self._send(
                             [(p, serialization.encode_message_parts(m)) for p, m in last]
                         )
@@ -485,7 +493,7 @@ class WorkerActor:
         # Every part's report went before (its callback ran before its future completed).
         if self.log is not None:
             self.log.flush()
-        self._report([], [], True)
+        self._report([], self._take_written(), True)
         comm.close_listeners()
         return self.steps
 
@@ -536,8 +544,7 @@ class WorkerActor:
             return
         for epoch, part in parts:
             work, stalled = worker.checkpoint_work(), worker.checkpoint_stalled()
-            pending = self.pending_writes
-            if (pending and not pending[-1].done()) or is_large(part):
+            if self._on_thread or is_large(part):
                 t0 = time.thread_time_ns()
                 self._write_part(epoch, part, work, stalled)
                 worker.checkpoint_section(t0, time.thread_time_ns())  # with the next part
@@ -545,9 +552,10 @@ class WorkerActor:
                 self._write_now(epoch, part, work, stalled)
 
     def _write_now(self, epoch: int, part: dict[str, Any], work: int, stalled: int) -> None:
-        """Encode and write a checkpoint part here, on the loop; report it once the step's
-        messages are out (as a part from the writer thread), with what checkpointing cost
-        (``work`` and the write's CPU) and when it was durable."""
+        """Encode and write a checkpoint part here, on the loop, to be reported in the
+        step's frame to the driver after its outputs (:meth:`_take_written`: a frame of
+        its own costs both processes a send, a wake-up and a read, issue 30), with what
+        checkpointing cost (``work`` and the write's CPU) and when it was durable."""
         store = self.store
         assert store is not None
         t0 = time.thread_time_ns()
@@ -555,16 +563,21 @@ class WorkerActor:
         info, t1 = write_encoded(store, epoch, self.index, part, self.log, workers)
         info["work"] = (work + time.thread_time_ns() - t0) / 1e9
         info["at"] = t1 / 1e9
-        self._part_written(epoch, info, stalled)
+        self._process_cpu(info, stalled)
+        self._written.append((epoch, info))
 
-    def _part_written(self, epoch: int, info: dict[str, Any], stalled: int) -> None:
-        """Add the CPU this process used since its last part (the run's, which the driver
-        measures the checkpoints' share of; parts are written in order) and report the
-        part on the loop, after what it has queued already."""
+    def _take_written(self) -> list[tuple[int, dict[str, Any]]]:
+        """The parts written on the loop since the last call, for the next report."""
+        written, self._written = self._written, []
+        return written
+
+    def _process_cpu(self, info: dict[str, Any], stalled: int) -> None:
+        """Add to a part's report the CPU this process used since its last part (the
+        run's, which the driver measures the checkpoints' share of; parts are written in
+        order)."""
         now = time.process_time_ns()
         info["cpu"] = (now - self._part_cpu + stalled - self._part_stalled) / 1e9
         self._part_cpu, self._part_stalled = now, stalled
-        self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
     def _write_part(self, epoch: int, part: dict[str, Any], work: int, stalled: int) -> None:
         """Encode and write a checkpoint part on the writer thread (off the step loop);
@@ -588,12 +601,17 @@ class WorkerActor:
             info["work"] = (work + cpu - self._writer_cpu) / 1e9
             self._writer_cpu = cpu
             info["at"] = t1 / 1e9
-            self._part_written(epoch, info, stalled)
+            self._process_cpu(info, stalled)
+            self.loop.call_soon_threadsafe(self._part_done, epoch, info)
 
+        self._on_thread += 1
         self.pending_writes.append(writer.submit(write))
 
     def _part_done(self, epoch: int, info: dict[str, Any]) -> None:
+        """A part from the writer thread is written: report it (in a frame of its own)."""
         t0 = time.thread_time_ns()
+        if self._on_thread:  # (0: a write of the run before a reset, reported late)
+            self._on_thread -= 1
         self._report([], [(epoch, info)], False)
         worker = self.__dict__.get("worker")  # gone if a reset came first
         if worker is not None:
