@@ -1,0 +1,189 @@
+"""Where an inline checkpoint's cost goes: the word count of ``bench_checkpoint``, inline
+x1, a checkpoint after every epoch, with pieces of the checkpoint taken away in turn.
+
+An ablation, not a profile: a profiler's own cost per call is the size of most pieces
+here (~635 Python calls a checkpoint, none over ~60 us), and a piece's cost in the run
+includes the cache it takes from the epoch's computation, which only taking it away
+shows. Each mode replaces store or writer functions for its runs (this module's
+``_patched``; nothing in ``timely`` is changed) and is measured against a run without
+checkpoints in the same round, the modes' order rotating from round to round:
+
+- **every epoch**: the run as it is.
+- **no files**: every file operation of the store is skipped (the parts' and manifests'
+  writes, the folders made and retired); the encoding, CRC-32 and all the bookkeeping
+  stay.
+- **loop only**: nothing after the snapshot: no part encoded, written or hashed, no
+  manifest, nothing retired; what is left is the scan, the snapshots (rows: their
+  msgpack encoding, which is the copy), the hold-back of notifications and the
+  coordinator's bookkeeping of parts and commits.
+
+A second table holds the whole checkpoint against the epoch's length (lines per epoch,
+30 epochs each): a checkpoint's cost is per epoch, its state (5,000 keys) the same size
+at every length, so the share it takes falls as epochs grow.
+
+    python -m benchmarks.bench_checkpoint_parts [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from benchmarks.bench_checkpoint import RESULTS, running_wordcount, text
+from benchmarks.tables import markdown
+from timely.checkpoint import store as store_module
+from timely.checkpoint import writer as writer_module
+from timely.eventlog import clock
+
+MODES = ("every epoch", "no files", "loop only")
+
+
+@contextlib.contextmanager
+def _patched(mode: str) -> Iterator[None]:
+    """The store and writer as ``mode`` has them, restored after."""
+    store_cls = store_module.CheckpointStore
+    saved: list[tuple[Any, str, Any]] = []
+
+    def put(owner: Any, name: str, value: Any) -> None:
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def nothing(*_: Any, **__: Any) -> None:
+        return None
+
+    if mode == "no files":
+        put(store_cls, "write", nothing)
+        put(store_cls, "_make_dir", nothing)
+        put(store_cls, "retire", lambda self, epoch: True)
+    elif mode == "loop only":
+
+        def unwritten(
+            store: Any, epoch: int, worker: int, part: dict[str, Any], log: Any, workers: Any = None
+        ) -> tuple[dict[str, Any], int]:
+            info = {"worker": worker, "path": "-", "size": 0, "crc32": 0, "base": part.get("base")}
+            return info, clock()
+
+        put(writer_module, "write_encoded", unwritten)
+        put(store_cls, "commit", nothing)
+        put(store_cls, "retire", lambda self, epoch: True)
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+def _timed(run: Callable[[], float]) -> tuple[float, float]:
+    """Wall seconds (the run's own) and the process's CPU seconds."""
+    cpu = time.process_time()
+    wall = run()
+    return wall, time.process_time() - cpu
+
+
+def ablation(table: bool, rounds: int) -> dict[str, Any]:
+    """Each mode's cost over none, per round (wall and process CPU ratios minus one)."""
+    data = text(60, 400)
+
+    def run(mode: str | None) -> tuple[float, float]:
+        with tempfile.TemporaryDirectory() as root:
+            if mode is None:
+                return _timed(lambda: running_wordcount(data, "inline", 1, table=table))
+            with _patched(mode):
+                return _timed(
+                    lambda: running_wordcount(data, "inline", 1, table=table, checkpoint=root)
+                )
+
+    for mode in (None, *MODES):  # warm: imports, Arrow's kernels, the first folders
+        run(mode)
+    found: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
+    for r in range(rounds):
+        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
+        plain = run(None)
+        for mode in order:
+            wall, cpu = run(mode)
+            found[mode].append((wall / plain[0] - 1, cpu / plain[1] - 1))
+    return {
+        "api": "table" if table else "rows",
+        "modes": {
+            m: {
+                "wall": [w for w, _ in v],
+                "cpu": [c for _, c in v],
+                "wall_median": statistics.median(w for w, _ in v),
+                "cpu_median": statistics.median(c for _, c in v),
+            }
+            for m, v in found.items()
+        },
+    }
+
+
+def by_epoch_length(table: bool, rounds: int) -> list[dict[str, Any]]:
+    """The whole checkpoint's cost at 400, 1,600 and 6,400 lines an epoch (30 epochs:
+    the first checkpoints, which make their folders and files, and the later ones, which
+    write over retired ones, in the same proportion), against none, alternating."""
+    out = []
+    for lines in (400, 1600, 6400):
+        data = text(30, lines)
+        found = []
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory() as root:
+                plain = running_wordcount(data, "inline", 1, table=table)
+                ckpt = running_wordcount(data, "inline", 1, table=table, checkpoint=root)
+            found.append(ckpt / plain - 1)
+        out.append(
+            {
+                "api": "table" if table else "rows",
+                "lines_per_epoch": lines,
+                "epoch_ms": 1e3 * plain / len(data),
+                "slowdown": found,
+                "median": statistics.median(found),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args()
+    out: dict[str, Any] = {"load_average": os.getloadavg()}
+    out["ablation"] = [ablation(table, args.rounds) for table in (True, False)]
+    rows = [
+        (
+            a["api"],
+            mode,
+            f"{m['wall_median']:+.0%} ({', '.join(f'{w:+.0%}' for w in m['wall'])})",
+            f"{m['cpu_median']:+.0%}",
+        )
+        for a in out["ablation"]
+        for mode, m in a["modes"].items()
+    ]
+    print(markdown(["api", "checkpoint", "wall over none: median (rounds)", "CPU"], rows))
+    out["epoch_length"] = [r for table in (True, False) for r in by_epoch_length(table, 5)]
+    print()
+    print(
+        markdown(
+            ["api", "lines an epoch", "an epoch without", "every epoch: median (rounds)"],
+            [
+                (
+                    r["api"],
+                    f"{r['lines_per_epoch']:,}",
+                    f"{r['epoch_ms']:.1f} ms",
+                    f"{r['median']:+.0%} ({', '.join(f'{s:+.0%}' for s in r['slowdown'])})",
+                )
+                for r in out["epoch_length"]
+            ],
+        )
+    )
+    out["load_average_after"] = os.getloadavg()
+    (RESULTS / "checkpoint_parts.json").write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
