@@ -488,6 +488,8 @@ class WorkerActor:
                 await self._wait(_WAKE)
         except PeerLost as e:
             raise self._lost(e) from None
+        # A part the last scan completed (one in ``can_leave``, say) goes out with the end.
+        self._write_parts()
         for fut in self.pending_writes:  # a failed write fails the run
             await asyncio.wrap_future(fut)
         # Every part's report went before (its callback ran before its future completed).
@@ -526,8 +528,9 @@ class WorkerActor:
         """A columnar table's snapshot (a copy already) is left as data, encoded when its
         part is written; a row table's is encoded at once, on the loop. msgpack holds the
         GIL: on the writer thread the encoding held the loop up as long, and the two
-        threads' hand-overs cost more (issue 30: rows word count on Ray x2, +22% with
-        parts written on the loop against +31% on the thread, five pairs)."""
+        threads' hand-overs cost more (issue 30: the rows word count on Ray x2, every
+        epoch, +13 to +22% with parts written on the loop against +24 to +31% on the
+        thread, in three sets of interleaved pairs)."""
         snapshots = self.worker.snapshots
         if snapshots is not None and self.writer is not None:
             snapshots.defer_columns = True
@@ -538,27 +541,32 @@ class WorkerActor:
         GIL for), a large one (:func:`~timely.checkpoint.writer.is_large`: its encoding,
         write and checksum release the GIL for long) and any after one still under way
         on the writer thread."""
+        pending = self.pending_writes
+        while pending and pending[0].done():
+            pending.pop(0).result()  # a write that failed on the thread fails the run now
         worker = self.worker
         parts = worker.take_parts()
         if not parts:
             return
         for epoch, part in parts:
             work, stalled = worker.checkpoint_work(), worker.checkpoint_stalled()
+            t0 = time.thread_time_ns()
             if self._on_thread or is_large(part):
-                t0 = time.thread_time_ns()
                 self._write_part(epoch, part, work, stalled)
                 worker.checkpoint_section(t0, time.thread_time_ns())  # with the next part
             else:
-                self._write_now(epoch, part, work, stalled)
+                self._write_now(epoch, part, work, stalled, t0)
 
-    def _write_now(self, epoch: int, part: dict[str, Any], work: int, stalled: int) -> None:
+    def _write_now(
+        self, epoch: int, part: dict[str, Any], work: int, stalled: int, t0: int
+    ) -> None:
         """Encode and write a checkpoint part here, on the loop, to be reported in the
         step's frame to the driver after its outputs (:meth:`_take_written`: a frame of
         its own costs both processes a send, a wake-up and a read, issue 30), with what
-        checkpointing cost (``work`` and the write's CPU) and when it was durable."""
+        checkpointing cost (``work`` and this thread's CPU since ``t0``, the choice of
+        where to write it included) and when it was durable."""
         store = self.store
         assert store is not None
-        t0 = time.thread_time_ns()
         workers = part["workers"] or self.npeers
         info, t1 = write_encoded(store, epoch, self.index, part, self.log, workers)
         info["work"] = (work + time.thread_time_ns() - t0) / 1e9
@@ -1613,8 +1621,8 @@ class RaySession(Session):
                 for key, epoch, records in outputs:
                     self._deliver(key, epoch, records)
                     delivered = True
-                # A part's report comes in a frame of its own: reading it is checkpoint
-                # work of the driver's too (issue 30).
+                # A part's report in a frame of its own (from a worker's writer thread):
+                # reading it is checkpoint work of the driver's too (issue 30).
                 handling = time.thread_time() - cpu if parts and not outputs else 0.0
                 for epoch, info in parts:
                     self._part_written(epoch, info, handling)

@@ -22,8 +22,9 @@ BY_SIZE = -DEFAULT_CHAIN
 size (:meth:`timely.worker.snapshots.Snapshots.whole_next`), not after a fixed count."""
 COUNT_CHAIN = 10
 """With ``checkpoint_incremental=True``, deltas between whole parts where a part's size is
-not known on the loop (Ray encodes a keyed snapshot on its writer thread): the count of
-before issue 30's sized chains."""
+not known on the loop: the count of before issue 30's sized chains. No host leaves such
+a part now (a row snapshot is encoded when taken, a columnar one counts its Arrow
+bytes; Ray encoded row snapshots on its writer thread until issue 30's ninth pass)."""
 
 
 @dataclass(frozen=True)

@@ -1051,7 +1051,7 @@ class Worker:
 
     def take_parts(self) -> list[Part]:
         """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order;
-        each vertex's snapshot in a part is already encoded."""
+        each vertex's snapshot in a part is already encoded, or a copy already."""
         return [] if self.snapshots is None else self.snapshots.take_parts()
 
     def _restore(self, epoch: int, share: Share) -> None:

@@ -433,8 +433,8 @@ class Snapshots:
         completed since the last whole part add up to half its size, or after
         ``-incremental`` of them (``DEFAULT_CHAIN``). A chain costs a restore what its
         bytes do, so a whole part of 1M keys (~6 MB) need not be written again after
-        ten 60 KB deltas. Where a part's size is unknown here (snapshots encoded off the
-        loop), after :data:`COUNT_CHAIN` deltas."""
+        ten 60 KB deltas. Where a part's size is unknown here (a snapshot left as data that
+        is not all Arrow: none now), after :data:`COUNT_CHAIN` deltas."""
         if self.base is None:
             return True
         every = self.incremental
@@ -455,7 +455,7 @@ class Snapshots:
                 continue
             n = len(data) if type(data) is bytes else arrow_bytes(data)
             if n is None:
-                size = None  # encoded later, off the loop: not known here
+                size = None  # left as data, not all Arrow: not known here
                 break
             size += n  # type: ignore[operator]
         if base is None:
@@ -599,8 +599,9 @@ class Snapshots:
     def take_parts(self) -> list[Part]:
         """Checkpoint parts completed since the last call, ``(epoch, part)`` in epoch order.
 
-        Each vertex's snapshot in a part is already encoded (bytes), so the part owes
-        nothing to the live state and may be written at leisure."""
+        Each vertex's snapshot in a part is already encoded (bytes) or a copy already
+        (a columnar table's Arrow tables, :func:`frozen`), so the part owes nothing to
+        the live state and may be written at leisure."""
         out, self.done = self.done, []
         return out
 
