@@ -211,7 +211,9 @@ def test_on_ray_a_small_part_is_written_on_the_loop_unless_one_before_is_on_the_
     Mutation checks: a small part written on the loop whatever is on the thread is
     written before the large one before it (caught by the assertion after the second
     step); a thread's part never counted as reported sends every later part there
-    (caught by the last)."""
+    (caught by the last). That the loop sends a step's parts in its frame is checked on
+    Ray by ``test_exactly_once.py``'s checkpoint-interval test: with parts sent only at
+    the run's end it commits once (caught)."""
     import asyncio
 
     from timely.backends.ray import WorkerActor
