@@ -495,7 +495,7 @@ class Snapshots:
             if snap is None:
                 data = None
             elif own and self.defer_columns and frozen(snap, rows=False):
-                data = snap  # a copy already: encoded off the loop (part_pieces)
+                data = snap  # a copy already: encoded when its part is written (part_pieces)
             else:
                 data = _encode(snap)
             if snap is not None and snap.get("moved"):  # partitions not where a restore deals them
