@@ -52,11 +52,18 @@ def text(epochs: int, lines: int, seed: int = 0) -> list[list[str]]:
 
 
 def running_wordcount(
-    data: list[list[str]], backend: str, workers: int, table: bool = False, **options: Any
+    data: list[list[str]],
+    backend: str,
+    workers: int,
+    table: bool = False,
+    cadence: list[Any] | None = None,
+    **options: Any,
 ) -> float:
     """Seconds to run the whole input through; every epoch's output reaches the driver.
     ``table``: the same word count on the table API (``group_by("word").running_agg``,
-    its state a ``ColumnState`` of Arrow columns), each epoch's lines sent as one table."""
+    its state a ``ColumnState`` of Arrow columns), each epoch's lines sent as one table.
+    ``cadence``: gets the run's measurements of its checkpoints' share appended
+    (``session.cadence``)."""
     flow = Dataflow("ckpt-bench")
     seen: list[int] = []
     if table:
@@ -91,6 +98,8 @@ def running_wordcount(
         lines.close()
         session.join()
     elapsed = time.perf_counter() - start
+    if cadence is not None:
+        cadence.extend(session.cadence)
     assert len(set(seen)) == len(data), (len(set(seen)), len(data))
     return elapsed
 
