@@ -137,6 +137,7 @@ def test_every_crash_point_with_state_on_disk(
     )
 
 
+@pytest.mark.ci  # (6-7 s: in CI's profile, to keep the README's command within 6 min)
 def test_mutation_session_ends_not_asked_for_again_after_a_restore_are_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -149,6 +150,7 @@ def test_mutation_session_ends_not_asked_for_again_after_a_restore_are_caught(
     assert wrong
 
 
+@pytest.mark.ci  # (5-6 s: in CI's profile, to keep the README's command within 6 min)
 def test_mutation_changes_left_unreported_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table whose changes are not reported (an operator breaking the contract, or a
     delta taken from the wrong record of them) writes stale deltas: a restore loses
