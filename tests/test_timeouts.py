@@ -35,11 +35,14 @@ def test_the_suite_bounds_every_test() -> None:
     assert bound is not None and 0 < int(bound.group(1)) <= 300
 
 
-def test_a_dataflow_that_never_ends_fails_with_a_stack_trace(tmp_path: Path) -> None:
-    (tmp_path / "test_forever.py").write_text(textwrap.dedent(FOREVER))
-    done = subprocess.run(
-        # --tb=native: the timeout's signal can land where a frame has no line number, and
-        # pytest's own traceback formatter then fails (an INTERNALERROR, seen once in CI)
+# The timeout's signal can land where the interrupted frame has no line number
+# (``tb_lineno`` None, CPython 3.11); pytest's report of the failure then fails itself
+# (``_getreprcrash``: ``None - 1``, an INTERNALERROR, whatever ``--tb``; seen twice in CI).
+_NO_LINE = "unsupported operand type(s) for -: 'NoneType' and 'int'"
+
+
+def _forever(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout=3"]
         + ["--tb=native"],
         cwd=tmp_path,
@@ -47,6 +50,15 @@ def test_a_dataflow_that_never_ends_fails_with_a_stack_trace(tmp_path: Path) -> 
         text=True,
         timeout=240,  # a guard for this test's own subprocess, far above the 3 s asked
     )
+
+
+def test_a_dataflow_that_never_ends_fails_with_a_stack_trace(tmp_path: Path) -> None:
+    (tmp_path / "test_forever.py").write_text(textwrap.dedent(FOREVER))
+    done = _forever(tmp_path)
+    if done.returncode == 3 and _NO_LINE in done.stdout:
+        # pytest's own failure (above), not the bound's: the run ended all the same; the
+        # signal lands elsewhere in the loop the next time (once: twice would fail below).
+        done = _forever(tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Timeout" in done.stdout, done.stdout
     assert "1 failed" in done.stdout
