@@ -203,6 +203,27 @@ class _Host:
         pass
 
 
+def _ray_actor(store: CheckpointStore, reports: list[int]) -> tuple[Any, _Host]:
+    """A Ray worker actor (not started: its part writing only) over ``store``, with a
+    writer thread, the epochs of the parts it reports in frames of their own kept in
+    ``reports``; and the worker it hosts."""
+    from timely.backends.ray import WorkerActor
+
+    actor = WorkerActor()
+    host = _Host()
+    actor.worker = host  # type: ignore[assignment]
+    actor.store = store
+    actor.writer = concurrent.futures.ThreadPoolExecutor(1)
+    actor.pending_writes = []
+    actor._report = lambda outputs, parts, end: reports.extend(e for e, _ in parts)  # type: ignore[method-assign]
+    return actor, host
+
+
+def sized(epoch: int, size: int) -> dict[str, Any]:
+    """A part of ``size`` encoded bytes."""
+    return {**part(epoch), "vertices": {1: b"x" * size}}
+
+
 def test_on_ray_a_small_part_is_written_on_the_loop_unless_one_before_is_on_the_thread() -> None:
     """A Ray worker actor writes a small part on its loop, reported in the step's own
     frame, and a large one on its writer thread, reported in a frame of its own once
@@ -216,23 +237,12 @@ def test_on_ray_a_small_part_is_written_on_the_loop_unless_one_before_is_on_the_
     the run's end it commits once (caught)."""
     import asyncio
 
-    from timely.backends.ray import WorkerActor
-
     gates = {e: threading.Event() for e in range(5)}
     for e in (0, 2, 3, 4):
         gates[e].set()  # only the large part's write waits for the test
     store = GatedStore(gates)
-    actor = WorkerActor()
-    host = _Host()
     reports: list[int] = []
-    actor.worker = host  # type: ignore[assignment]
-    actor.store = store
-    actor.writer = concurrent.futures.ThreadPoolExecutor(1)
-    actor.pending_writes = []
-    actor._report = lambda outputs, parts, end: reports.extend(e for e, _ in parts)  # type: ignore[method-assign]
-
-    def sized(epoch: int, size: int) -> dict[str, Any]:
-        return {**part(epoch), "vertices": {1: b"x" * size}}
+    actor, host = _ray_actor(store, reports)
 
     def step(*parts: tuple[int, int]) -> list[int]:
         """A step completing ``parts`` (epoch, size): the epochs its frame reports."""
@@ -272,26 +282,18 @@ def test_on_ray_a_write_that_failed_on_the_thread_fails_the_next_step() -> None:
     the step go on (caught by ``pytest.raises``)."""
     import asyncio
 
-    from timely.backends.ray import WorkerActor
-
     class FullStore(CheckpointStore):
         def write_part(self, epoch: int, *a: Any) -> Any:
             raise OSError(28, "No space left on device")
 
-    actor = WorkerActor()
-    host = _Host()
-    actor.worker = host  # type: ignore[assignment]
-    actor.store = FullStore("unused")
-    actor.writer = concurrent.futures.ThreadPoolExecutor(1)
-    actor.pending_writes = []
-    actor._report = lambda outputs, parts, end: None  # type: ignore[method-assign]
+    actor, host = _ray_actor(FullStore("unused"), [])
 
     async def steps() -> None:
         actor.loop = asyncio.get_running_loop()
-        host.parts = [(0, {**part(0), "vertices": {1: b"x" * (2 << 20)}})]
+        host.parts = [(0, sized(0, 2 << 20))]
         actor._write_parts()  # large: on the thread, where it fails
         concurrent.futures.wait(actor.pending_writes)
-        host.parts = [(1, {**part(1), "vertices": {1: b"x"}})]
+        host.parts = [(1, sized(1, 1))]
         with pytest.raises(OSError, match="No space left"):
             actor._write_parts()
 
