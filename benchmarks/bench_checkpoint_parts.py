@@ -41,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 from benchmarks.bench_checkpoint import RESULTS, running_wordcount, text
 from benchmarks.tables import markdown
@@ -56,11 +57,10 @@ MODES = ("every epoch", "no files", "loop only")
 def _patched(mode: str) -> Iterator[None]:
     """The store and writer as ``mode`` has them, restored after."""
     store_cls = store_module.CheckpointStore
-    saved: list[tuple[Any, str, Any]] = []
+    patches = contextlib.ExitStack()
 
     def put(owner: Any, name: str, value: Any) -> None:
-        saved.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, value)
+        patches.enter_context(mock.patch.object(owner, name, value))
 
     def nothing(*_: Any, **__: Any) -> None:
         return None
@@ -80,11 +80,8 @@ def _patched(mode: str) -> Iterator[None]:
         put(writer_module, "write_encoded", unwritten)
         put(store_cls, "commit", nothing)
         put(store_cls, "retire", lambda self, epoch: True)
-    try:
+    with patches:
         yield
-    finally:
-        for owner, name, value in reversed(saved):
-            setattr(owner, name, value)
 
 
 def _timed(run: Callable[[], float]) -> tuple[float, float]:
