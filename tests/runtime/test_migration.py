@@ -407,7 +407,7 @@ def test_a_crash_at_any_point_of_a_migration_gives_the_failure_free_outputs(
     pipeline: str,
 ) -> None:
     """Every worker is lost at each scheduling event in turn (before, during and after
-    the bins move; one in six in the quick profile, every one in CI's); the run
+    the bins move; one in nine in the quick profile, every one in CI's); the run
     restores from its last checkpoint, with the routing tables it had, and replays the
     configurations after it: the outputs are those of a run with neither crash nor
     migration."""
