@@ -523,6 +523,9 @@ class Outcome:
     out: dict[int, list[Any]]
     duplicates: list[int]
     committed: list[int] = field(default_factory=list)
+    subsumed: list[int] = field(default_factory=list)
+    """Checkpoints complete but committed as part of a later one (the driver found both
+    complete at once)."""
     sink: list[tuple[int, Any]] | None = None
     restarts: int = 0
     records: list[KillRecord] = field(default_factory=list)
@@ -664,6 +667,7 @@ def run(
         recorder.out,
         recorder.duplicates,
         committed=list(session.committed),
+        subsumed=list(session.subsumed),
         sink=sink_records(sink_dir),
         restarts=session.restarts,
         records=killer.records,

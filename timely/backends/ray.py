@@ -1607,11 +1607,20 @@ class RaySession(Session):
             links.arrived.wait(timeout)
         links.arrived.clear()
         delivered = False
+        # The parts of every frame taken in now are reported together, after the frames'
+        # outputs: of the checkpoints they complete, only the newest is committed
+        # (``CheckpointCoordinator.parts_written``; a driver behind its workers finds
+        # several complete at once).
+        reports: list[tuple[int, dict[str, Any]]] = []
+        handling = 0.0
         self._delivering = True
         try:
             while frames:
                 w, payload = frames.popleft()
                 if payload is None:
+                    if reports:  # (written: a restore may start from them)
+                        self._parts_reported(reports, handling)
+                        reports = []
                     self._check()  # a worker's own failure says more than a closed connection
                     raise WorkerDied(
                         f"worker {w} died: its connection to the driver {links.lost(w)}"
@@ -1623,13 +1632,14 @@ class RaySession(Session):
                     delivered = True
                 # A part's report in a frame of its own (from a worker's writer thread):
                 # reading it is checkpoint work of the driver's too (issue 30).
-                handling = time.thread_time() - cpu if parts and not outputs else 0.0
-                for epoch, info in parts:
-                    self._part_written(epoch, info, handling)
-                    handling = 0.0
+                if parts and not outputs:
+                    handling += time.thread_time() - cpu
+                reports.extend(parts)
                 if end and w in self.membership.alive:
                     self._ended.add(w)
                     self.loop_watch.observe((v, tuple(t)) for v, t in loops)
+            if reports:
+                self._parts_reported(reports, handling)
         finally:
             self._delivering = False
         return delivered

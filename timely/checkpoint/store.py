@@ -291,9 +291,11 @@ class CheckpointStore:
             os.makedirs(folder, exist_ok=True)
             return True
 
-    def retire(self, epoch: int) -> bool:
+    def retire(self, epoch: int, committed: bool = True) -> bool:
         """Move the committed checkpoint at ``epoch``, no longer kept, into :data:`RECYCLE`
-        whole, its manifest first (from then on it is no checkpoint): the next checkpoint
+        whole, its manifest first (from then on it is no checkpoint); with ``committed``
+        False, a complete checkpoint that was never committed (subsumed, see
+        ``CheckpointCoordinator.parts_written``): its folder alone. The next checkpoint
         folder made is this one, renamed, and each part written there goes over the file
         of the same name in it, and the next manifest over this one's. A run that
         checkpoints every epoch then makes no file and no folder once it has as many
@@ -302,6 +304,7 @@ class CheckpointStore:
         dozen checkpoints' anew). A local store only, and never beyond
         :data:`RECYCLE_DIRS` folders waiting; False when not moved (the collection
         deletes it then)."""
+        _ = self.fs  # (which kind of store: known once opened)
         if not self._local:
             return False
         folder = self._path(epoch_dir(epoch))
@@ -314,16 +317,19 @@ class CheckpointStore:
             names = self._recycled = []
         if sum(1 for n in names if n.startswith(_DIR)) >= RECYCLE_DIRS:
             return False
-        manifest = self._unique()
         try:
-            try:
-                os.rename(f"{folder}/MANIFEST.json", f"{pool}/{manifest}")
-            except FileNotFoundError:
-                if not os.path.isdir(folder):
-                    return False
-                os.makedirs(pool, exist_ok=True)  # (the first time: no pool yet)
-                os.rename(f"{folder}/MANIFEST.json", f"{pool}/{manifest}")
-            names.append(manifest)
+            if committed:
+                manifest = self._unique()
+                try:
+                    os.rename(f"{folder}/MANIFEST.json", f"{pool}/{manifest}")
+                except FileNotFoundError:
+                    if not os.path.isdir(folder):
+                        return False
+                    os.makedirs(pool, exist_ok=True)  # (the first time: no pool yet)
+                    os.rename(f"{folder}/MANIFEST.json", f"{pool}/{manifest}")
+                names.append(manifest)
+            elif not names:
+                os.makedirs(pool, exist_ok=True)  # (perhaps the first time: no pool yet)
             moved = f"{_DIR}{self._unique()}"
             os.rename(folder, f"{pool}/{moved}")
         except OSError:

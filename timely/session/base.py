@@ -248,6 +248,13 @@ class Session(ABC):
         return [] if self.coordinator is None else self.coordinator.committed
 
     @property
+    def subsumed(self) -> list[int]:
+        """Epochs of the checkpoints complete but not committed in this session, in order:
+        the driver found a later one complete with each and committed that one instead
+        (on Ray, when it falls behind its workers)."""
+        return [] if self.coordinator is None else self.coordinator.subsumed
+
+    @property
     def commit_times(self) -> list[float]:
         """When each of ``committed`` was committed (``time.monotonic()``)."""
         return [] if self.coordinator is None else self.coordinator.commit_times
@@ -918,11 +925,17 @@ class Session(ABC):
         """A worker wrote its part of the checkpoint at ``epoch`` (checkpoint parts travel
         apart from the outputs: the backend reports them here, with the CPU seconds it
         spent taking the report in, ``handling``)."""
+        self._parts_reported([(epoch, info)], handling)
+
+    def _parts_reported(self, reports: list[tuple[int, dict[str, Any]]], handling: float) -> None:
+        """Parts that arrived together, ``(epoch, info)`` each in the order the workers
+        wrote them: of the checkpoints they complete, the newest is committed
+        (``CheckpointCoordinator.parts_written``)."""
         coordinator = self.coordinator
         assert coordinator is not None
         cadence = coordinator.cadence
         measured = 0 if cadence is None else len(cadence.measurements)
-        coordinator.part_written(epoch, info, handling)
+        coordinator.parts_written(reports, handling)
         self.view.committed(coordinator.committed)
         if cadence is not None and len(cadence.measurements) > measured:
             last = cadence.measurements[-1]
