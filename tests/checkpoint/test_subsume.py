@@ -6,9 +6,13 @@ What must hold: the committed one is the newest complete and restorable one; a
 checkpoint still missing a part is neither committed nor subsumed (its folder is left
 alone: the part may still be being written); a subsumed whole checkpoint's folder goes
 to be written over, and the files a later run writes there read back; an incremental
-one's parts stay, links of the committed one's chain, and it restores. Three broken
-variants must be caught: the oldest committed instead of the newest, a checkpoint
-subsumed before it was complete, and a subsumed chain link recycled.
+one's parts stay, links of the committed one's chain, and it restores; one that
+cannot be written over (too large) is deleted by the next collection, not the rare
+sweep. Four broken variants must be caught: the oldest committed instead of the
+newest, a checkpoint subsumed before it was complete, a subsumed chain link recycled,
+and a subsumed checkpoint left without asking for a collection soon (and the store's
+collection, which returned while no more than ``keep`` commits were on disk, whatever
+older folders were left: caught by the same test, checked by hand).
 """
 
 from __future__ import annotations
@@ -26,20 +30,25 @@ from timely.checkpoint.store import RECYCLE, CheckpointStore, epoch_dir
 from timely.comm import serialization
 
 
-def part(epoch: int, worker: int, workers: int) -> bytes:
-    """A worker's part, as encoded bytes (the store checks sizes and checksums only)."""
+def part(epoch: int, worker: int, workers: int, pad: int = 0) -> bytes:
+    """A worker's part, as encoded bytes (the store checks sizes and checksums only),
+    ``pad`` bytes longer."""
     return serialization.encode(
         {"format": 2, "epoch": epoch, "worker": worker, "workers": workers, "vertices": {}}
-    )
+    ) + bytes(pad)
 
 
 def written(
-    stores: list[CheckpointStore], epoch: int, workers: list[int], base: int | None = None
+    stores: list[CheckpointStore],
+    epoch: int,
+    workers: list[int],
+    base: int | None = None,
+    pad: int = 0,
 ) -> list[tuple[int, dict[str, Any]]]:
     """Each of ``workers`` writes its part of the checkpoint at ``epoch`` through a store of
     its own (as on Ray); their reports."""
     return [
-        (epoch, stores[w].write_part(epoch, w, len(stores), part(epoch, w, len(stores)), base))
+        (epoch, stores[w].write_part(epoch, w, len(stores), part(epoch, w, len(stores), pad), base))
         for w in workers
     ]
 
@@ -158,3 +167,44 @@ def test_mutation_a_subsumed_link_recycled_is_caught(
     monkeypatch.setattr(CheckpointCoordinator, "_subsume", recycled)
     with pytest.raises(Exception):  # noqa: B017 - a link gone: unreadable or failing its checksum
         test_subsumed_links_of_a_chain_stay_and_the_chain_restores(tmp_path)
+
+
+def subsumed_left(root: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``COLLECT_EVERY`` commits one at a time (the collection runs after them, then
+    rarely while every commit retires its predecessor), a batch of 6 checkpoints complete
+    at once, the 5 subsumed too large to be written over (``RECYCLE_BYTES``), then
+    ``COLLECT_EVERY`` small commits one at a time again: the subsumed checkpoints'
+    folders still in the store then (the collections asked for so far done)."""
+    monkeypatch.setattr(coordinator_module, "RECYCLE_BYTES", 200)
+    every = coordinator_module.COLLECT_EVERY
+    coordinator, stores = coordinator_at(root, keep=1)
+    for e in range(every):
+        coordinator.parts_written(written(stores, e, [0, 1]))
+    batch = range(every, every + 6)
+    large = [r for e in batch[:-1] for r in written(stores, e, [0, 1], pad=300)]
+    coordinator.parts_written([*large, *written(stores, batch[-1], [0, 1])])
+    assert coordinator.subsumed == list(batch)[:-1]
+    for e in range(batch[-1] + 1, batch[-1] + 1 + every):
+        coordinator.parts_written(written(stores, e, [0, 1]))
+    assert coordinator._collector is not None
+    coordinator._collector.settle()  # (what was asked for: settle() would ask for more)
+    return [e for e in coordinator.store.epochs() if e in batch[:-1]]
+
+
+def test_subsumed_checkpoints_not_retired_are_collected_soon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert subsumed_left(tmp_path, monkeypatch) == []
+
+
+def test_mutation_subsumed_checkpoints_left_for_the_rare_sweep_are_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def quiet(self: CheckpointCoordinator, epoch: int) -> None:
+        self.subsumed.append(epoch)
+        parts = self._parts.get(epoch, {}).values()
+        if all(p["size"] <= coordinator_module.RECYCLE_BYTES for p in parts):
+            self.store.retire(epoch, committed=False)  # (one left not noted)
+
+    monkeypatch.setattr(CheckpointCoordinator, "_subsume", quiet)
+    assert subsumed_left(tmp_path, monkeypatch) != []

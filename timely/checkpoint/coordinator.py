@@ -324,13 +324,12 @@ class CheckpointCoordinator:
         at once, as an unkept commit's do, unless they may be links of an incremental
         chain (the collection keeps those the chains need) or are large."""
         self.subsumed.append(epoch)
+        if self.config.incremental:
+            return  # (the collection runs every COLLECT_EVERY commits of a chain)
         parts = self._parts.get(epoch, {})
-        if (
-            not self.config.incremental
-            and all(p["size"] <= RECYCLE_BYTES for p in parts.values())
-            and not self.store.retire(epoch, committed=False)
-        ):
-            self._unretired = True
+        small = all(p["size"] <= RECYCLE_BYTES for p in parts.values())
+        if not (small and self.store.retire(epoch, committed=False)):
+            self._unretired = True  # left to the collection: soon, not SWEEP_EVERY times later
 
     def _commit(self, epoch: int) -> float:
         """Commit the complete checkpoint at ``epoch``; returns when it was complete."""

@@ -606,8 +606,8 @@ class CheckpointStore:
         ``also`` names as the fallback of the commit it was asked for)."""
         epochs = [e for e in self.epochs() if upto is None or e <= upto]
         committed = [e for e in epochs if self._has_manifest(e)]
-        if len(committed) <= keep:
-            return
+        if not committed or (len(committed) <= keep and epochs[0] >= committed[0]):
+            return  # (with no more than ``keep`` commits, only older folders are left over)
         kept = sorted({*committed[-keep:], *(e for e in also if e in committed)})
         oldest_kept = kept[0]
         needed: set[int] = set()  # the parts the kept incremental checkpoints are deltas on
