@@ -8,11 +8,15 @@ alone: the part may still be being written); a subsumed whole checkpoint's folde
 to be written over, and the files a later run writes there read back; an incremental
 one's parts stay, links of the committed one's chain, and it restores; one that
 cannot be written over (too large) is deleted by the next collection, not the rare
-sweep. Four broken variants must be caught: the oldest committed instead of the
-newest, a checkpoint subsumed before it was complete, a subsumed chain link recycled,
-and a subsumed checkpoint left without asking for a collection soon (and the store's
-collection, which returned while no more than ``keep`` commits were on disk, whatever
-older folders were left: caught by the same test, checked by hand).
+sweep; a subsumed folder takes no earlier run's manifest along to its next
+checkpoint, and a manifest of another epoch is no checkpoint; the newest is committed
+before the others go. Broken variants caught: the oldest committed instead of the
+newest, a checkpoint subsumed before it was complete, a subsumed chain link recycled, a
+subsumed checkpoint left without asking for a collection soon; and, checked by hand,
+the store's collection returning while no more than ``keep`` commits were on disk
+whatever older folders were left (or when a commit retired its only reference while it
+ran: 11 runs in 60), a stale manifest moved along, no epoch check, the others retired
+before the commit.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import pytest
 from timely.checkpoint import coordinator as coordinator_module
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import CheckpointCoordinator
-from timely.checkpoint.store import RECYCLE, CheckpointStore, epoch_dir
+from timely.checkpoint.store import RECYCLE, CheckpointError, CheckpointStore, epoch_dir
 from timely.comm import serialization
 
 
@@ -160,7 +164,7 @@ def test_mutation_subsuming_what_is_not_complete_is_caught(
 def test_mutation_a_subsumed_link_recycled_is_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def recycled(self: CheckpointCoordinator, epoch: int) -> None:
+    def recycled(self: CheckpointCoordinator, epoch: int, parts: list[dict[str, Any]]) -> None:
         self.subsumed.append(epoch)
         self.store.retire(epoch, committed=False)
 
@@ -200,11 +204,55 @@ def test_subsumed_checkpoints_not_retired_are_collected_soon(
 def test_mutation_subsumed_checkpoints_left_for_the_rare_sweep_are_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def quiet(self: CheckpointCoordinator, epoch: int) -> None:
+    def quiet(self: CheckpointCoordinator, epoch: int, parts: list[dict[str, Any]]) -> None:
         self.subsumed.append(epoch)
-        parts = self._parts.get(epoch, {}).values()
         if all(p["size"] <= coordinator_module.RECYCLE_BYTES for p in parts):
             self.store.retire(epoch, committed=False)  # (one left not noted)
 
     monkeypatch.setattr(CheckpointCoordinator, "_subsume", quiet)
     assert subsumed_left(tmp_path, monkeypatch) != []
+
+
+def test_a_subsumed_folder_takes_no_earlier_runs_manifest_along(tmp_path: Path) -> None:
+    """An earlier run in the same directory committed epochs 1-4; this one (not resuming)
+    finds 2 and 3 complete together: 2's folder, subsumed, goes to be written over
+    without the earlier run's manifest of epoch 2, so the checkpoint whose folder it
+    becomes (7) has none until it is committed (it would count as committed, and a
+    restore could read it)."""
+    earlier, stores = coordinator_at(tmp_path)
+    for e in (1, 2, 3, 4):
+        earlier.parts_written(written(stores, e, [0, 1]))
+    coordinator, stores = coordinator_at(tmp_path)
+    coordinator.parts_written([r for e in (2, 3) for r in written(stores, e, [0, 1])])
+    assert coordinator.subsumed == [2]  # (its folder held the earlier run's manifest)
+    assert not list((tmp_path / RECYCLE).glob("d-*/MANIFEST.json"))
+    written(stores, 7, [0])  # worker 0 takes a recycled folder for epoch 7
+    assert not (tmp_path / epoch_dir(7) / "MANIFEST.json").exists()
+
+
+def test_a_manifest_of_another_epoch_is_no_checkpoint(tmp_path: Path) -> None:
+    coordinator, stores = coordinator_at(tmp_path)
+    coordinator.parts_written(written(stores, 1, [0, 1]))
+    (tmp_path / epoch_dir(5)).mkdir()
+    manifest = (tmp_path / epoch_dir(1) / "MANIFEST.json").read_bytes()
+    (tmp_path / epoch_dir(5) / "MANIFEST.json").write_bytes(manifest)
+    with pytest.raises(CheckpointError, match="checkpoint 5: its manifest is checkpoint 1's"):
+        coordinator.store.load(5)
+    assert coordinator.store.newest("fp", "f") is not None
+    assert coordinator.store.newest("fp", "f")[0] == 1  # type: ignore[index]
+
+
+def test_the_newest_is_committed_before_the_others_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that fails leaves the batch's other complete checkpoints where they are."""
+    coordinator, stores = coordinator_at(tmp_path)
+
+    def full(*_: Any, **__: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(coordinator.store, "commit", full)
+    with pytest.raises(CheckpointError, match="cannot commit the checkpoint at epoch 3"):
+        coordinator.parts_written([r for e in (1, 2, 3) for r in written(stores, e, [0, 1])])
+    assert coordinator.subsumed == []
+    assert coordinator.store.epochs() == [1, 2, 3]

@@ -1618,9 +1618,6 @@ class RaySession(Session):
             while frames:
                 w, payload = frames.popleft()
                 if payload is None:
-                    if reports:  # (written: a restore may start from them)
-                        self._parts_reported(reports, handling)
-                        reports = []
                     self._check()  # a worker's own failure says more than a closed connection
                     raise WorkerDied(
                         f"worker {w} died: its connection to the driver {links.lost(w)}"
@@ -1638,6 +1635,15 @@ class RaySession(Session):
                 if end and w in self.membership.alive:
                     self._ended.add(w)
                     self.loop_watch.observe((v, tuple(t)) for v, t in loops)
+        except BaseException:
+            # A worker lost, or a callback that raised: the parts taken in before are
+            # written, and a restore (or a caller that goes on) may start from them.
+            if reports:
+                with contextlib.suppress(Exception):  # (the first error is the one to see)
+                    self._parts_reported(reports, handling)
+            self._delivering = False
+            raise
+        try:
             if reports:
                 self._parts_reported(reports, handling)
         finally:

@@ -269,10 +269,10 @@ class CheckpointCoordinator:
         committed = None
         if complete:
             newest = max(complete)
-            for epoch in sorted(set(complete)):
-                if epoch != newest:
-                    self._subsume(epoch)
-            committed = self._commit(newest)
+            older = {e: list(self._parts[e].values()) for e in sorted(set(complete)) if e < newest}
+            committed = self._commit(newest)  # (first: the others go only once it is in)
+            for epoch, parts in older.items():
+                self._subsume(epoch, parts)
         cadence = self.cadence
         if cadence is not None:
             # The deletions' CPU too: off this thread, it still takes a core from the run.
@@ -318,7 +318,7 @@ class CheckpointCoordinator:
             return False
         return True
 
-    def _subsume(self, epoch: int) -> None:
+    def _subsume(self, epoch: int, parts: list[dict[str, Any]]) -> None:
         """The checkpoint at ``epoch`` is complete, but a later one completed with it and
         is committed instead (see :meth:`parts_written`): its files go to be written over
         at once, as an unkept commit's do, unless they may be links of an incremental
@@ -326,8 +326,7 @@ class CheckpointCoordinator:
         self.subsumed.append(epoch)
         if self.config.incremental:
             return  # (the collection runs every COLLECT_EVERY commits of a chain)
-        parts = self._parts.get(epoch, {})
-        small = all(p["size"] <= RECYCLE_BYTES for p in parts.values())
+        small = all(p["size"] <= RECYCLE_BYTES for p in parts)
         if not (small and self.store.retire(epoch, committed=False)):
             self._unretired = True  # left to the collection: soon, not SWEEP_EVERY times later
 

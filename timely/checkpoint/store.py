@@ -328,8 +328,14 @@ class CheckpointStore:
                     os.makedirs(pool, exist_ok=True)  # (the first time: no pool yet)
                     os.rename(f"{folder}/MANIFEST.json", f"{pool}/{manifest}")
                 names.append(manifest)
-            elif not names:
-                os.makedirs(pool, exist_ok=True)  # (perhaps the first time: no pool yet)
+            else:
+                # Never committed, but an earlier run's checkpoint of the same epoch may
+                # have left its manifest here (resume=False, or a newest one skipped as
+                # damaged): it must not come along into the folder's next checkpoint.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{folder}/MANIFEST.json")
+                if not names:
+                    os.makedirs(pool, exist_ok=True)  # (perhaps the first time: no pool yet)
             moved = f"{_DIR}{self._unique()}"
             os.rename(folder, f"{pool}/{moved}")
         except OSError:
@@ -510,6 +516,10 @@ class CheckpointStore:
             raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
         if manifest.get("format") not in READABLE:
             raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
+        if manifest.get("epoch") != epoch:  # (another checkpoint's, in a folder reused)
+            raise CheckpointError(
+                f"checkpoint {epoch}: its manifest is checkpoint {manifest.get('epoch')!r}'s"
+            )
         if len(manifest["parts"]) != manifest["workers"]:
             raise CheckpointError(
                 f"checkpoint {epoch}: {len(manifest['parts'])} parts for a run of "
@@ -606,10 +616,13 @@ class CheckpointStore:
         ``also`` names as the fallback of the commit it was asked for)."""
         epochs = [e for e in self.epochs() if upto is None or e <= upto]
         committed = [e for e in epochs if self._has_manifest(e)]
-        if not committed or (len(committed) <= keep and epochs[0] >= committed[0]):
-            return  # (with no more than ``keep`` commits, only older folders are left over)
         kept = sorted({*committed[-keep:], *(e for e in also if e in committed)})
-        oldest_kept = kept[0]
+        # ``also`` is the coordinator's kept commits: one that a later commit retired while
+        # this ran (its folder moved away whole) still marks everything older as stale.
+        marks = sorted({*kept, *also})
+        if not marks or (len(committed) <= keep and (not epochs or epochs[0] >= marks[0])):
+            return  # (with no more than ``keep`` commits, only older folders are left over)
+        oldest_kept, newest_kept = marks[0], marks[-1]
         needed: set[int] = set()  # the parts the kept incremental checkpoints are deltas on
         known = starts or {}
         for epoch in kept:
@@ -632,12 +645,12 @@ class CheckpointStore:
         for epoch in epochs:
             if epoch in kept:
                 continue
-            if epoch < kept[-1] and epoch in needed:
+            if epoch < newest_kept and epoch in needed:
                 # Kept for the chains only: no longer a checkpoint to restore from (the
                 # driver's inputs before the oldest kept checkpoint are gone).
                 with contextlib.suppress(OSError):
                     self._drop_manifest(epoch_dir(epoch), room)
-            elif epoch < oldest_kept or (epoch < kept[-1] and epoch in committed):
+            elif epoch < oldest_kept or (epoch < newest_kept and epoch in committed):
                 # On failure (a concurrent reader, an eventual store) try again next time.
                 # Only a committed checkpoint's files are recycled: every part of it was
                 # written before its commit. A part of one never committed may still be
