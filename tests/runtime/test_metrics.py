@@ -103,6 +103,7 @@ def test_restarts_and_checkpoints_are_counted(tmp_path: Path) -> None:
     )
     assert samples["timely_restarts_total"][()] == 1
     assert samples["timely_checkpoints_committed_total"][()] >= 1
+    assert samples["timely_checkpoints_subsumed_total"][()] == 0  # inline: one part at a time
     assert samples["timely_checkpoint_write_seconds_count"][()] >= 2  # both workers' parts
     assert samples["timely_checkpoint_snapshot_seconds_count"][()] > 0
     lines.close()

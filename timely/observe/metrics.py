@@ -16,6 +16,7 @@ worker, ``timely_worker_steps_total``, ``…_messages_sent_total``,
 epoch delivered) and ``timely_output_frontier_lag_seconds`` (since it last moved; 0
 once the run ended); ``timely_checkpoint_snapshot_seconds`` and
 ``timely_checkpoint_write_seconds`` (summaries), ``timely_checkpoints_committed_total``,
+``timely_checkpoints_subsumed_total``,
 ``timely_restarts_total``, ``timely_rescales_total``, ``timely_workers``; from a
 controller's decisions (``RunView.decided``), ``timely_scaling_decisions_total``,
 ``timely_scaling_workers_wanted`` and per operator ``timely_operator_parallelism_wanted``
@@ -177,6 +178,11 @@ class _Collector:
             "timely_checkpoints_committed",
             "Checkpoints committed in this session.",
             value=len(view["committed"]),
+        )
+        yield CounterMetricFamily(
+            "timely_checkpoints_subsumed",
+            "Checkpoints complete but not committed: a later one was, with them.",
+            value=view["subsumed"],
         )
         yield CounterMetricFamily(
             "timely_restarts", "Restarts of the workers after a failure.", value=view["restarts"]

@@ -936,7 +936,7 @@ class Session(ABC):
         cadence = coordinator.cadence
         measured = 0 if cadence is None else len(cadence.measurements)
         coordinator.parts_written(reports, handling)
-        self.view.committed(coordinator.committed)
+        self.view.committed(coordinator.committed, coordinator.subsumed)
         if cadence is not None and len(cadence.measurements) > measured:
             last = cadence.measurements[-1]
             self.view.cadence(last.next_interval, last.fraction)

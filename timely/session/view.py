@@ -48,6 +48,7 @@ class RunView:
         self._inputs_closed = False
         self._restarts = 0
         self._committed: list[int] = []
+        self._subsumed: list[int] = []
         self._cadence: tuple[int, float] | None = None
         self.total_epochs: int | None = None
         """How many epochs the run has, once known (every driver input closed, no source)."""
@@ -104,11 +105,14 @@ class RunView:
         with self._lock:
             self._restarts = restarts
 
-    def committed(self, epochs: list[int]) -> None:
-        """The epochs committed: the coordinator's own list, kept as it is (it only grows;
-        a copy at every part cost a pass over every commit of the run)."""
+    def committed(self, epochs: list[int], subsumed: list[int] | None = None) -> None:
+        """The epochs committed, and those subsumed (complete, a later one committed in
+        their place): the coordinator's own lists, kept as they are (they only grow; a copy
+        at every part cost a pass over every commit of the run)."""
         with self._lock:
             self._committed = epochs
+            if subsumed is not None:
+                self._subsumed = subsumed
 
     def cadence(self, interval: int, fraction: float) -> None:
         """``checkpoint_every="auto"`` measured a cycle: the interval chosen after it, and
@@ -120,8 +124,9 @@ class RunView:
     def snapshot(self) -> dict[str, Any]:
         """A consistent copy: ``outputs`` (key -> :class:`OutputState`), ``input_epoch``
         (the furthest a driver input advanced, -1: none), ``restarts``, ``committed``
-        (checkpoint epochs), ``checkpoint_interval`` and ``coordination_fraction`` (with
-        ``checkpoint_every="auto"``, the latest cycle's; None before one or without it),
+        (checkpoint epochs), ``subsumed`` (how many checkpoints were), ``checkpoint_interval``
+        and ``coordination_fraction`` (with ``checkpoint_every="auto"``, the latest
+        cycle's; None before one or without it),
         ``total_epochs``, ``workers`` (now), ``rescales`` and ``decisions`` (see
         :meth:`decided`), ``warnings`` (see :meth:`warned`), ``ended``, ``elapsed``
         (seconds)."""
@@ -133,6 +138,7 @@ class RunView:
                 "input_epoch": self._input_epoch,
                 "restarts": self._restarts,
                 "committed": list(self._committed),
+                "subsumed": len(self._subsumed),
                 "checkpoint_interval": None if self._cadence is None else self._cadence[0],
                 "coordination_fraction": None if self._cadence is None else self._cadence[1],
                 "total_epochs": self.total_epochs,
