@@ -96,7 +96,6 @@ def test_kills_change_no_output(name: str, tmp_path: Path) -> None:
         every = case.options["checkpoint_every"]
         due = set(range(every - 1, len(data) - 1, every))
         assert sorted(due - set(got.committed) - set(got.subsumed)) == []
-        assert set(got.subsumed) <= due
     else:
         assert got.commits_after_recoveries is not None, got
         assert got.commits_after_recoveries >= MIN_COMMITS, got
