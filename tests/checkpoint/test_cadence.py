@@ -8,11 +8,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import timely.checkpoint.cadence
-from tests.conftest import MUTANT_EXAMPLES
+from tests.conftest import MUTANT_SEARCH
 from timely.checkpoint.aimd import AIMD
 from timely.checkpoint.cadence import AutoCadence
 from timely.checkpoint.config import CheckpointConfig
@@ -256,9 +256,7 @@ class PerWorkerOfWallTime(AutoCadence):
 
 @pytest.mark.parametrize("mutant", [ForgetsTheDriver, OnlyTheDriversCpu, PerWorkerOfWallTime])
 def test_a_measurement_leaving_a_share_out_is_caught(mutant: type[AutoCadence]) -> None:
-    @settings(
-        max_examples=MUTANT_EXAMPLES, database=None, derandomize=True, report_multiple_bugs=False
-    )
+    @MUTANT_SEARCH
     @given(windows)
     def check(window: Window) -> None:
         m = run_window(mutant(AIMD(1), 2, 0.0), window)

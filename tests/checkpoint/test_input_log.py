@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
-from tests.conftest import MUTANT_EXAMPLES
+from tests.conftest import MUTANT_SEARCH
 from timely import Dataflow
 from timely.checkpoint import coordinator as coordinator_module
 from timely.checkpoint.coordinator import TRIM_AT, InputEntry, trim_inputs
@@ -112,9 +112,7 @@ def one_too_far(log: list[InputEntry], upto: int) -> list[InputEntry]:
 
 @pytest.mark.parametrize("mutant", [without_last_advance, one_too_far])
 def test_mutation_is_caught(mutant: Trim) -> None:
-    @settings(
-        max_examples=MUTANT_EXAMPLES, database=None, derandomize=True, report_multiple_bugs=False
-    )
+    @MUTANT_SEARCH
     @given(cases())
     def run(case: tuple[list[InputEntry], int, int]) -> None:
         check(mutant, *case)

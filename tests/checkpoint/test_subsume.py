@@ -238,8 +238,8 @@ def test_a_manifest_of_another_epoch_is_no_checkpoint(tmp_path: Path) -> None:
     (tmp_path / epoch_dir(5) / "MANIFEST.json").write_bytes(manifest)
     with pytest.raises(CheckpointError, match="checkpoint 5: its manifest is checkpoint 1's"):
         coordinator.store.load(5)
-    assert coordinator.store.newest("fp", "f") is not None
-    assert coordinator.store.newest("fp", "f")[0] == 1  # type: ignore[index]
+    found = coordinator.store.newest("fp", "f")
+    assert found is not None and found[0] == 1
 
 
 def test_the_newest_is_committed_before_the_others_go(

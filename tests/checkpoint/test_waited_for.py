@@ -19,12 +19,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import operators  # noqa: F401 - registers the stream methods
 from operators.table import col, count, table_input
-from tests.conftest import MUTANT_EXAMPLES
+from tests.conftest import MUTANT_SEARCH
 from timely import Dataflow
 from timely.vertex import Vertex
 from timely.worker import snapshots as snapshots_module
@@ -164,9 +164,7 @@ def none_left_out(plan: Any, vs: Sequence[Vertex]) -> list[int]:
 
 @pytest.mark.parametrize("mutant", [ends_too, all_stateless, none_left_out])
 def test_mutation_is_caught(mutant: Callable[[Any, Sequence[Vertex]], list[int]]) -> None:
-    @settings(
-        max_examples=MUTANT_EXAMPLES, database=None, derandomize=True, report_multiple_bugs=False
-    )
+    @MUTANT_SEARCH
     @given(graphs())
     def run(graph: tuple[Any, list[Vertex]]) -> None:
         check(mutant, *graph)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import MUTANT_EXAMPLES
+from tests.conftest import MUTANT_SEARCH
 from timely.session.lead import LEAD_SECONDS, MAX_LEAD, MIN_LEAD, WINDOW, SourceLead
 
 
@@ -72,9 +72,7 @@ def test_at_a_steady_pace_the_lead_spans_lead_seconds_or_its_bounds(
 
 @pytest.mark.parametrize("mutant", [FixedLead, NoFloor])
 def test_a_lead_in_epochs_or_without_a_floor_is_caught(mutant: type[SourceLead]) -> None:
-    @settings(
-        max_examples=MUTANT_EXAMPLES, database=None, derandomize=True, report_multiple_bugs=False
-    )
+    @MUTANT_SEARCH
     @given(st.floats(1e-5, 10.0), st.integers(2, 3 * WINDOW))
     def prop(seconds_per_epoch: float, epochs: int) -> None:
         spans_lead_seconds(steady(seconds_per_epoch, epochs, kind=mutant), seconds_per_epoch)

@@ -1641,9 +1641,8 @@ class RaySession(Session):
             if reports:
                 with contextlib.suppress(Exception):  # (the first error is the one to see)
                     self._parts_reported(reports, handling)
-            self._delivering = False
             raise
-        try:
+        else:
             if reports:
                 self._parts_reported(reports, handling)
         finally:

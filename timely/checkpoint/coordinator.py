@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from time import thread_time_ns
 from typing import Any
 
@@ -266,9 +266,9 @@ class CheckpointCoordinator:
         ~4 an intake, up to 20, in a word count checkpointed every epoch on 2 workers)."""
         started = time.thread_time()
         complete = [epoch for epoch, info in reports if self._record(epoch, info)]
+        newest = max(complete, default=None)
         committed = None
-        if complete:
-            newest = max(complete)
+        if newest is not None:
             older = {e: list(self._parts[e].values()) for e in sorted(set(complete)) if e < newest}
             committed = self._commit(newest)  # (first: the others go only once it is in)
             for epoch, parts in older.items():
@@ -278,8 +278,8 @@ class CheckpointCoordinator:
             # The deletions' CPU too: off this thread, it still takes a core from the run.
             gc = 0.0 if self._collector is None else self._collector.take_cpu()
             cadence.driver(time.thread_time() - started + gc + handling)
-            if committed is not None:
-                cadence.committed(max(complete), committed, time.process_time())
+            if newest is not None and committed is not None:
+                cadence.committed(newest, committed, time.process_time())
 
     def _record(self, epoch: int, info: dict[str, Any]) -> bool:
         """Record a part written; returns whether it completed the checkpoint at
@@ -326,9 +326,13 @@ class CheckpointCoordinator:
         self.subsumed.append(epoch)
         if self.config.incremental:
             return  # (the collection runs every COLLECT_EVERY commits of a chain)
-        small = all(p["size"] <= RECYCLE_BYTES for p in parts)
-        if not (small and self.store.retire(epoch, committed=False)):
+        if not (self._recyclable(parts) and self.store.retire(epoch, committed=False)):
             self._unretired = True  # left to the collection: soon, not SWEEP_EVERY times later
+
+    def _recyclable(self, parts: Iterable[dict[str, Any]]) -> bool:
+        """Whether a checkpoint of these parts may be written over whole once no longer
+        needed: not incremental (its parts may be links of a chain), none large."""
+        return not self.config.incremental and all(p["size"] <= RECYCLE_BYTES for p in parts)
 
     def _commit(self, epoch: int) -> float:
         """Commit the complete checkpoint at ``epoch``; returns when it was complete."""
@@ -382,9 +386,7 @@ class CheckpointCoordinator:
         over at once (:meth:`CheckpointStore.retire`), unless its files are large or may
         be links of an incremental chain (the collection decides those)."""
         retirable = self._retirable
-        retirable[epoch] = not self.config.incremental and all(
-            p["size"] <= RECYCLE_BYTES for p in parts.values()
-        )
+        retirable[epoch] = self._recyclable(parts.values())
         for old in [e for e in retirable if e < kept[0]]:
             if not (retirable.pop(old) and self.store.retire(old)):
                 self._unretired = True

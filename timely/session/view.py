@@ -105,14 +105,13 @@ class RunView:
         with self._lock:
             self._restarts = restarts
 
-    def committed(self, epochs: list[int], subsumed: list[int] | None = None) -> None:
+    def committed(self, epochs: list[int], subsumed: list[int]) -> None:
         """The epochs committed, and those subsumed (complete, a later one committed in
         their place): the coordinator's own lists, kept as they are (they only grow; a copy
         at every part cost a pass over every commit of the run)."""
         with self._lock:
             self._committed = epochs
-            if subsumed is not None:
-                self._subsumed = subsumed
+            self._subsumed = subsumed
 
     def cadence(self, interval: int, fraction: float) -> None:
         """``checkpoint_every="auto"`` measured a cycle: the interval chosen after it, and
