@@ -32,9 +32,12 @@ local Spark and local Ray.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
 import uuid
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,11 +181,26 @@ class SparkSource(ParquetSource):
     """A :class:`ParquetSource` over a DataFrame's staged files; ``cleanup()`` deletes them."""
 
     staged: str
+    _remove_own: weakref.finalize[Any, Any] | None = None
+    """Removes the temporary directory :func:`spark_source` made for the staged files
+    (no ``staging=`` given): at :meth:`cleanup`, when the source is garbage, or at exit,
+    whichever comes first (a run of another process stages again, into a new one)."""
 
     def cleanup(self) -> None:
-        """Delete the staged files (after the run; a restore would need them)."""
+        """Delete the staged files (after the run; a restore would need them), and the
+        temporary directory they were staged in when ``spark_source`` made it. Calling it
+        again does nothing."""
+        if self._remove_own is not None:
+            self._remove_own()
+            return
         fs, path = resolve(self.staged)
-        fs.delete_dir(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_dir(path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_remove_own", None)  # (the driver's copy removes the files, once)
+        return state
 
 
 def spark_source(
@@ -222,20 +240,31 @@ def spark_source(
         df = df.sortWithinPartitions(*first, *[c for c in ordered if c != epoch_column])
     elif epoch_column is not None:
         df = df.sortWithinPartitions(epoch_column)  # epochs must not decrease within a file
-    target = _staging_uri(staging)
-    df.write.mode("errorifexists").parquet(target)
-    src = SparkSource(
-        target, epoch_column=epoch_column, records=records, batch_size=batch_size, columns=wanted
-    )
+    own = staging is None  # (a temporary directory of the source's own)
+    root = tempfile.mkdtemp(prefix="timely-spark-") if staging is None else staging
+    target = _staging_uri(root)
+    try:
+        df.write.mode("errorifexists").parquet(target)
+        src = SparkSource(
+            target,
+            epoch_column=epoch_column,
+            records=records,
+            batch_size=batch_size,
+            columns=wanted,
+        )
+    except BaseException:
+        if own:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     src.staged = target
+    if own:
+        src._remove_own = weakref.finalize(src, shutil.rmtree, root, True)
     return src
 
 
-def _staging_uri(staging: str | None) -> str:
+def _staging_uri(staging: str) -> str:
     """A new directory under ``staging`` as a URI Spark and pyarrow agree on."""
     name = f"timely-stage-{uuid.uuid4().hex[:12]}"
-    if staging is None:
-        staging = tempfile.mkdtemp(prefix="timely-spark-")
     if "://" in staging:
         return f"{staging.rstrip('/')}/{name}"
     return "file://" + os.path.join(os.path.abspath(staging), name)

@@ -7,6 +7,9 @@
   does not fit its SparkSink fails when the graph is built.
 - A DataFrame read as Arrow batches, through table operators, into a SparkSink equals
   Spark's own query, epoch by epoch.
+- A source staged in a temporary directory of its own (no ``staging=``) leaves nothing
+  behind: not after ``cleanup()``, not once it is garbage; a pickled copy (a worker's)
+  deletes nothing.
 - A driver that dies while publishing to a table leaves, after the resumed run, every
   epoch in the table exactly once.
 """
@@ -162,6 +165,36 @@ def test_two_stagings_give_each_worker_the_same_records(
     if epoch_column is None:  # epochs by row order: 97 rows each, over all files
         sizes = [sum(c.values()) for _, c in sorted(per_worker(a, 1)[0].items())]
         assert sizes[:-1] == [97] * (len(sizes) - 1)
+
+
+def test_default_staging_leaves_no_directory_behind(spark: Any) -> None:
+    import gc
+    import pickle
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    df = spark.createDataFrame([(1, "a"), (2, "b")], "n long, s string")
+
+    def staged_in(src: Any) -> Path:
+        return Path(urlparse(src.staged).path).parent
+
+    src = spark_source(df, epoch_column="n")
+    own = staged_in(src)
+    assert own.name.startswith("timely-spark-") and any(own.iterdir())
+    copy = pickle.loads(pickle.dumps(src))
+    del copy
+    gc.collect()
+    assert any(own.iterdir())  # a worker's copy going away deletes nothing
+    src.cleanup()
+    assert not own.exists()
+    src.cleanup()  # again: nothing to do, no error
+
+    dropped = spark_source(df, epoch_column="n")
+    other = staged_in(dropped)
+    assert other.exists()
+    del dropped
+    gc.collect()
+    assert not other.exists()
 
 
 def test_source_from_a_table_name_and_a_path(spark: Any, tmp_path: Any) -> None:
