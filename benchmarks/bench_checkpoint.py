@@ -283,12 +283,12 @@ from timely import Dataflow
 import operators
 from benchmarks.bench_checkpoint import running_wordcount, text
 
-case, rounds = {case!r}, {rounds}
+case, rounds, epochs = {case!r}, {rounds}, {epochs!r}
 
 
 def touched(keys, checkpoint):
     rng = random.Random(3)
-    batches = [rng.sample(range(keys), keys // 100) for _ in range(20)]
+    batches = [rng.sample(range(keys), keys // 100) for _ in range(epochs or 20)]
     flow = Dataflow("touched")
     handle = flow.new_input()
     seen = []
@@ -318,7 +318,7 @@ def table_touched(keys, checkpoint):
     from operators.table import count, table_input
 
     rng = random.Random(3)
-    batches = [pa.table({{"k": rng.sample(range(keys), keys // 100)}}) for _ in range(20)]
+    batches = [pa.table({{"k": rng.sample(range(keys), keys // 100)}}) for _ in range(epochs or 20)]
     flow = Dataflow("touched")
     inp = table_input(flow, pa.schema([("k", pa.int64())]))
     seen = []
@@ -341,7 +341,7 @@ def table_touched(keys, checkpoint):
             return time.perf_counter() - w0, time.process_time() - c0, time.thread_time() - t0
 
 
-def wordcount(checkpoint, data=text(60, 400)):
+def wordcount(checkpoint, data=text(epochs or 60, 400)):
     table = case.startswith("table-")
     ray = case.endswith("-ray2")
     with tempfile.TemporaryDirectory() as d:
@@ -384,7 +384,9 @@ PAIR_CASES = {
 }
 
 
-def pairs(checkout: str, processes: int, rounds: int, cases: list[str]) -> dict[str, Any]:
+def pairs(
+    checkout: str, processes: int, rounds: int, cases: list[str], epochs: int | None = None
+) -> dict[str, Any]:
     """Checkpoints' cost, this checkout against ``checkout`` (an export of another
     commit): each measurement a process of its own, the two checkouts' processes in
     turn, ``processes`` of each per case; in each process ``rounds`` rounds of a run
@@ -394,7 +396,7 @@ def pairs(checkout: str, processes: int, rounds: int, cases: list[str]) -> dict[
     here = str(Path(__file__).resolve().parents[1])
     out: dict[str, Any] = {}
     for case in cases:
-        code = _PAIR_CODE.format(case=case, rounds=rounds)
+        code = _PAIR_CODE.format(case=case, rounds=rounds, epochs=epochs)
         runs: dict[str, list[dict[str, float]]] = {"this": [], "other": []}
         for i in range(2 * processes):
             side = ("this", "other")[(i + case.endswith("touched")) % 2]
@@ -557,6 +559,12 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=6, help="rounds per process with --pairs")
     ap.add_argument(
+        "--epochs",
+        type=int,
+        help="with --pairs: epochs a run (default: 60 for the word counts, 20 for the 1M-key "
+        "cases); a longer run weighs the run's start and end less against its epochs",
+    )
+    ap.add_argument(
         "--cases",
         default=",".join(PAIR_CASES),
         help="with --pairs: which cases, comma-separated (default: all of "
@@ -570,7 +578,7 @@ def main() -> None:
         cases = args.cases.split(",")
         unknown = set(cases) - set(PAIR_CASES)
         assert not unknown, f"unknown cases {sorted(unknown)}"
-        found = pairs(args.against, args.pairs, args.rounds, cases)
+        found = pairs(args.against, args.pairs, args.rounds, cases, args.epochs)
         rows = []
         for case, runs in found.items():
             for side, label in (("other", args.against), ("this", "this checkout")):

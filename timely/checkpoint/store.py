@@ -629,11 +629,20 @@ class CheckpointStore:
             if epoch in known:  # every part from the chains' start on may be a link
                 needed.update(e for e in epochs if known[epoch] <= e < epoch)
                 continue
-            with contextlib.suppress(OSError, ValueError, KeyError):
+            try:
                 manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
                 needed.update(
                     link["epoch"] for p in manifest["parts"] for link in p.get("chain", [])
                 )
+            except FileNotFoundError:
+                continue  # retired by a commit meanwhile: no longer kept
+            except OSError:
+                # Unreadable now (a permission, an I/O error, a store that timed out), not
+                # damaged: the links it names may be needed. Delete nothing; the next
+                # collection tries again.
+                return
+            except (ValueError, KeyError, TypeError):
+                continue  # damaged: no checkpoint to restore from, nor are its links
         room = [0, 0]
         if self._local:
             try:
