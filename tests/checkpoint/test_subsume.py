@@ -17,6 +17,10 @@ the store's collection returning while no more than ``keep`` commits were on dis
 whatever older folders were left (or when a commit retired its only reference while it
 ran: 11 runs in 60), a stale manifest moved along, no epoch check, the others retired
 before the commit, and a kept manifest that cannot be read taken as naming no links.
+On Ray, the driver reports the parts of every frame it reads in one intake together, and
+those read before a callback raised or a worker was found lost in it (the driver's
+intake run on stand-ins of its connections and callbacks); the variant that dropped
+them is caught.
 """
 
 from __future__ import annotations
@@ -290,3 +294,78 @@ def test_a_kept_manifest_unreadable_for_now_deletes_none_of_its_links(
     store.collect_garbage(1)  # readable again: the links stay, 1 is no checkpoint now
     assert [len(c) for c in store._load(4)[2]] == [3]
     assert manifests(tmp_path) == [4]
+
+
+class _Intake:
+    """What ``RaySession._collect`` reads of its session: the driver's connections'
+    frames, the callbacks' delivery (``fail_on``: the key whose callback raises) and the
+    parts' report, recorded."""
+
+    def __init__(self, frames: list[tuple[int, bytes | None]], fail_on: str = "") -> None:
+        import collections
+        import threading
+        from types import SimpleNamespace
+
+        self.reported: list[list[tuple[int, dict[str, Any]]]] = []
+        self.delivered: list[tuple[str, int]] = []
+        self._delivering = False
+        self._links = SimpleNamespace(
+            frames=collections.deque(frames),
+            arrived=threading.Event(),
+            lost=lambda w: "closed",
+        )
+        self.membership = SimpleNamespace(alive={0, 1})
+        self._ended: set[int] = set()
+        self.loop_watch = SimpleNamespace(observe=lambda loops: list(loops))
+        self.fail_on = fail_on
+
+    def _check(self) -> None:
+        return None
+
+    def _deliver(self, key: str, epoch: int, records: Any) -> None:
+        if key == self.fail_on:
+            raise ValueError(f"the callback of {key!r} raised")
+        self.delivered.append((key, epoch))
+
+    def _parts_reported(self, reports: list[tuple[int, dict[str, Any]]], handling: float) -> None:
+        self.reported.append(list(reports))
+
+
+def frame(outputs: list[tuple[str, int, list[Any]]], parts: list[tuple[int, int]]) -> bytes:
+    """A worker's frame to the driver: its outputs, then its parts' reports (``(epoch,
+    worker)`` each, with a stand-in of what the manifest records)."""
+    reports = [(e, {"worker": w, "path": f"p{e}-{w}", "size": 1, "crc32": 0}) for e, w in parts]
+    return serialization.encode([outputs, reports, False, []])
+
+
+def collect(intake: _Intake) -> bool:
+    """``RaySession._collect`` on ``intake``, the frames there already (no wait)."""
+    from timely.backends.ray import RaySession
+
+    return RaySession._collect(intake, 0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("how", ["a callback raises", "a worker is lost"])
+def test_on_ray_parts_taken_in_before_a_failure_are_reported(how: str) -> None:
+    """The driver reads every frame that has arrived, then reports their parts together.
+    When a callback raises, or a worker's connection turns out lost, in the same intake,
+    the parts of the frames read before are still reported (a restore, or a caller that
+    goes on, may start from the checkpoints they complete), the error still reaches the
+    caller, and the driver is ready to deliver again. Dropping them (the driver's code
+    before the review) fails this."""
+    from timely.errors import WorkerDied
+
+    first = frame([("out", 1, [1])], [(1, 0), (1, 1)])
+    second = frame([("bad", 2, [2])], []) if how == "a callback raises" else None
+    intake = _Intake([(0, first), (1, second)], fail_on="bad")
+    with pytest.raises(ValueError if how == "a callback raises" else WorkerDied):
+        collect(intake)
+    assert [[(e, i["worker"]) for e, i in r] for r in intake.reported] == [[(1, 0), (1, 1)]]
+    assert intake.delivered == [("out", 1)] and not intake._delivering
+
+
+def test_on_ray_the_parts_of_every_frame_of_an_intake_are_reported_together() -> None:
+    """One report for every frame read in an intake, in the order they were read."""
+    intake = _Intake([(0, frame([], [(1, 0), (2, 0)])), (1, frame([("out", 2, [])], [(1, 1)]))])
+    assert collect(intake)  # (an output delivered)
+    assert [[(e, i["worker"]) for e, i in r] for r in intake.reported] == [[(1, 0), (2, 0), (1, 1)]]
