@@ -217,7 +217,7 @@ def test_a_manifest_with_sha256_still_reads(tmp_path: Path) -> None:
     manifest.write_text(json.dumps(old))
     with pytest.raises(store_module.CheckpointError, match="checksum"):
         store.load(4)
-    old["format"] = 3  # a newer timely's: refused by its format, not misread
+    old["format"] = 4  # a newer timely's: refused by its format, not misread
     manifest.write_text(json.dumps(old))
-    with pytest.raises(store_module.CheckpointError, match="format 3"):
+    with pytest.raises(store_module.CheckpointError, match="format 4"):
         store.load(4)

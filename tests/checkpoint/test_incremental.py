@@ -19,6 +19,7 @@ from tests.checkpoint import mutable
 from tests.checkpoint.pipelines import build
 from timely import ConfigError, Dataflow, exchange
 from timely.checkpoint import coordinator as coordinator_module
+from timely.checkpoint import links
 from timely.checkpoint.store import RECYCLE, CheckpointError, CheckpointStore, epoch_dir
 from timely.state.keyed import KeyedState, apply_delta
 
@@ -137,15 +138,9 @@ EPOCHS = [[(e * 7 + i * 3) % 40 for i in range(e % 4 + 2)] for e in range(12)]
 
 
 def manifests(root: Path) -> dict[int, dict[str, Any]]:
-    out = {}
-    for d in sorted(os.listdir(root)):
-        m = root / d / "MANIFEST.json"
-        try:  # read during a run: old checkpoints are deleted meanwhile (off its thread)
-            manifest = json.loads(m.read_text())
-        except FileNotFoundError:
-            continue
-        out[manifest["epoch"]] = manifest
-    return out
+    """Every committed checkpoint's manifest, in a folder or a commit log (read during a
+    run: old checkpoints are deleted meanwhile, off its thread)."""
+    return CheckpointStore(str(root)).manifests()
 
 
 def stopped_run(root: Path, pipeline: str, last: int, **options: Any) -> dict[int, Any]:
@@ -186,8 +181,20 @@ def test_a_chain_restores_what_a_whole_checkpoint_would(tmp_path: Path, pipeline
     # of 7's chain leaves 3 to fall back to), each with the chain it needs; the chains'
     # parts are no checkpoints of their own any more (no inputs are kept for them).
     assert list(found) == [3, 7]
-    # (Their manifests wait in RECYCLE, to be written over by the next ones.)
-    assert sorted(set(os.listdir(tmp_path)) - {RECYCLE}) == [f"ckpt-{e:012d}" for e in range(8)]
+    # The deltas are in a links file after each whole part, at their offsets, and their
+    # commits in the log of their chains' folder (no folder or file of their own); the
+    # whole parts' manifests wait in RECYCLE, to be written over by the next ones.
+    assert [(link["path"], link.get("offset")) for link in part["chain"][:2]] == [
+        ("ckpt-000000000004/links-0-of-2.bin", part["chain"][1]["size"]),
+        ("ckpt-000000000004/links-0-of-2.bin", 0),
+    ]
+    assert part["path"] == "ckpt-000000000004/links-0-of-2.bin"
+    assert sorted(set(os.listdir(tmp_path)) - {RECYCLE}) == [
+        "ckpt-000000000000",
+        "ckpt-000000000004",
+        "commits-000000000000.log",
+        "commits-000000000004.log",
+    ]
     restored, got = resumed(tmp_path, pipeline)
     assert restored == 7
     assert got == {e: r for e, r in expected.items() if e > 7}
@@ -207,13 +214,14 @@ def test_a_torn_increment_falls_back_to_the_chain_before(tmp_path: Path, state: 
     stopped_run(
         tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8, **STATE[state]
     )
-    torn = tmp_path / "ckpt-000000000005" / "part-1-of-2.bin"
-    data = bytearray(torn.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    torn.write_bytes(bytes(data))
+    link = manifests(tmp_path)[5]["parts"][1]  # worker 1's delta at 5, in a links file
+    assert link["path"] == "ckpt-000000000004/links-1-of-2.bin" and link["offset"] == 0
+    damage(tmp_path, link)
     store = CheckpointStore(str(tmp_path))
     for epoch in (5, 6, 7):
-        with pytest.raises(CheckpointError, match=r"ckpt-000000000005/part-1-of-2\.bin"):
+        with pytest.raises(
+            CheckpointError, match=r"ckpt-000000000004/links-1-of-2\.bin \(at 0\) fails"
+        ):
             store.load(epoch)
     restored, got = resumed(tmp_path, "running", **STATE[state])
     assert restored == 4
@@ -439,8 +447,7 @@ def test_a_collection_run_late_keeps_what_its_commit_kept(
         # With everything after the oldest kept gone, that one is what a restore finds.
         fallback = tmp_path / f"fallback-{kept[-1]}"
         shutil.copytree(root, fallback)
-        for later in [e for e in left if e > kept[0]]:
-            shutil.rmtree(fallback / epoch_dir(later))
+        forget(fallback, [e for e in left if e > kept[0]])
         copy = CheckpointStore(str(fallback))
         found = copy.newest(fingerprint, "late")
         assert found is not None and found[0] == kept[0], (kept, sorted(left))
@@ -504,11 +511,37 @@ def test_a_chain_that_is_not_its_base_s_is_skipped_for_the_one_before(tmp_path: 
     stopped_run(tmp_path, "running", 7, checkpoint_incremental=3, keep_checkpoints=8)
     store = CheckpointStore(str(tmp_path))
     assert store.newest(*fingerprint_of(tmp_path))[0] == 7  # type: ignore[index]
-    path = tmp_path / "ckpt-000000000007" / "MANIFEST.json"
-    manifest = json.loads(path.read_text())
+    manifest = manifests(tmp_path)[7]
     manifest["parts"][0]["chain"] = manifest["parts"][0]["chain"][1:]  # skips its base
-    path.write_text(json.dumps(manifest))
+    # A later commit of 7 in its log (a later line for an epoch is the newer commit).
+    log = tmp_path / links.log_name(4)
+    with log.open("ab") as f:
+        f.write(links.line("c", 7, json.dumps(manifest).encode()))
+    assert manifests(tmp_path)[7] == manifest
     assert store.newest(*fingerprint_of(tmp_path))[0] == 6  # type: ignore[index]
+
+
+def forget(root: Path, epochs: list[int]) -> None:
+    """Take the checkpoints at ``epochs`` out of the store: their folders, and their lines
+    in the commit logs."""
+    for epoch in epochs:
+        shutil.rmtree(root / epoch_dir(epoch), ignore_errors=True)
+    for log in root.glob(f"{links.LOG}*"):
+        kept = [
+            line
+            for line in log.read_bytes().split(b"\n")
+            if not (line[9:11] == b"c " and int(line[11:].split(b" ", 1)[0]) in epochs)
+        ]
+        log.write_bytes(b"\n".join(kept))
+
+
+def damage(root: Path, entry: dict[str, Any]) -> None:
+    """Flip a byte in the middle of the bytes a manifest entry names (a part's file, or
+    its share of a links file)."""
+    path = root / entry["path"]
+    data = bytearray(path.read_bytes())
+    data[entry.get("offset", 0) + entry["size"] // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
 
 
 def fingerprint_of(root: Path) -> tuple[str, str]:

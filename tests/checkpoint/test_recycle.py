@@ -404,39 +404,56 @@ def test_workers_that_never_list_again_are_caught(
         assert made_apart(tmp_path / "long", 40, monkeypatch) == short
 
 
-def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> int:
-    """Parts of one incremental chain (each a delta on the one before), committed one by
-    one and collected every fourth commit, as the coordinator does; how many writes
-    were over a recycled file. Every checkpoint kept reads back, and every folder of the
-    chain stays (its part is a link)."""
-    store, reused = counting_store(root)
+def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> list[str]:
+    """Parts of one incremental chain (each a delta on the one before, with its chain as
+    the coordinator records it), committed one by one and collected every fourth commit,
+    as the coordinator does; what the store holds then. Every checkpoint kept reads
+    back."""
+    store = CheckpointStore(str(root))
+    chain: list[dict[str, Any]] = []
     for epoch in range(epochs):
         data = bytes([epoch]) * 100
         info = store.write_part(epoch, 0, 1, data, base=None if epoch == 0 else epoch - 1)
-        store.commit(epoch, 1, "fp", "flow", [info])
+        store.commit(epoch, 1, "fp", "flow", [{**info, "chain": chain}])
+        chain = [{"epoch": epoch, **{k: v for k, v in info.items() if k != "base"}}, *chain]
         if epoch % 4 == 3:
             store.collect_garbage(keep, starts=dict.fromkeys(range(epoch + 1), 0), upto=epoch)
-    assert store.epochs() == list(range(epochs))
+    assert store.epochs() == [0, *range(epochs - keep, epochs)]
     for kept in range(epochs - keep, epochs):
         manifest, parts = store.load(kept)
         assert manifest["epoch"] == kept and parts[-1] == bytes([kept]) * 100
-    return reused[0]
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if RECYCLE not in p.parts)
 
 
-def test_a_chains_old_manifests_are_written_over(tmp_path: Path) -> None:
-    """An incremental chain keeps every folder and part it links, but the manifests of
-    its checkpoints no longer kept are written over by the next ones: no new file."""
-    assert chain_run(tmp_path) > 0
+def test_a_chains_links_and_commits_make_no_file_of_their_own(tmp_path: Path) -> None:
+    """An incremental chain's deltas go to one links file after its whole part, and their
+    commits to one log (:mod:`timely.checkpoint.links`): eleven checkpoints after the
+    first make no folder or file, and the commits no longer kept are checkpoints no more
+    (a floor in the log; the whole part's manifest gone, its part a link)."""
+    assert chain_run(tmp_path) == [
+        "ckpt-000000000000",
+        "ckpt-000000000000/links-0-of-1.bin",
+        "ckpt-000000000000/part-0-of-1.bin",
+        "commits-000000000000.log",
+    ]
 
 
-def test_manifests_deleted_not_kept_is_caught(
+def test_deltas_written_to_folders_of_their_own_are_caught(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mutant: a chain's old manifests are deleted (as before issue 30's recycling of
-    them)."""
+    """The mutant: a store that never continues a links file (each delta in a folder of
+    its own, with its manifest, as before)."""
 
-    def delete(self: CheckpointStore, relpath: str, room: list[int]) -> None:
-        os.unlink(self._path(relpath, "MANIFEST.json"))
+    class Forgetful(dict[int, Any]):
+        def __setitem__(self, key: int, value: Any) -> None:
+            pass
 
-    monkeypatch.setattr(CheckpointStore, "_drop_manifest", delete)
-    assert chain_run(tmp_path) == 0
+    init = CheckpointStore.__init__
+
+    def forgetful(self: CheckpointStore, uri: str) -> None:
+        init(self, uri)
+        self._chains = Forgetful()
+
+    monkeypatch.setattr(CheckpointStore, "__init__", forgetful)
+    with pytest.raises(AssertionError):
+        test_a_chains_links_and_commits_make_no_file_of_their_own(tmp_path)

@@ -457,7 +457,10 @@ class CheckpointCoordinator:
 
 def _link(epoch: int, info: dict[str, Any]) -> dict[str, Any]:
     """A part as a link of an incremental chain: where it is and how to verify it."""
-    return {"epoch": epoch, "path": info["path"], "size": info["size"], "crc32": info["crc32"]}
+    link = {"epoch": epoch, "path": info["path"], "size": info["size"], "crc32": info["crc32"]}
+    if "offset" in info:  # (in a links file)
+        link["offset"] = info["offset"]
+    return link
 
 
 class _Collector:

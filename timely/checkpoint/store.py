@@ -6,6 +6,8 @@ accept: ``file://``, ``s3://``, ``gs://``, ``hdfs://``)::
     ckpt-000000000041/part-0-of-2.bin      worker 0's snapshot after epoch 41 (msgpack)
     ckpt-000000000041/part-1-of-2.bin
     ckpt-000000000041/MANIFEST.json        written last: the commit
+    ckpt-000000000041/links-0-of-2.bin     a local store's incremental deltas after
+    commits-000000000041.log               part-0, and their commits (see below)
     LINEAGE.json                           the directory's lineage id, written once
     .recycle/                              a local store's files of deleted checkpoints,
                                            kept to be written over (:data:`RECYCLE`)
@@ -21,6 +23,13 @@ rename is a system call, and on an object store a copy): a torn part has no mani
 fails its size and checksum. The manifest and ``LINEAGE.json`` are written to a temporary
 name and renamed, so a reader never sees half of one on a local or POSIX store (object
 stores write whole objects anyway).
+
+On a local store an incremental chain's deltas are appended to a links file after the
+part they continue, and a checkpoint made only of such links is committed by a line in a
+commit log rather than a manifest in a folder of its own (:mod:`timely.checkpoint.links`:
+no folder or file made per checkpoint, issue 30). The collection treats a log's lines
+as the manifests they hold; where a folder's manifest and a log's line commit the same
+epoch (two runs'), the later committed is the checkpoint.
 
 ``LINEAGE.json`` names the lineage every run resuming from this directory belongs to,
 whichever of its checkpoints it restores (or none, when all are damaged): sinks record
@@ -53,6 +62,7 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
+from timely.checkpoint import links
 from timely.checkpoint.noreplace import rename_noreplace
 from timely.comm import serialization
 from timely.errors import ConfigError, TimelyError
@@ -60,11 +70,13 @@ from timely.routing.bins import DEFAULT_BINS, bins_of, default_table
 from timely.state.columnar import is_columnar, merge_snapshots, share_of
 from timely.state.keyed import _keys, apply_deltas
 
-FORMAT = 2
-"""A manifest's format: 2 checks parts by CRC-32 (issue 30), 1 by SHA-256. Format 1
-is still read; a timely that knows only 1 refuses a 2 with its format named, rather than
-failing on the missing digest."""
-READABLE = (1, 2)
+FORMAT = 3
+"""A manifest's format: 3 names parts in links files by ``offset``
+(:mod:`timely.checkpoint.links`), 2 checks parts by CRC-32 (issue 30), 1 by SHA-256. A
+manifest with no such part is still written as 2. Every earlier format is still read; a
+timely that knows fewer refuses a later one with its format named, rather than failing on
+what it lacks."""
+READABLE = (1, 2, 3)
 _PREFIX = "ckpt-"
 LINEAGE = "LINEAGE.json"
 RECYCLE = ".recycle"
@@ -141,6 +153,11 @@ class CheckpointStore:
         self._folder_full = False
         """``_folder`` may hold files already: it was a retired checkpoint's
         (:meth:`retire`), with its parts, or another writer made it."""
+        self._chains: dict[int, links.Chain] = {}
+        """Per worker writing here, the links file its next delta may go to
+        (:mod:`timely.checkpoint.links`): after the part it last wrote to a folder."""
+        self._log: links.Log | None = None
+        """The commit log this store (a coordinator's) last appended to, kept open."""
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -372,6 +389,7 @@ class CheckpointStore:
             if (
                 room[0] > 0
                 and ".tmp-" not in entry.name  # a writer may hold it open
+                and not links.is_links_file(entry.name)  # (a lost worker may append to it)
                 and entry.is_file(follow_symlinks=False)
                 and entry.stat(follow_symlinks=False).st_size <= RECYCLE_BYTES
             ):
@@ -408,14 +426,44 @@ class CheckpointStore:
         """Write one worker's part (bytes, or pieces that join into them); return what the
         manifest records of it (``base``: the epoch of the worker's earlier part that this
         one's deltas are on; ``moved``: its sources' partitions are not those a restore on
-        as many workers gives it)."""
-        name = f"{epoch_dir(epoch)}/{part_name(worker, workers)}"
+        as many workers gives it).
+
+        On a local store a delta on the part this store wrote last for the worker goes to
+        the links file after that part (``offset`` in what is returned): no folder and no
+        file made (:mod:`timely.checkpoint.links`); any other part, to a folder of its own."""
+        _ = self.fs
         pieces = _as_pieces(data)
-        self.write(name, pieces, in_place=True)
+        size = _size(pieces)
+        chain = self._chains.get(worker) if base is not None else None
+        if chain is not None and chain.last == base and chain.workers == workers:
+            try:
+                offset = chain.append(epoch, pieces, size)
+            except OSError as e:
+                self._chains.pop(worker, None)
+                chain.close()
+                raise CheckpointError(
+                    f"cannot write checkpoint file {chain.path} ({size:,} bytes at "
+                    f"{chain.end:,}): {e}; the checkpoints committed before it are kept "
+                    "(free space, or give another checkpoint= directory, and resume)"
+                ) from e
+            name = chain.relpath
+        else:
+            old = self._chains.pop(worker, None)
+            if old is not None:
+                old.close()
+            folder = epoch_dir(epoch)
+            name = f"{folder}/{part_name(worker, workers)}"
+            self.write(name, pieces, in_place=True)
+            if self._local:
+                self._chains[worker] = links.Chain(self.root, folder, worker, workers, epoch)
+            offset = None
         crc = 0
         for piece in pieces:
             crc = zlib.crc32(piece, crc)
-        info = {"worker": worker, "path": name, "size": _size(pieces), "crc32": crc, "base": base}
+        info: dict[str, Any] = {"worker": worker, "path": name, "size": size, "crc32": crc}
+        if offset is not None:
+            info["offset"] = offset
+        info["base"] = base
         if moved:
             info["moved"] = True
         return info
@@ -423,19 +471,39 @@ class CheckpointStore:
     def commit(
         self, epoch: int, workers: int, fingerprint: str, name: str, parts: list[dict[str, Any]]
     ) -> None:
-        """Write the manifest: from now on the checkpoint at ``epoch`` exists."""
+        """Write the manifest: from now on the checkpoint at ``epoch`` exists. One whose
+        parts are all links (:meth:`write_part`) is committed by a line in the commit log
+        of its oldest chain's folder, another by a ``MANIFEST.json`` in its own folder."""
+        entries = sorted(parts, key=lambda p: p["worker"])
+        linked = [p for p in entries if "offset" in p]
         manifest = {
-            "format": FORMAT,
+            "format": FORMAT if linked else 2,  # (what a timely before links files reads)
             "dataflow": name,
             "fingerprint": fingerprint,
             "epoch": epoch,
             "workers": workers,
-            "parts": sorted(parts, key=lambda p: p["worker"]),
+            "parts": entries,
             "committed_at": time.time(),
         }
         # Compact: json's C encoder (indent= takes the pure-Python one, ~0.2 ms a commit).
         data = json.dumps(manifest, separators=(",", ":")).encode()
-        self.write(f"{epoch_dir(epoch)}/MANIFEST.json", data)
+        if not (self._local and entries and all("offset" in p and p.get("chain") for p in entries)):
+            self.write(f"{epoch_dir(epoch)}/MANIFEST.json", data)
+            return
+        path = self._path(links.log_name(min(p["chain"][-1]["epoch"] for p in entries)))
+        log = self._log
+        try:
+            if log is None or log.path != path:
+                self._log = None
+                if log is not None:
+                    log.close()
+                log = self._log = links.Log(path)
+            log.append(links.line("c", epoch, data))
+        except OSError as e:
+            self._log = None
+            if log is not None:
+                log.close()
+            raise CheckpointError(f"cannot append to the commit log {path}: {e}") from e
 
     def lineage(self, name: str, fingerprint: str) -> str:
         """The lineage id of this directory, made (a random id) on first use. Every run
@@ -473,7 +541,12 @@ class CheckpointStore:
         return lineage
 
     def epochs(self) -> list[int]:
-        """The epochs with a checkpoint directory (committed or not), ascending."""
+        """The epochs with a checkpoint folder (committed or not) or a commit in a log,
+        ascending."""
+        return sorted({*self._folders(), *self._logged()})
+
+    def _folders(self) -> list[int]:
+        """The epochs with a checkpoint folder (committed or not)."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
         except Exception as e:
@@ -485,7 +558,54 @@ class CheckpointStore:
                 suffix = base[len(_PREFIX) :]
                 if suffix.isdigit():
                     out.append(int(suffix))
-        return sorted(out)
+        return out
+
+    def _logs(self) -> dict[int, tuple[dict[int, bytes], int]]:
+        """Every commit log here: per chains' folder epoch, its commits standing and its
+        floor (:func:`~timely.checkpoint.links.read_log`). Only a local store has any."""
+        _ = self.fs
+        if not self._local:
+            return {}
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for name in names:
+            root = links.log_root(name)
+            if root is None:
+                continue
+            try:
+                data = self.read(name)
+            except FileNotFoundError:
+                continue  # (deleted by a collection meanwhile)
+            except OSError as e:
+                raise CheckpointError(f"cannot read the commit log {self._path(name)}: {e}") from e
+            out[root] = links.read_log(data)
+        return out
+
+    def _logged(
+        self, logs: dict[int, tuple[dict[int, bytes], int]] | None = None
+    ) -> dict[int, bytes]:
+        """The commits in logs, ``{epoch: manifest JSON}``; of two logs' for one epoch (two
+        runs'), the later committed."""
+        out: dict[int, bytes] = {}
+        for commits, _ in (self._logs() if logs is None else logs).values():
+            for epoch, data in commits.items():
+                other = out.get(epoch)
+                if other is None or _committed_at(data) >= _committed_at(other):
+                    out[epoch] = data
+        return out
+
+    def manifests(self) -> dict[int, dict[str, Any]]:
+        """Every committed checkpoint's manifest, by epoch (in a folder or a log; those
+        that cannot be read are left out): for tools and tests, nothing checked."""
+        logged = self._logged()
+        out = {}
+        for epoch in sorted({*self._folders(), *logged}):
+            with contextlib.suppress(CheckpointError):
+                out[epoch] = self._manifest(epoch, logged)
+        return out
 
     def load(self, epoch: int) -> tuple[dict[str, Any], list[bytes]]:
         """The manifest and verified parts of the checkpoint at ``epoch``; raise
@@ -494,9 +614,11 @@ class CheckpointStore:
         manifest, datas, _ = self._load(epoch)
         return manifest, datas
 
-    def _load(self, epoch: int) -> tuple[dict[str, Any], list[bytes], list[list[bytes]]]:
+    def _load(
+        self, epoch: int, logged: dict[int, bytes] | None = None
+    ) -> tuple[dict[str, Any], list[bytes], list[list[bytes]]]:
         """:meth:`load`, and each part's chain as read and verified, newest first."""
-        manifest = self._manifest(epoch)
+        manifest = self._manifest(epoch, logged)
         datas = []
         chains = []
         for part in manifest["parts"]:
@@ -505,17 +627,32 @@ class CheckpointStore:
             chains.append([self._verified(epoch, link) for link in part.get("chain", [])])
         return manifest, datas, chains
 
-    def _manifest(self, epoch: int) -> dict[str, Any]:
+    def _manifest(self, epoch: int, logged: dict[int, bytes] | None = None) -> dict[str, Any]:
         """The committed manifest of the checkpoint at ``epoch``, checked for its format and
-        its number of parts."""
+        its number of parts: its folder's, or its commit log's line (``logged``, as
+        :meth:`_logged` found them), whichever was committed later if both are there."""
+        record = (self._logged() if logged is None else logged).get(epoch)
+        manifest: Any = None
         try:
             manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
         except FileNotFoundError:
-            raise CheckpointError(f"checkpoint {epoch} has no manifest (never committed)") from None
+            if record is None:
+                raise CheckpointError(
+                    f"checkpoint {epoch} has no manifest (never committed)"
+                ) from None
         except (OSError, ValueError) as e:
-            raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
-        if manifest.get("format") not in READABLE:
-            raise CheckpointError(f"checkpoint {epoch}: format {manifest.get('format')!r}")
+            if record is None:
+                raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
+        if record is not None and (
+            not isinstance(manifest, dict) or _committed_at(record) >= _committed_at(manifest)
+        ):
+            try:
+                manifest = json.loads(record)
+            except ValueError as e:
+                raise CheckpointError(f"checkpoint {epoch}: unreadable commit ({e})") from e
+        if not isinstance(manifest, dict) or manifest.get("format") not in READABLE:
+            format_ = manifest.get("format") if isinstance(manifest, dict) else None
+            raise CheckpointError(f"checkpoint {epoch}: format {format_!r}")
         if manifest.get("epoch") != epoch:  # (another checkpoint's, in a folder reused)
             raise CheckpointError(
                 f"checkpoint {epoch}: its manifest is checkpoint {manifest.get('epoch')!r}'s"
@@ -525,7 +662,7 @@ class CheckpointStore:
                 f"checkpoint {epoch}: {len(manifest['parts'])} parts for a run of "
                 f"{manifest['workers']} workers"
             )
-        return manifest  # type: ignore[no-any-return]
+        return manifest
 
     def whole_part(self, epoch: int, part: dict[str, Any]) -> dict[str, Any]:
         """One worker's part of the checkpoint at ``epoch`` (its manifest entry), read,
@@ -535,14 +672,21 @@ class CheckpointStore:
         return self._whole(data, chain)
 
     def _verified(self, epoch: int, entry: dict[str, Any]) -> bytes:
-        """The file a manifest entry names, if it has the recorded size and checksum."""
+        """The bytes a manifest entry names (a file, or ``size`` bytes at ``offset`` in a
+        links file), if they have the recorded size and checksum."""
         path = entry["path"]
+        offset = entry.get("offset")
+        where = path if offset is None else f"{path} (at {offset:,})"
         try:
-            data = self.read(path)
+            if offset is None:
+                data = self.read(path)
+            else:
+                with self.fs.open_input_file(self._path(path)) as f:
+                    data = f.read_at(entry["size"], offset)
         except OSError as e:
-            raise CheckpointError(f"checkpoint {epoch}: {path} unreadable: {e}") from e
+            raise CheckpointError(f"checkpoint {epoch}: {where} unreadable: {e}") from e
         if len(data) != entry["size"] or not _checksum_matches(data, entry):
-            raise CheckpointError(f"checkpoint {epoch}: {path} fails its checksum")
+            raise CheckpointError(f"checkpoint {epoch}: {where} fails its checksum")
         return data
 
     @staticmethod
@@ -559,9 +703,10 @@ class CheckpointStore:
         """The newest usable checkpoint: ``(epoch, manifest)``, every file it needs read
         and checked but nothing decoded (each worker decodes its own share, :class:`Share`);
         damaged or uncommitted ones are skipped. Refuses checkpoints of another dataflow."""
-        for epoch in reversed(self.epochs()):
+        logged = self._logged()
+        for epoch in sorted({*self._folders(), *logged}, reverse=True):
             try:
-                manifest = self._manifest(epoch)
+                manifest = self._manifest(epoch, logged)
                 for part in manifest["parts"]:
                     _check_chain(epoch, part)
                     for entry in (part, *part.get("chain", [])):
@@ -584,9 +729,10 @@ class CheckpointStore:
     def latest(self, fingerprint: str, name: str) -> tuple[int, list[dict[str, Any]]] | None:
         """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
         ones are skipped. Refuses checkpoints of a different dataflow."""
-        for epoch in reversed(self.epochs()):
+        logged = self._logged()
+        for epoch in sorted({*self._folders(), *logged}, reverse=True):
             try:
-                manifest, datas, chains = self._load(epoch)
+                manifest, datas, chains = self._load(epoch, logged)
             except CheckpointError:
                 continue
             self._same_dataflow(manifest, fingerprint, name)
@@ -614,8 +760,14 @@ class CheckpointStore:
         are left out, as if not yet written (a collection run late, on another thread,
         would otherwise count them among the newest ``keep`` and drop an older one that
         ``also`` names as the fallback of the commit it was asked for)."""
-        epochs = [e for e in self.epochs() if upto is None or e <= upto]
-        committed = [e for e in epochs if self._has_manifest(e)]
+        try:
+            logs = self._logs()
+        except CheckpointError:
+            return  # a commit log unreadable for now: its links may be needed (see below)
+        logged = self._logged(logs)
+        folders = set(self._folders())
+        epochs = sorted(e for e in {*folders, *logged} if upto is None or e <= upto)
+        committed = [e for e in epochs if e in logged or self._has_manifest(e)]
         kept = sorted({*committed[-keep:], *(e for e in also if e in committed)})
         # ``also`` is the coordinator's kept commits: one that a later commit retired while
         # this ran (its folder moved away whole) still marks everything older as stale.
@@ -630,7 +782,10 @@ class CheckpointStore:
                 needed.update(e for e in epochs if known[epoch] <= e < epoch)
                 continue
             try:
-                manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
+                record = logged.get(epoch)
+                manifest = json.loads(
+                    record if record is not None else self.read(f"{epoch_dir(epoch)}/MANIFEST.json")
+                )
                 needed.update(
                     link["epoch"] for p in manifest["parts"] for link in p.get("chain", [])
                 )
@@ -652,8 +807,8 @@ class CheckpointStore:
             dirs = sum(1 for n in waiting if n.startswith(_DIR))
             room = [RECYCLE_FILES - (len(waiting) - dirs), RECYCLE_DIRS - dirs]
         for epoch in epochs:
-            if epoch in kept:
-                continue
+            if epoch in kept or epoch not in folders:
+                continue  # (a commit in a log only: see the logs below)
             if epoch < newest_kept and epoch in needed:
                 # Kept for the chains only: no longer a checkpoint to restore from (the
                 # driver's inputs before the oldest kept checkpoint are gone).
@@ -667,6 +822,36 @@ class CheckpointStore:
                 # deleted, never handed to the next writer while the last still writes.
                 with contextlib.suppress(OSError):
                     self._delete_dir(epoch_dir(epoch), room if epoch in committed else [0, 0])
+        for root, (commits, floor) in logs.items():
+            self._collect_log(root, commits, floor, kept, needed, oldest_kept, upto)
+
+    def _collect_log(
+        self,
+        root: int,
+        commits: dict[int, bytes],
+        floor: int,
+        kept: list[int],
+        needed: set[int],
+        oldest_kept: int,
+        upto: int | None,
+    ) -> None:
+        """The collection's part in one commit log (:mod:`timely.checkpoint.links`): its
+        commits not kept are checkpoints no more (a floor after them, as a folder's
+        manifest is dropped), and the log goes with its chains' folder. The kept commits
+        of one log are its newest (its chains' folder is needed until they go), so one
+        floor, below the first of them, leaves exactly those; a commit after ``upto``
+        (made while this ran) is left alone."""
+        path = self._path(links.log_name(root))
+        mine = [e for e in commits if upto is None or e <= upto]
+        here = [e for e in mine if e in kept]
+        if len(mine) == len(commits) and not here and root < oldest_kept and root not in needed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # (its chains' folder goes with the folders above)
+            return
+        cut = min(here) if here else max(mine, default=floor) + 1
+        if cut > floor and any(e < cut for e in mine):
+            with contextlib.suppress(OSError):  # (tried again at the next collection)
+                links.append(path, links.line("f", cut))
 
     def _has_manifest(self, epoch: int) -> bool:
         info = self.fs.get_file_info(self._path(epoch_dir(epoch), "MANIFEST.json"))
@@ -717,13 +902,24 @@ def _fill(fd: int, data: list[Any], tmp: str, path: str, cut: bool) -> None:
     to that length if ``cut`` (a file written over), close it and rename it to ``path``
     (if ``tmp`` is another name)."""
     try:
-        _write_all(fd, data)
+        links.write_all(fd, data)
         if cut:
             os.ftruncate(fd, _size(data))
     finally:
         os.close(fd)
     if tmp != path:
         os.replace(tmp, path)
+
+
+def _committed_at(manifest: bytes | dict[str, Any]) -> float:
+    """When a manifest (JSON, or read) says it was committed (0: it does not say)."""
+    if not isinstance(manifest, dict):
+        try:
+            manifest = json.loads(manifest)
+        except ValueError:
+            return 0.0
+    at = manifest.get("committed_at") if isinstance(manifest, dict) else None
+    return float(at) if isinstance(at, int | float) else 0.0
 
 
 def _checksum_matches(data: bytes, entry: dict[str, Any]) -> bool:
@@ -745,25 +941,6 @@ def _as_pieces(data: Data) -> list[Any]:
 
 def _size(pieces: list[Any]) -> int:
     return sum(map(len, pieces))
-
-
-_IOV_MAX = 1024
-"""The most pieces one ``writev`` takes (POSIX's least ``IOV_MAX``)."""
-
-
-def _write_all(fd: int, pieces: list[Any]) -> None:
-    """Write every piece to ``fd`` in order: one ``writev`` for them all (more when the
-    kernel takes less than all of it, or there are more than :data:`_IOV_MAX`)."""
-    views = [memoryview(p).cast("B") for p in pieces if len(p)]
-    while views:
-        n = os.writev(fd, views[:_IOV_MAX])
-        done = 0
-        while done < len(views) and n >= len(views[done]):
-            n -= len(views[done])
-            done += 1
-        del views[:done]
-        if n:
-            views[0] = views[0][n:]
 
 
 def decode_part(data: bytes) -> dict[str, Any]:

@@ -1,0 +1,220 @@
+"""Links files and commit logs (:mod:`timely.checkpoint.links`): an incremental chain's
+deltas appended after its whole part, and the commits of checkpoints made only of such
+links as lines of a log, on a real local directory.
+
+The log's reader is checked against a model under damage (a crash that tears the last
+line before more are appended, a flipped byte anywhere), with mutants of the reader and
+the writer that the property must catch."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from timely.checkpoint import links
+from timely.checkpoint.store import RECYCLE, CheckpointStore, epoch_dir
+
+# -- the commit log, against a model ----------------------------------------------------------
+
+Op = tuple[str, int, bytes]
+"""``("c", epoch, manifest)`` or ``("f", floor, b"")``."""
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["c", "c", "c", "f"]),
+        st.integers(0, 30),
+        st.binary(max_size=40).map(lambda b: json.dumps(b.hex()).encode()),
+    ).map(lambda op: op if op[0] == "c" else ("f", op[1], b"")),
+    max_size=12,
+)
+
+
+def written(lines: list[Op], line: Any = links.line) -> tuple[bytes, list[tuple[int, int]]]:
+    """The log's bytes and each line's span in them."""
+    data = b""
+    spans = []
+    for kind, epoch, payload in lines:
+        piece = line(kind, epoch, payload)
+        spans.append((len(data), len(data) + len(piece)))
+        data += piece
+    return data, spans
+
+
+def model(lines: list[Op]) -> tuple[dict[int, bytes], int]:
+    """What a reader must find in these intact lines."""
+    commits: dict[int, bytes] = {}
+    floor = -1
+    for kind, epoch, payload in lines:
+        if kind == "c":
+            commits[epoch] = payload
+        else:
+            floor = max(floor, epoch)
+    return {e: m for e, m in commits.items() if e >= floor}, floor
+
+
+@given(before=ops, after=ops, cut=st.floats(0, 1), flip=st.none() | st.floats(0, 1))
+def test_a_log_reads_back_its_intact_lines(
+    before: list[Op], after: list[Op], cut: float, flip: float | None
+) -> None:
+    """Lines ``before``, the last of them torn at ``cut`` (a crash mid-write), then
+    ``after`` appended by the next writer, and perhaps one byte flipped anywhere: the
+    reader finds exactly the lines that are whole, the later line for an epoch winning
+    and commits below the highest floor left out."""
+    check_log(before, after, cut, flip)
+
+
+def check_log(
+    before: list[Op],
+    after: list[Op],
+    cut: float,
+    flip: float | None,
+    line: Any = links.line,
+    read: Any = links.read_log,
+) -> None:
+    head, spans = written(before, line)
+    whole = list(before)
+    if before:  # the last line torn: at least its last byte and newline never written
+        start, end = spans.pop()
+        head = head[: start + int((end - start - 2) * cut)]
+        whole.pop()
+    tail, tail_spans = written(after, line)
+    spans += [(s + len(head), e + len(head)) for s, e in tail_spans]
+    whole += after
+    data = bytearray(head + tail)
+    if flip is not None and data:
+        at = int(flip * (len(data) - 1))
+        data[at] ^= 0xFF  # (CRC-32 catches any one byte changed in a line)
+        whole = [op for op, (s, e) in zip(whole, spans, strict=True) if not s <= at < e]
+    assert read(bytes(data)) == model(whole)
+
+
+def test_a_reader_that_skips_the_checksum_is_caught() -> None:
+    """The mutant: a line is taken on its looks, without its CRC-32 (a flipped byte in a
+    manifest is then read as a commit)."""
+
+    def trusting(data: bytes) -> tuple[dict[int, bytes], int]:
+        commits: dict[int, bytes] = {}
+        floor = -1
+        for raw in data.split(b"\n"):
+            parts = raw[9:].split(b" ", 2)
+            if len(parts) == 3 and parts[1].isdigit():
+                if parts[0] == b"c":
+                    commits[int(parts[1])] = parts[2]
+                elif parts[0] == b"f":
+                    floor = max(floor, int(parts[1]))
+        return {e: m for e, m in commits.items() if e >= floor}, floor
+
+    caught = False
+    for flip in (0.5, 0.6, 0.7, 0.8, 0.9):
+        try:
+            check_log([], [("c", 3, b'"abcdefgh"')], 0, flip, read=trusting)
+        except AssertionError:
+            caught = True
+    assert caught
+
+
+def test_a_writer_without_the_leading_newline_is_caught() -> None:
+    """The mutant: a line written without a newline before it. After a crash tore the last
+    line, the next writer's first line runs on from the torn one, and both are lost."""
+
+    def bare(kind: str, epoch: int, payload: bytes = b"") -> bytes:
+        return links.line(kind, epoch, payload)[1:]
+
+    with pytest.raises(AssertionError):
+        check_log([("c", 1, b"1")], [("c", 2, b"2")], 0.5, None, line=bare)
+
+
+# -- a store's links and logs -----------------------------------------------------------------
+
+
+def chained(store: CheckpointStore, epochs: range, whole_every: int) -> None:
+    """One worker's parts at ``epochs``, whole every ``whole_every`` (a delta on the one
+    before otherwise), each committed with its chain as the coordinator records it."""
+    chain: list[dict[str, Any]] = []
+    for epoch in epochs:
+        whole = (epoch - epochs.start) % whole_every == 0
+        info = store.write_part(epoch, 0, 1, bytes([epoch]) * 50, base=None if whole else epoch - 1)
+        chain = [] if whole else chain
+        store.commit(epoch, 1, "fp", "flow", [{**info, "chain": chain}])
+        chain = [{"epoch": epoch, **{k: v for k, v in info.items() if k != "base"}}, *chain]
+
+
+def test_a_log_goes_with_its_chain_and_a_floor_hides_what_is_not_kept(tmp_path: Path) -> None:
+    """Three chains of four (a whole part, three links), one checkpoint kept: the
+    collection keeps 11 and, to fall back to, 7 (the newest before 11's chain began); the
+    first chain's folder and log go, the second's log keeps only 7 (a floor below it),
+    the third's only 11. Both restore."""
+    store = CheckpointStore(str(tmp_path))
+    chained(store, range(12), whole_every=4)
+    starts = {e: e - e % 4 for e in range(12)}
+    store.collect_garbage(1, also=[7, 11], starts=starts, upto=11)
+    assert sorted(store.manifests()) == [7, 11]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != RECYCLE) == [
+        "ckpt-000000000004",
+        "ckpt-000000000008",
+        "commits-000000000004.log",
+        "commits-000000000008.log",
+    ]
+    for epoch in (7, 11):
+        manifest, parts = store.load(epoch)
+        assert manifest["format"] == 3 and parts == [bytes([epoch]) * 50]
+
+
+def test_a_later_commit_of_an_epoch_wins_wherever_it_is(tmp_path: Path) -> None:
+    """Two runs committed epoch 2, one in its folder, the other in a log (a run that
+    resumed from an older checkpoint, or started over): the later commit is the one."""
+    store = CheckpointStore(str(tmp_path))
+    chained(store, range(3), whole_every=3)  # 2's commit: a line in the log of 0
+    logged = store.manifests()[2]
+    assert not (tmp_path / epoch_dir(2)).exists()
+    info = store.write_part(2, 0, 1, b"whole again")  # another run's whole part at 2
+    store.commit(2, 1, "fp", "flow", [{**info, "chain": []}])
+    assert store.manifests()[2]["parts"][0]["path"] == f"{epoch_dir(2)}/part-0-of-1.bin"
+    assert store.load(2)[1] == [b"whole again"]
+    # And the other way round: a later line in the log wins over the folder's manifest.
+    with (tmp_path / links.log_name(0)).open("ab") as f:
+        f.write(links.line("c", 2, json.dumps({**logged, "committed_at": 1e12}).encode()))
+    assert store.load(2)[1] == [bytes([2]) * 50]
+
+
+def test_links_files_are_never_recycled(tmp_path: Path) -> None:
+    """A collection moves small files of deleted checkpoints to ``.recycle/`` to be
+    written over; never a links file: a worker lost but still running may append to it,
+    and would write into whatever part took its place."""
+    assert recycled_after_a_collection(tmp_path) == []
+
+
+def test_links_files_recycled_are_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant: links files recycled like any other small file."""
+    monkeypatch.setattr(links, "is_links_file", lambda name: False)
+    assert recycled_after_a_collection(tmp_path) != []
+
+
+def recycled_after_a_collection(root: Path) -> list[str]:
+    """The sizes of the links files' length found in ``.recycle/`` after a collection that
+    deletes two old chains (each part 50 bytes, each links file 150)."""
+    store = CheckpointStore(str(root))
+    chained(store, range(12), whole_every=4)
+    store.collect_garbage(1, also=[11], starts={e: e - e % 4 for e in range(12)}, upto=11)
+    assert not (root / epoch_dir(0)).exists() and not (root / epoch_dir(4)).exists()
+    pool = root / RECYCLE
+    return sorted(p.name for p in pool.iterdir() if p.is_file() and p.stat().st_size == 150)
+
+
+def test_an_object_store_writes_every_part_to_a_folder(tmp_path: Path) -> None:
+    """A store that is not a local directory (here pyarrow's in-memory one) cannot append:
+    every delta is a part of its own and every commit a manifest, as before."""
+    store = CheckpointStore("mock:///store")
+    chained(store, range(4), whole_every=4)
+    manifest = store.manifests()[3]
+    assert manifest["format"] == 2
+    assert [p["path"] for p in manifest["parts"]] == [f"{epoch_dir(3)}/part-0-of-1.bin"]
+    assert "offset" not in manifest["parts"][0]
+    assert store.load(3)[1] == [bytes([3]) * 50]
+    assert os.listdir(tmp_path) == []
