@@ -47,7 +47,8 @@ def written(lines: list[Op], line: Any = links.line) -> tuple[bytes, list[tuple[
 
 
 def model(lines: list[Op]) -> tuple[dict[int, bytes], int]:
-    """What a reader must find in these intact lines."""
+    """What a reader must find in these intact lines: a floor hides the commits before
+    it in the file at epochs below it."""
     commits: dict[int, bytes] = {}
     floor = -1
     for kind, epoch, payload in lines:
@@ -55,7 +56,8 @@ def model(lines: list[Op]) -> tuple[dict[int, bytes], int]:
             commits[epoch] = payload
         else:
             floor = max(floor, epoch)
-    return {e: m for e, m in commits.items() if e >= floor}, floor
+            commits = {e: m for e, m in commits.items() if e >= epoch}
+    return commits, floor
 
 
 @given(before=ops, after=ops, cut=st.floats(0, 1), flip=st.none() | st.floats(0, 1))
@@ -65,7 +67,7 @@ def test_a_log_reads_back_its_intact_lines(
     """Lines ``before``, the last of them torn at ``cut`` (a crash mid-write), then
     ``after`` appended by the next writer, and perhaps one byte flipped anywhere: the
     reader finds exactly the lines that are whole, the later line for an epoch winning
-    and commits below the highest floor left out."""
+    and each floor hiding the commits above it below its epoch."""
     check_log(before, after, cut, flip)
 
 
@@ -92,6 +94,57 @@ def check_log(
         data[at] ^= 0xFF  # (CRC-32 catches any one byte changed in a line)
         whole = [op for op, (s, e) in zip(whole, spans, strict=True) if not s <= at < e]
     assert read(bytes(data)) == model(whole)
+
+
+def test_a_floor_hides_only_the_commits_before_it() -> None:
+    """A run's collection left a floor at 28 in the log of the chains from 25; a later
+    run (started over, or resumed from before 25) wrote a whole part at 25 again and
+    appends its commits 26 and 27 to the same log: they are checkpoints."""
+    data = b"".join(
+        [
+            links.line("c", 27, b"{}"),
+            links.line("c", 28, b"{}"),
+            links.line("f", 28),
+            links.line("c", 26, b'"later"'),
+            links.line("c", 27, b'"later"'),
+        ]
+    )
+    assert links.read_log(data) == ({26: b'"later"', 27: b'"later"', 28: b"{}"}, 28)
+
+
+def test_a_floor_over_the_whole_log_is_caught() -> None:
+    """The mutant: the highest floor applied to every line, wherever it is (a later run's
+    commits 26 and 27 vanish)."""
+
+    def whole(data: bytes) -> tuple[dict[int, bytes], int]:
+        commits, floor = links.read_log(data)
+        return {e: m for e, m in commits.items() if e >= floor}, floor
+
+    with pytest.raises(AssertionError):
+        check_log([], [("f", 28, b""), ("c", 26, b"1")], 0, None, read=whole)
+
+
+def test_only_a_local_disk_keeps_links_files() -> None:
+    """Links files and commit logs stay open, so only a filesystem of this machine's
+    disks or memory has them (by the longest mount point holding the path): on NFS, SMB
+    or a FUSE mount a file's data reaches other nodes when it is closed."""
+    mounts = "\n".join(
+        [
+            "/dev/vda / ext4 rw,relatime 0 0",
+            "server:/export /mnt/shared nfs4 rw 0 0",
+            "tmpfs /dev/shm tmpfs rw 0 0",
+            "s3fs /mnt/bucket fuse.s3fs rw 0 0",
+            "/dev/vdb /mnt/shared/local\\040disk xfs rw 0 0",
+        ]
+    )
+    assert links.appendable("/tmp/ckpt", mounts)
+    assert links.appendable("/dev/shm/ckpt", mounts)
+    assert not links.appendable("/mnt/shared/ckpt", mounts)
+    assert not links.appendable("/mnt/shared", mounts)
+    assert not links.appendable("/mnt/bucket/x", mounts)
+    assert links.appendable("/mnt/shared/local disk/ckpt", mounts)
+    assert not links.appendable("/mnt/sharedness", "server:/x /mnt/sharedness nfs rw 0 0")
+    assert not links.appendable("/anything", "")
 
 
 def test_a_reader_that_skips_the_checksum_is_caught() -> None:
@@ -205,6 +258,79 @@ def recycled_after_a_collection(root: Path) -> list[str]:
     assert not (root / epoch_dir(0)).exists() and not (root / epoch_dir(4)).exists()
     pool = root / RECYCLE
     return sorted(p.name for p in pool.iterdir() if p.is_file() and p.stat().st_size == 150)
+
+
+def test_a_delta_follows_its_base_through_either_store_of_a_host(tmp_path: Path) -> None:
+    """Inline, a worker's small parts go through the session's store and its large ones
+    through the writer thread's (:meth:`CheckpointStore.sibling`). A delta goes after its
+    base wherever that was written: after a restore (a whole part at 12 again, written by
+    the thread's store), the delta at 13 is in the links file after that part, not after
+    the attempt before's part at 12 (whose chain's folder the collection would not keep
+    for it)."""
+    assert delta_after_a_whole_part_elsewhere(tmp_path).startswith(f"{epoch_dir(12)}/links-")
+
+
+def test_stores_of_one_host_with_chains_of_their_own_are_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: the thread's store keeps chains of its own."""
+    monkeypatch.setattr(CheckpointStore, "sibling", lambda self: CheckpointStore(self.uri))
+    assert delta_after_a_whole_part_elsewhere(tmp_path).startswith(f"{epoch_dir(10)}/links-")
+
+
+def delta_after_a_whole_part_elsewhere(root: Path) -> str:
+    """Where the delta at 13 goes: the first attempt wrote a whole part at 10 and deltas
+    at 11 and 12 through the loop's store; the second, a whole part at 12 through the
+    thread's."""
+    loop = CheckpointStore(str(root))
+    thread = loop.sibling()
+    loop.write_part(10, 0, 1, b"whole")
+    assert "offset" in loop.write_part(11, 0, 1, b"11", base=10)
+    assert "offset" in loop.write_part(12, 0, 1, b"12", base=11)
+    thread.write_part(12, 0, 1, b"whole again")  # the second attempt's
+    info = loop.write_part(13, 0, 1, b"13", base=12)
+    assert "offset" in info
+    path: str = info["path"]
+    return path
+
+
+def test_an_unreadable_log_is_skipped_by_a_restore_and_stops_a_collection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit log that cannot be read for now: a restore takes the newest checkpoint it
+    can read (as past an unreadable manifest), and the collection deletes nothing (the
+    links its commits need may be in any folder)."""
+    store = CheckpointStore(str(tmp_path))
+    chained(store, range(8), whole_every=4)
+    read = CheckpointStore.read
+
+    def flaky(self: CheckpointStore, relpath: str) -> bytes:
+        if relpath == links.log_name(4):
+            raise OSError(5, "Input/output error", relpath)
+        return read(self, relpath)
+
+    monkeypatch.setattr(CheckpointStore, "read", flaky)
+    found = store.newest("fp", "flow")
+    assert found is not None and found[0] == 4  # 5-7 are in the log that cannot be read
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    store.collect_garbage(1, starts={e: e - e % 4 for e in range(8)}, upto=7)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    monkeypatch.setattr(CheckpointStore, "read", read)
+    assert store.newest("fp", "flow")[0] == 7  # type: ignore[index]
+
+
+def test_a_network_filesystem_writes_every_part_to_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory that is not on a local disk (:func:`links.appendable` says no, as for
+    NFS) keeps a part and a manifest per checkpoint, each file closed when written."""
+    monkeypatch.setattr(links, "appendable", lambda path, mounts=None: False)
+    store = CheckpointStore(str(tmp_path))
+    chained(store, range(4), whole_every=4)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [epoch_dir(e) for e in range(4)]
+    manifest = store.manifests()[3]
+    assert manifest["format"] == 2 and "offset" not in manifest["parts"][0]
+    assert store.load(3)[1] == [bytes([3]) * 50]
 
 
 def test_an_object_store_writes_every_part_to_a_folder(tmp_path: Path) -> None:

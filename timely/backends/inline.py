@@ -89,6 +89,7 @@ class InlineSession(Session):
     def _relaunch(self, restore: Restore | None) -> None:
         if self.writer is not None:
             self.writer.drain()  # the lost attempt's parts: never reported
+            self.writer.store.close()  # its links files: the next deltas follow new parts
         self._close_workers()  # the last attempt's
         self.worker_list = [
             Worker(

@@ -306,6 +306,9 @@ class WorkerActor:
         writer, self.writer = self.writer, None
         if writer is not None:
             writer.shutdown(wait=True)
+        store = self.__dict__.get("store")
+        if store is not None:
+            store.close()  # its links files (the next run's store opens its own)
         worker = self.__dict__.get("worker")
         if worker is not None:
             worker.close()  # the disk backend's tables (the driver removes their directory)

@@ -9,8 +9,9 @@ file*, and a checkpoint all of whose parts are such links is committed by a line
 
     ckpt-000000000040/part-0-of-2.bin       worker 0's part at 40, written whole (or a
                                             delta whose base is not in a links file)
-    ckpt-000000000040/links-0-of-2.bin      worker 0's deltas after it, one after the
-                                            other; a manifest entry names its ``offset``
+    ckpt-000000000040/links-0-of-2-<tag>.bin  worker 0's deltas after it, one after the
+                                            other (``tag``: its writer's own); a
+                                            manifest entry names its ``offset``
     commits-000000000040.log                the commits of checkpoints whose parts are all
                                             links, the oldest chain among them from 40
 
@@ -18,13 +19,15 @@ A log's line is ``<crc32 of the rest, 8 hex digits> <kind> <epoch> <payload>``, 
 whole by one ``write`` between newlines (a line torn by a crash is cut off by the next
 writer's leading newline and fails its checksum): kind ``c`` commits the checkpoint at
 ``epoch`` (the payload is its manifest, as ``MANIFEST.json`` would hold it), kind ``f``
-sets a floor (the collection's: commits before ``epoch`` in this log are checkpoints no
-more, as a manifest it deletes). A later line for an epoch is the newer commit.
+sets a floor (the collection's: the commits above it in the file at epochs below it are
+checkpoints no more, as a manifest it deletes). A later line for an epoch is the newer
+commit.
 
-A links file belongs to the folder of the part its chain continues: the collection
-keeps that folder while a kept checkpoint's chain needs it, and never recycles a links
-file (a worker lost but still running may append to it), so nothing else is ever written
-where a link was. A log is deleted with its chain's folder.
+A links file belongs to the folder of the part its chain continues, under a name of its
+writer's own: the collection keeps that folder while a kept checkpoint's chain needs it,
+and never recycles a links file, so nothing else is ever written where a link was, even
+by a worker lost but still running. A log is deleted with its chain's folder. Only a
+directory on a local disk (:func:`appendable`) has links files and logs: they stay open.
 """
 
 from __future__ import annotations
@@ -39,13 +42,15 @@ LOG = "commits-"
 """The names of commit logs start with it, followed by the epoch of their chains' folder."""
 _SUFFIX = ".log"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _IOV_MAX = 1024
 """The most pieces one ``writev`` takes (POSIX's least ``IOV_MAX``)."""
 
 
-def links_name(worker: int, workers: int) -> str:
-    return f"{LINKS}{worker}-of-{workers}.bin"
+def links_name(worker: int, workers: int, tag: str) -> str:
+    """A links file's name: ``tag`` is unique to the chain (its writer's), so that no
+    two writers ever append to one file (a worker lost but still running keeps its own)."""
+    return f"{LINKS}{worker}-of-{workers}-{tag}.bin"
 
 
 def is_links_file(name: str) -> bool:
@@ -88,9 +93,11 @@ class Chain(_Open):
 
     __slots__ = ("end", "last", "path", "relpath", "workers")
 
-    def __init__(self, root: str, folder: str, worker: int, workers: int, last: int) -> None:
+    def __init__(
+        self, root: str, folder: str, worker: int, workers: int, last: int, tag: str
+    ) -> None:
         super().__init__()
-        self.relpath = f"{folder}/{links_name(worker, workers)}"
+        self.relpath = f"{folder}/{links_name(worker, workers, tag)}"
         self.path = f"{root}/{self.relpath}"
         self.workers = workers
         self.last = last
@@ -100,7 +107,7 @@ class Chain(_Open):
 
     def append(self, epoch: int, pieces: list[Any], size: int) -> int:
         """Write the part at ``epoch`` (``pieces``, ``size`` bytes) after the last; returns
-        its offset. The file is made (emptied, if an earlier run left one) on first use."""
+        its offset. The file is made on first use."""
         if self._fd is None:
             self._fd = os.open(self.path, _NEW, 0o666)
         offset = self.end
@@ -170,8 +177,10 @@ class Log(_Open):
 
 def read_log(data: bytes) -> tuple[dict[int, bytes], int]:
     """A log's commits still standing, ``{epoch: manifest JSON}`` (the last line for an
-    epoch), and its floor (the highest; commits before it are left out). Lines that fail
-    their checksum (torn, damaged) are skipped."""
+    epoch), and its floor (the highest). A floor leaves out the commits before it in the
+    file at epochs below it, not those written after it (a later run's, whose chain's
+    folder had the same epoch). Lines that fail their checksum (torn, damaged) are
+    skipped."""
     commits: dict[int, bytes] = {}
     floor = -1
     for raw in data.split(b"\n"):
@@ -189,4 +198,37 @@ def read_log(data: bytes) -> tuple[dict[int, bytes], int]:
             commits[epoch] = payload
         elif kind == b"f":
             floor = max(floor, epoch)
-    return {e: m for e, m in commits.items() if e >= floor}, floor
+            commits = {e: m for e, m in commits.items() if e >= epoch}
+    return commits, floor
+
+
+LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "bcachefs", "jfs", "reiserfs"}
+    | {"nilfs2", "tmpfs", "ramfs", "overlay"}
+)
+"""Filesystems of one machine's disks or memory. On any other (NFS, SMB, a FUSE mount,
+Lustre, CephFS) a file's data reaches other nodes when it is closed, and links files and
+commit logs stay open: there every part is a file of its own, closed when written."""
+
+
+def appendable(path: str, mounts: str | None = None) -> bool:
+    """Whether links files and commit logs may be kept at ``path``: it is on one of
+    :data:`LOCAL_FILESYSTEMS`, by the longest mount point that holds it in ``mounts``
+    (``/proc/self/mounts`` as read; where that cannot be read, no)."""
+    if mounts is None:
+        try:
+            with open("/proc/self/mounts", encoding="utf-8", errors="replace") as f:
+                mounts = f.read()
+        except OSError:
+            return False
+    target = os.path.realpath(path)
+    best, kind = "", ""
+    for entry in mounts.splitlines():
+        fields = entry.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind in LOCAL_FILESYSTEMS

@@ -6,8 +6,8 @@ accept: ``file://``, ``s3://``, ``gs://``, ``hdfs://``)::
     ckpt-000000000041/part-0-of-2.bin      worker 0's snapshot after epoch 41 (msgpack)
     ckpt-000000000041/part-1-of-2.bin
     ckpt-000000000041/MANIFEST.json        written last: the commit
-    ckpt-000000000041/links-0-of-2.bin     a local store's incremental deltas after
-    commits-000000000041.log               part-0, and their commits (see below)
+    ckpt-000000000041/links-0-of-2-<tag>.bin  on a local disk, incremental deltas
+    commits-000000000041.log               after part-0, and their commits (below)
     LINEAGE.json                           the directory's lineage id, written once
     .recycle/                              a local store's files of deleted checkpoints,
                                            kept to be written over (:data:`RECYCLE`)
@@ -24,7 +24,7 @@ fails its size and checksum. The manifest and ``LINEAGE.json`` are written to a 
 name and renamed, so a reader never sees half of one on a local or POSIX store (object
 stores write whole objects anyway).
 
-On a local store an incremental chain's deltas are appended to a links file after the
+On a local disk an incremental chain's deltas are appended to a links file after the
 part they continue, and a checkpoint made only of such links is committed by a line in a
 commit log rather than a manifest in a folder of its own (:mod:`timely.checkpoint.links`:
 no folder or file made per checkpoint, issue 30). The collection treats a log's lines
@@ -153,9 +153,13 @@ class CheckpointStore:
         self._folder_full = False
         """``_folder`` may hold files already: it was a retired checkpoint's
         (:meth:`retire`), with its parts, or another writer made it."""
+        self._appends = False
+        """Links files and commit logs are kept here (:mod:`timely.checkpoint.links`): a
+        directory on a local disk (:func:`~timely.checkpoint.links.appendable`)."""
         self._chains: dict[int, links.Chain] = {}
-        """Per worker writing here, the links file its next delta may go to
-        (:mod:`timely.checkpoint.links`): after the part it last wrote to a folder."""
+        """Per worker writing here, the links file its next delta may go to: after the
+        part it last wrote to a folder. Shared with :meth:`sibling` stores (a worker's
+        parts go through one or the other, in order)."""
         self._log: links.Log | None = None
         """The commit log this store (a coordinator's) last appended to, kept open."""
 
@@ -164,7 +168,27 @@ class CheckpointStore:
         if self._fs is None:
             self._fs, self._root = _filesystem(self.uri)
             self._local = isinstance(self._fs, pafs.LocalFileSystem)
+            self._appends = self._local and links.appendable(self._root)
         return self._fs
+
+    def sibling(self) -> CheckpointStore:
+        """A store on the same root for another thread: a list of recycled files of its
+        own, the same links files (a worker's parts go through one store or the other,
+        in order: a delta goes after its base wherever that was written)."""
+        other = CheckpointStore(self.uri)
+        other._chains = self._chains
+        return other
+
+    def close(self) -> None:
+        """Close the files kept open (links files, a commit log): at the end of a run, or
+        before a restore (the next delta after it goes after a part written again)."""
+        chains = list(self._chains.values())
+        self._chains.clear()
+        for chain in chains:
+            chain.close()
+        log, self._log = self._log, None
+        if log is not None:
+            log.close()
 
     @property
     def root(self) -> str:
@@ -454,8 +478,10 @@ class CheckpointStore:
             folder = epoch_dir(epoch)
             name = f"{folder}/{part_name(worker, workers)}"
             self.write(name, pieces, in_place=True)
-            if self._local:
-                self._chains[worker] = links.Chain(self.root, folder, worker, workers, epoch)
+            if self._appends:
+                self._chains[worker] = links.Chain(
+                    self.root, folder, worker, workers, epoch, self._unique()
+                )
             offset = None
         crc = 0
         for piece in pieces:
@@ -487,7 +513,10 @@ class CheckpointStore:
         }
         # Compact: json's C encoder (indent= takes the pure-Python one, ~0.2 ms a commit).
         data = json.dumps(manifest, separators=(",", ":")).encode()
-        if not (self._local and entries and all("offset" in p and p.get("chain") for p in entries)):
+        _ = self.fs
+        if not (
+            self._appends and entries and all("offset" in p and p.get("chain") for p in entries)
+        ):
             self.write(f"{epoch_dir(epoch)}/MANIFEST.json", data)
             return
         path = self._path(links.log_name(min(p["chain"][-1]["epoch"] for p in entries)))
@@ -560,9 +589,12 @@ class CheckpointStore:
                     out.append(int(suffix))
         return out
 
-    def _logs(self) -> dict[int, tuple[dict[int, bytes], int]]:
+    def _logs(self, strict: bool = False) -> dict[int, tuple[dict[int, bytes], int]]:
         """Every commit log here: per chains' folder epoch, its commits standing and its
-        floor (:func:`~timely.checkpoint.links.read_log`). Only a local store has any."""
+        floor (:func:`~timely.checkpoint.links.read_log`). Only a local store has any. A
+        log that cannot be read is left out (its commits are no checkpoints to restore
+        from, as an unreadable manifest's), or with ``strict`` (the collection, which must
+        not take its links as unneeded) raises :class:`CheckpointError`."""
         _ = self.fs
         if not self._local:
             return {}
@@ -570,6 +602,8 @@ class CheckpointStore:
             names = os.listdir(self.root)
         except FileNotFoundError:
             return {}
+        except OSError as e:
+            raise CheckpointError(f"cannot list checkpoint store {self.uri!r}: {e}") from e
         out = {}
         for name in names:
             root = links.log_root(name)
@@ -580,7 +614,11 @@ class CheckpointStore:
             except FileNotFoundError:
                 continue  # (deleted by a collection meanwhile)
             except OSError as e:
-                raise CheckpointError(f"cannot read the commit log {self._path(name)}: {e}") from e
+                if strict:
+                    raise CheckpointError(
+                        f"cannot read the commit log {self._path(name)}: {e}"
+                    ) from e
+                continue
             out[root] = links.read_log(data)
         return out
 
@@ -627,29 +665,36 @@ class CheckpointStore:
             chains.append([self._verified(epoch, link) for link in part.get("chain", [])])
         return manifest, datas, chains
 
-    def _manifest(self, epoch: int, logged: dict[int, bytes] | None = None) -> dict[str, Any]:
-        """The committed manifest of the checkpoint at ``epoch``, checked for its format and
-        its number of parts: its folder's, or its commit log's line (``logged``, as
-        :meth:`_logged` found them), whichever was committed later if both are there."""
-        record = (self._logged() if logged is None else logged).get(epoch)
+    def _read_manifest(self, epoch: int, logged: dict[int, bytes]) -> Any:
+        """The manifest that commits ``epoch`` (None: none), as read: its folder's, or its
+        commit log's line (``logged``, as :meth:`_logged` found them), whichever was
+        committed later if both are there. Raises ``OSError`` when the folder's manifest
+        cannot be read for now, ``ValueError`` when it is damaged and no line commits the
+        epoch."""
+        record = logged.get(epoch)
         manifest: Any = None
         try:
             manifest = json.loads(self.read(f"{epoch_dir(epoch)}/MANIFEST.json"))
         except FileNotFoundError:
+            pass
+        except ValueError:
             if record is None:
-                raise CheckpointError(
-                    f"checkpoint {epoch} has no manifest (never committed)"
-                ) from None
-        except (OSError, ValueError) as e:
-            if record is None:
-                raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
+                raise
         if record is not None and (
             not isinstance(manifest, dict) or _committed_at(record) >= _committed_at(manifest)
         ):
-            try:
-                manifest = json.loads(record)
-            except ValueError as e:
-                raise CheckpointError(f"checkpoint {epoch}: unreadable commit ({e})") from e
+            manifest = json.loads(record)
+        return manifest
+
+    def _manifest(self, epoch: int, logged: dict[int, bytes] | None = None) -> dict[str, Any]:
+        """The committed manifest of the checkpoint at ``epoch`` (:meth:`_read_manifest`),
+        checked for its format and its number of parts."""
+        try:
+            manifest = self._read_manifest(epoch, self._logged() if logged is None else logged)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"checkpoint {epoch}: unreadable manifest ({e})") from e
+        if manifest is None:
+            raise CheckpointError(f"checkpoint {epoch} has no manifest (never committed)")
         if not isinstance(manifest, dict) or manifest.get("format") not in READABLE:
             format_ = manifest.get("format") if isinstance(manifest, dict) else None
             raise CheckpointError(f"checkpoint {epoch}: format {format_!r}")
@@ -761,7 +806,7 @@ class CheckpointStore:
         would otherwise count them among the newest ``keep`` and drop an older one that
         ``also`` names as the fallback of the commit it was asked for)."""
         try:
-            logs = self._logs()
+            logs = self._logs(strict=True)
         except CheckpointError:
             return  # a commit log unreadable for now: its links may be needed (see below)
         logged = self._logged(logs)
@@ -782,15 +827,12 @@ class CheckpointStore:
                 needed.update(e for e in epochs if known[epoch] <= e < epoch)
                 continue
             try:
-                record = logged.get(epoch)
-                manifest = json.loads(
-                    record if record is not None else self.read(f"{epoch_dir(epoch)}/MANIFEST.json")
-                )
+                manifest = self._read_manifest(epoch, logged)  # (the one a restore reads)
+                if manifest is None:
+                    continue  # retired by a commit meanwhile: no longer kept
                 needed.update(
                     link["epoch"] for p in manifest["parts"] for link in p.get("chain", [])
                 )
-            except FileNotFoundError:
-                continue  # retired by a commit meanwhile: no longer kept
             except OSError:
                 # Unreadable now (a permission, an I/O error, a store that timed out), not
                 # damaged: the links it names may be needed. Delete nothing; the next
@@ -845,7 +887,7 @@ class CheckpointStore:
         mine = [e for e in commits if upto is None or e <= upto]
         here = [e for e in mine if e in kept]
         if len(mine) == len(commits) and not here and root < oldest_kept and root not in needed:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # (tried again at the next collection)
                 os.unlink(path)  # (its chains' folder goes with the folders above)
             return
         cut = min(here) if here else max(mine, default=floor) + 1

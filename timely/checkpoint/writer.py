@@ -163,9 +163,10 @@ class PartWriter:
         self.store = store
         """What :meth:`write_now` writes with: the host's (the coordinator's, on the same
         thread: one list of recycled files, not two that take the same files)."""
-        self._thread_store = CheckpointStore(store.uri)
+        self._thread_store = store.sibling()
         """The thread's own: a store's list of recycled files is one thread's (two stores
-        take the same recycled file apart by renames, as two workers' do)."""
+        take the same recycled file apart by renames, as two workers' do); the links
+        files the same (a worker's delta goes after its base, written by either)."""
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="timely-checkpoint-writer")
         self._pending: deque[Future[Report]] = deque()
         self.submitted = 0
@@ -255,6 +256,7 @@ class PartWriter:
         wait_for(pending)
 
     def close(self) -> None:
-        """:meth:`drain`, and end the thread."""
+        """:meth:`drain`, end the thread and close the files its store kept open."""
         self.drain()
         self._pool.shutdown(wait=True)
+        self._thread_store.close()

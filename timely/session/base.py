@@ -985,6 +985,7 @@ class Session(ABC):
                 self._stop()
                 if self.coordinator is not None:
                     self.coordinator.settle()  # old checkpoints deleted before close returns
+                    self.coordinator.store.close()  # (links files, a commit log)
             finally:
                 remove_store(self.plan.store)
                 self.view.ended = True
