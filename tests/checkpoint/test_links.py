@@ -145,6 +145,9 @@ def test_only_a_local_disk_keeps_links_files() -> None:
     assert links.appendable("/mnt/shared/local disk/ckpt", mounts)
     assert not links.appendable("/mnt/sharedness", "server:/x /mnt/sharedness nfs rw 0 0")
     assert not links.appendable("/anything", "")
+    # Tabs, newlines and backslashes in a mount point are escaped as spaces are.
+    escaped = "/dev/vda / ext4 rw 0 0\nsrv:/x /mnt/a\\134b\\011c nfs rw 0 0"
+    assert not links.appendable("/mnt/a\\b\tc/ckpt", escaped)
 
 
 def test_a_reader_that_skips_the_checksum_is_caught() -> None:
@@ -344,3 +347,98 @@ def test_an_object_store_writes_every_part_to_a_folder(tmp_path: Path) -> None:
     assert "offset" not in manifest["parts"][0]
     assert store.load(3)[1] == [bytes([3]) * 50]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_later_runs_commits_after_an_old_floor_are_collected_too(tmp_path: Path) -> None:
+    """Run A committed 1-5 on the chain from 0 and its collection left a floor at 5; run
+    B (started over) wrote its part at 0 again and committed 1-3 after it. B's collection
+    (one kept) hides B's 1 and 2 by a floor of its own, though a higher one is in the
+    log already (that one hides only the lines before it)."""
+    chained(CheckpointStore(str(tmp_path)), range(6), whole_every=6)
+    a = CheckpointStore(str(tmp_path))
+    a.collect_garbage(1, starts=dict.fromkeys(range(6), 0), upto=5)
+    assert sorted(a.manifests()) == [5]
+    b = CheckpointStore(str(tmp_path))
+    chained(b, range(4), whole_every=6)
+    assert {1, 2, 3} <= set(b.manifests())
+    b.collect_garbage(1, starts=dict.fromkeys(range(4), 0), upto=3)
+    assert sorted(b.manifests()) == [3, 5]  # (A's 5 is another run's: see the docs)
+
+
+def test_a_log_line_stands_where_its_folders_manifest_cannot_be_read(tmp_path: Path) -> None:
+    """Epoch 2 committed by a log line, and a folder manifest for 2 that cannot be read
+    for now (here a folder in its place): a restore takes the line, as before; the
+    collection, which cannot tell which is newer, deletes nothing."""
+    store = CheckpointStore(str(tmp_path))
+    chained(store, range(3), whole_every=3)
+    (tmp_path / epoch_dir(2) / "MANIFEST.json").mkdir(parents=True)
+    found = store.newest("fp", "flow")
+    assert found is not None and found[0] == 2
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    store.collect_garbage(1, also=[2], upto=2)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_two_writers_never_share_a_links_file(tmp_path: Path) -> None:
+    """Two stores (two attempts of a worker, or a lost one still running beside its
+    replacement) continuing parts in one folder write links files of their own; a name
+    taken already (a tag that collides) sends the part to a folder of its own."""
+    first, second = CheckpointStore(str(tmp_path)), CheckpointStore(str(tmp_path))
+    for store in (first, second):
+        store.write_part(4, 0, 1, b"whole")
+    one = first.write_part(5, 0, 1, b"5", base=4)
+    two = second.write_part(5, 0, 1, b"five", base=4)
+    assert one["path"] != two["path"] and one["offset"] == two["offset"] == 0
+    third = CheckpointStore(str(tmp_path))
+    third._unique = lambda: first._chains[0].relpath.rsplit("-", 1)[1][:-4]  # type: ignore[method-assign]
+    third.write_part(4, 0, 1, b"whole")
+    taken = third.write_part(5, 0, 1, b"again", base=4)
+    assert taken["path"] == f"{epoch_dir(5)}/part-0-of-1.bin" and "offset" not in taken
+
+
+def test_a_session_closes_the_files_it_kept_open(tmp_path: Path) -> None:
+    """Links files and the commit log are closed when the session closes (not when its
+    objects happen to be collected)."""
+    assert open_under(tmp_path, run_incremental(tmp_path)) == []
+
+
+def test_a_session_leaving_its_files_open_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a store whose ``close`` does nothing."""
+    monkeypatch.setattr(CheckpointStore, "close", lambda self: None)
+    assert open_under(tmp_path, run_incremental(tmp_path)) != []
+
+
+def run_incremental(root: Path) -> Any:
+    """An inline session with incremental checkpoints every epoch, closed, and kept
+    (its store, coordinator and writer alive)."""
+    from timely import Dataflow
+
+    flow = Dataflow("open-files")
+    handle = flow.new_input("x")
+    handle.stream.running_reduce(lambda x: x % 50, lambda a, b: a + b).collect("c")
+    session = flow.activate(
+        workers=1, backend="inline", checkpoint=str(root), checkpoint_incremental=True
+    )
+    for e in range(6):
+        handle.send(list(range(e, e + 3)))
+        handle.advance_to(e + 1)
+    handle.close()
+    session.join()
+    assert any(p.name.startswith(links.LINKS) for p in root.rglob("*"))
+    return session
+
+
+def open_under(root: Path, keep: Any) -> list[str]:
+    """This process's open files under ``root`` (``keep``: what holds them)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(root)):
+            out.append(target)
+    assert keep is not None
+    return out

@@ -33,6 +33,7 @@ directory on a local disk (:func:`appendable`) has links files and logs: they st
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from typing import Any
 
@@ -43,6 +44,8 @@ LOG = "commits-"
 _SUFFIX = ".log"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_OCTAL = re.compile(r"\\([0-7]{3})")
+"""An escape in the mount table (a space, a tab, a newline, a backslash in a path)."""
 _IOV_MAX = 1024
 """The most pieces one ``writev`` takes (POSIX's least ``IOV_MAX``)."""
 
@@ -227,7 +230,7 @@ def appendable(path: str, mounts: str | None = None) -> bool:
         fields = entry.split()
         if len(fields) < 3:
             continue
-        point = fields[1].replace("\\040", " ")
+        point = _OCTAL.sub(lambda m: chr(int(m[1], 8)), fields[1])
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best):
             best, kind = point, fields[2]

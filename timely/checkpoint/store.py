@@ -462,6 +462,9 @@ class CheckpointStore:
         if chain is not None and chain.last == base and chain.workers == workers:
             try:
                 offset = chain.append(epoch, pieces, size)
+            except FileExistsError:  # (a tag taken: the part goes to a folder, a new chain)
+                self._chains.pop(worker, None)
+                return self.write_part(epoch, worker, workers, pieces, base, moved)
             except OSError as e:
                 self._chains.pop(worker, None)
                 chain.close()
@@ -665,12 +668,13 @@ class CheckpointStore:
             chains.append([self._verified(epoch, link) for link in part.get("chain", [])])
         return manifest, datas, chains
 
-    def _read_manifest(self, epoch: int, logged: dict[int, bytes]) -> Any:
+    def _read_manifest(self, epoch: int, logged: dict[int, bytes], strict: bool = False) -> Any:
         """The manifest that commits ``epoch`` (None: none), as read: its folder's, or its
         commit log's line (``logged``, as :meth:`_logged` found them), whichever was
-        committed later if both are there. Raises ``OSError`` when the folder's manifest
-        cannot be read for now, ``ValueError`` when it is damaged and no line commits the
-        epoch."""
+        committed later if both are there; the line where the folder's cannot be read.
+        Raises ``ValueError`` when the folder's manifest is damaged and no line commits
+        the epoch, ``OSError`` when it cannot be read for now and no line does, or
+        (``strict``: the collection, which then deletes nothing) even if one does."""
         record = logged.get(epoch)
         manifest: Any = None
         try:
@@ -679,6 +683,9 @@ class CheckpointStore:
             pass
         except ValueError:
             if record is None:
+                raise
+        except OSError:
+            if record is None or strict:
                 raise
         if record is not None and (
             not isinstance(manifest, dict) or _committed_at(record) >= _committed_at(manifest)
@@ -827,7 +834,7 @@ class CheckpointStore:
                 needed.update(e for e in epochs if known[epoch] <= e < epoch)
                 continue
             try:
-                manifest = self._read_manifest(epoch, logged)  # (the one a restore reads)
+                manifest = self._read_manifest(epoch, logged, strict=True)  # (a restore's)
                 if manifest is None:
                     continue  # retired by a commit meanwhile: no longer kept
                 needed.update(
@@ -891,7 +898,7 @@ class CheckpointStore:
                 os.unlink(path)  # (its chains' folder goes with the folders above)
             return
         cut = min(here) if here else max(mine, default=floor) + 1
-        if cut > floor and any(e < cut for e in mine):
+        if any(e < cut for e in mine):  # (``mine`` holds no line a floor hides already)
             with contextlib.suppress(OSError):  # (tried again at the next collection)
                 links.append(path, links.line("f", cut))
 

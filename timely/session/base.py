@@ -984,8 +984,10 @@ class Session(ABC):
             try:
                 self._stop()
                 if self.coordinator is not None:
-                    self.coordinator.settle()  # old checkpoints deleted before close returns
-                    self.coordinator.store.close()  # (links files, a commit log)
+                    try:
+                        self.coordinator.settle()  # old checkpoints deleted before it returns
+                    finally:
+                        self.coordinator.store.close()  # (links files, a commit log)
             finally:
                 remove_store(self.plan.store)
                 self.view.ended = True
