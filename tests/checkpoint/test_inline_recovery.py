@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tests.checkpoint.pipelines import PIPELINES, build
 from timely import Dataflow
+from timely.checkpoint.store import CheckpointStore
 
 epochs_st = st.lists(st.lists(st.integers(0, 40), max_size=6), min_size=1, max_size=8)
 
@@ -179,3 +180,70 @@ def test_a_full_disk_fails_clearly_and_a_resume_uses_the_last_good_checkpoint(
     got = session.join()["c"]
     assert 0 <= restored < 5  # a checkpoint from before the limit was hit
     assert sorted(got) == [r for r in expected if r[0] > restored]
+
+
+def started_over(root: Path, fail_at: int | None) -> tuple[list[Any], int]:
+    """A run over ``root`` (an earlier run, with other inputs, left checkpoints up to
+    epoch 9 there) started over with ``resume=False``, failing once at ``fail_at``: its
+    outputs, and the epoch its recovery restored."""
+    fired: list[bool] = []
+
+    def add(a: int, b: int) -> int:
+        if fail_at is not None and not fired and b == 1000 * fail_at:
+            fired.append(True)
+            raise RuntimeError("a failure once")
+        return a + b
+
+    flow = Dataflow("started-over")
+    handle = flow.new_input("x")
+    handle.stream.running_reduce(lambda x: x % 3, add).collect("c")
+    session = flow.activate(
+        workers=1,
+        backend="inline",
+        checkpoint=str(root),
+        resume=False,
+        on_error="restore",
+        checkpoint_incremental=True,
+    )
+    for e in range(6):
+        handle.send([1000 * e + i for i in range(3)])
+        handle.advance_to(e + 1)
+    handle.close()
+    return sorted(session.join()["c"]), session.restored_epoch
+
+
+def test_a_run_started_over_recovers_from_its_own_checkpoints(tmp_path: Path) -> None:
+    """An earlier run of the same dataflow left newer checkpoints (up to 9); a run that
+    started over fails at epoch 4 and recovers from its own last commit, not from those
+    (they hold none of its inputs): its outputs are a run's without the failure."""
+    for root in (tmp_path / "clean", tmp_path / "failed"):
+        flow = Dataflow("started-over")
+        handle = flow.new_input("x")
+        handle.stream.running_reduce(lambda x: x % 3, lambda a, b: a + b).collect("c")
+        session = flow.activate(
+            workers=1, backend="inline", checkpoint=str(root), checkpoint_incremental=True
+        )
+        for e in range(10):
+            handle.send([7 * e + i for i in range(3)])
+            handle.advance_to(e + 1)
+        handle.close()
+        session.join()
+    expected, _ = started_over(tmp_path / "clean", None)
+    got, restored = started_over(tmp_path / "failed", 4)
+    assert 0 <= restored < 4
+    assert got == expected
+
+
+def test_a_recovery_from_another_runs_newer_checkpoint_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a recovery takes the newest checkpoint in the store, whoever wrote it
+    (as before: the run restored the earlier run's epoch and lost its own inputs)."""
+    newest = CheckpointStore.newest
+
+    def unbounded(self: CheckpointStore, fingerprint: str, name: str, upto: Any = None) -> Any:
+        return newest(self, fingerprint, name)
+
+    monkeypatch.setattr(CheckpointStore, "newest", unbounded)
+    with pytest.raises(AssertionError):
+        test_a_run_started_over_recovers_from_its_own_checkpoints(tmp_path)

@@ -205,13 +205,17 @@ class CheckpointCoordinator:
             for sink in self.sinks:
                 sink.abort_after(-1)  # a fresh run: output left by an earlier one goes
             return None
-        return self.load_restore()
+        return self.load_restore(initial=True)
 
-    def load_restore(self) -> Restore | None:
+    def load_restore(self, initial: bool = False) -> Restore | None:
         """The newest usable checkpoint, split over this run's workers; sinks drop what is
-        after it (it is produced again)."""
+        after it (it is produced again). A recovery (not ``initial``) takes none newer
+        than this run's last commit, or than the one it began from: a newer one in the
+        store is another run's, which this one started over from (``resume=False``) or
+        found damaged, and holds none of this run's inputs."""
         self.settle()  # no deletion under way while the store is read
-        found = self.store.newest(self.fingerprint, self.name)
+        upto = None if initial else self.committed[-1] if self.committed else self.restored_epoch
+        found = self.store.newest(self.fingerprint, self.name, upto=upto)
         epoch = -1 if found is None else found[0]
         if epoch < self._trimmed:
             raise CheckpointError(

@@ -751,12 +751,16 @@ class CheckpointStore:
             return part
         return apply_chain([*(decode_part(d) for d in reversed(chain)), part])
 
-    def newest(self, fingerprint: str, name: str) -> tuple[int, dict[str, Any]] | None:
-        """The newest usable checkpoint: ``(epoch, manifest)``, every file it needs read
-        and checked but nothing decoded (each worker decodes its own share, :class:`Share`);
-        damaged or uncommitted ones are skipped. Refuses checkpoints of another dataflow."""
+    def newest(
+        self, fingerprint: str, name: str, upto: int | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The newest usable checkpoint (at ``upto`` or before, if given): ``(epoch,
+        manifest)``, every file it needs read and checked but nothing decoded (each worker
+        decodes its own share, :class:`Share`); damaged or uncommitted ones are skipped.
+        Refuses checkpoints of another dataflow."""
         logged = self._logged()
-        for epoch in sorted({*self._folders(), *logged}, reverse=True):
+        epochs = {*self._folders(), *logged}
+        for epoch in sorted((e for e in epochs if upto is None or e <= upto), reverse=True):
             try:
                 manifest = self._manifest(epoch, logged)
                 for part in manifest["parts"]:
