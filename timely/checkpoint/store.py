@@ -452,9 +452,10 @@ class CheckpointStore:
         one's deltas are on; ``moved``: its sources' partitions are not those a restore on
         as many workers gives it).
 
-        On a local store a delta on the part this store wrote last for the worker goes to
-        the links file after that part (``offset`` in what is returned): no folder and no
-        file made (:mod:`timely.checkpoint.links`); any other part, to a folder of its own."""
+        On a local disk a delta on the part this store (or a :meth:`sibling`) wrote last
+        for the worker goes to the links file after that part (``offset`` in what is
+        returned): no folder and no file made (:mod:`timely.checkpoint.links`); any other
+        part, to a folder of its own."""
         _ = self.fs
         pieces = _as_pieces(data)
         size = _size(pieces)
