@@ -442,3 +442,23 @@ def open_under(root: Path, keep: Any) -> list[str]:
             out.append(target)
     assert keep is not None
     return out
+
+
+def test_a_manifest_naming_a_link_in_a_links_file_says_format_3(tmp_path: Path) -> None:
+    """A part written to a folder whose chain runs through a links file (its delta could
+    not follow the links file: a tag taken) is committed by a manifest in its folder;
+    that manifest names an offset, so it says format 3 (a timely before links files
+    refuses it by its format rather than misreading the link)."""
+    store = CheckpointStore(str(tmp_path))
+    whole = store.write_part(4, 0, 1, b"whole")
+    link = store.write_part(5, 0, 1, b"5", base=4)
+    store._chains.clear()  # (as when the delta at 6 could not follow it)
+    part = store.write_part(6, 0, 1, b"6", base=5)
+    assert "offset" in link and "offset" not in part
+    chain = [
+        {"epoch": 5, **{k: v for k, v in link.items() if k != "base"}},
+        {"epoch": 4, **{k: v for k, v in whole.items() if k != "base"}},
+    ]
+    store.commit(6, 1, "fp", "flow", [{**part, "chain": chain}])
+    assert json.loads((tmp_path / epoch_dir(6) / "MANIFEST.json").read_text())["format"] == 3
+    assert store.load(6)[1] == [b"6"]

@@ -505,9 +505,10 @@ class CheckpointStore:
         parts are all links (:meth:`write_part`) is committed by a line in the commit log
         of its oldest chain's folder, another by a ``MANIFEST.json`` in its own folder."""
         entries = sorted(parts, key=lambda p: p["worker"])
-        linked = [p for p in entries if "offset" in p]
+        # A part or a link of its chain in a links file: what a timely before them misreads.
+        linked = any("offset" in e for p in entries for e in (p, *(p.get("chain") or ())))
         manifest = {
-            "format": FORMAT if linked else 2,  # (what a timely before links files reads)
+            "format": FORMAT if linked else 2,
             "dataflow": name,
             "fingerprint": fingerprint,
             "epoch": epoch,
