@@ -3,8 +3,10 @@ random delivery orders, must give exactly the outputs of a run without failures.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,29 @@ def test_a_full_disk_fails_clearly_and_a_resume_uses_the_last_good_checkpoint(
     assert sorted(got) == [r for r in expected if r[0] > restored]
 
 
+def running_sums(
+    root: Path,
+    batches: list[list[int]],
+    keys: int = 3,
+    add: Callable[[int, int], int] = operator.add,
+    **options: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """A running sum per key (``x % keys``) of ``batches``, one an epoch, inline on one
+    worker with incremental checkpoints in ``root`` (and ``options``): the session,
+    joined, and its outputs."""
+    flow = Dataflow("started-over")
+    handle = flow.new_input("x")
+    handle.stream.running_reduce(lambda x: x % keys, add).collect("c")
+    session = flow.activate(
+        workers=1, backend="inline", checkpoint=str(root), checkpoint_incremental=True, **options
+    )
+    for e, batch in enumerate(batches):
+        handle.send(batch)
+        handle.advance_to(e + 1)
+    handle.close()
+    return session, session.join()
+
+
 def started_over(root: Path, fail_at: int | None) -> tuple[list[Any], int]:
     """A run over ``root`` (an earlier run, with other inputs, left checkpoints up to
     epoch 9 there) started over with ``resume=False``, failing once at ``fail_at``: its
@@ -194,22 +219,9 @@ def started_over(root: Path, fail_at: int | None) -> tuple[list[Any], int]:
             raise RuntimeError("a failure once")
         return a + b
 
-    flow = Dataflow("started-over")
-    handle = flow.new_input("x")
-    handle.stream.running_reduce(lambda x: x % 3, add).collect("c")
-    session = flow.activate(
-        workers=1,
-        backend="inline",
-        checkpoint=str(root),
-        resume=False,
-        on_error="restore",
-        checkpoint_incremental=True,
-    )
-    for e in range(6):
-        handle.send([1000 * e + i for i in range(3)])
-        handle.advance_to(e + 1)
-    handle.close()
-    return sorted(session.join()["c"]), session.restored_epoch
+    batches = [[1000 * e + i for i in range(3)] for e in range(6)]
+    session, out = running_sums(root, batches, add=add, resume=False, on_error="restore")
+    return sorted(out["c"]), session.restored_epoch
 
 
 def test_a_run_started_over_recovers_from_its_own_checkpoints(tmp_path: Path) -> None:
@@ -217,17 +229,7 @@ def test_a_run_started_over_recovers_from_its_own_checkpoints(tmp_path: Path) ->
     started over fails at epoch 4 and recovers from its own last commit, not from those
     (they hold none of its inputs): its outputs are a run's without the failure."""
     for root in (tmp_path / "clean", tmp_path / "failed"):
-        flow = Dataflow("started-over")
-        handle = flow.new_input("x")
-        handle.stream.running_reduce(lambda x: x % 3, lambda a, b: a + b).collect("c")
-        session = flow.activate(
-            workers=1, backend="inline", checkpoint=str(root), checkpoint_incremental=True
-        )
-        for e in range(10):
-            handle.send([7 * e + i for i in range(3)])
-            handle.advance_to(e + 1)
-        handle.close()
-        session.join()
+        running_sums(root, [[7 * e + i for i in range(3)] for e in range(10)])
     expected, _ = started_over(tmp_path / "clean", None)
     got, restored = started_over(tmp_path / "failed", 4)
     assert 0 <= restored < 4

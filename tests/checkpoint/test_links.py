@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.checkpoint.test_inline_recovery import running_sums
 from timely.checkpoint import links
 from timely.checkpoint.store import RECYCLE, CheckpointStore, epoch_dir
 
@@ -413,19 +414,7 @@ def test_a_session_leaving_its_files_open_is_caught(
 def run_incremental(root: Path) -> Any:
     """An inline session with incremental checkpoints every epoch, closed, and kept
     (its store, coordinator and writer alive)."""
-    from timely import Dataflow
-
-    flow = Dataflow("open-files")
-    handle = flow.new_input("x")
-    handle.stream.running_reduce(lambda x: x % 50, lambda a, b: a + b).collect("c")
-    session = flow.activate(
-        workers=1, backend="inline", checkpoint=str(root), checkpoint_incremental=True
-    )
-    for e in range(6):
-        handle.send(list(range(e, e + 3)))
-        handle.advance_to(e + 1)
-    handle.close()
-    session.join()
+    session, _ = running_sums(root, [list(range(e, e + 3)) for e in range(6)], keys=50)
     assert any(p.name.startswith(links.LINKS) for p in root.rglob("*"))
     return session
 
