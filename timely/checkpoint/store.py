@@ -574,10 +574,10 @@ class CheckpointStore:
         self.write(LINEAGE, json.dumps(record, indent=1).encode())
         return lineage
 
-    def epochs(self) -> list[int]:
-        """The epochs with a checkpoint folder (committed or not) or a commit in a log,
-        ascending."""
-        return sorted({*self._folders(), *self._logged()})
+    def epochs(self, logged: dict[int, bytes] | None = None) -> list[int]:
+        """The epochs with a checkpoint folder (committed or not) or a commit in a log
+        (``logged``, if read already: :meth:`_logged`), ascending."""
+        return sorted({*self._folders(), *(self._logged() if logged is None else logged)})
 
     def _folders(self) -> list[int]:
         """The epochs with a checkpoint folder (committed or not)."""
@@ -645,7 +645,7 @@ class CheckpointStore:
         that cannot be read are left out): for tools and tests, nothing checked."""
         logged = self._logged()
         out = {}
-        for epoch in sorted({*self._folders(), *logged}):
+        for epoch in self.epochs(logged):
             with contextlib.suppress(CheckpointError):
                 out[epoch] = self._manifest(epoch, logged)
         return out
@@ -761,8 +761,7 @@ class CheckpointStore:
         decodes its own share, :class:`Share`); damaged or uncommitted ones are skipped.
         Refuses checkpoints of another dataflow."""
         logged = self._logged()
-        epochs = {*self._folders(), *logged}
-        for epoch in sorted((e for e in epochs if upto is None or e <= upto), reverse=True):
+        for epoch in reversed([e for e in self.epochs(logged) if upto is None or e <= upto]):
             try:
                 manifest = self._manifest(epoch, logged)
                 for part in manifest["parts"]:
@@ -788,7 +787,7 @@ class CheckpointStore:
         """The newest usable checkpoint: ``(epoch, decoded parts)``; damaged or uncommitted
         ones are skipped. Refuses checkpoints of a different dataflow."""
         logged = self._logged()
-        for epoch in sorted({*self._folders(), *logged}, reverse=True):
+        for epoch in reversed(self.epochs(logged)):
             try:
                 manifest, datas, chains = self._load(epoch, logged)
             except CheckpointError:
