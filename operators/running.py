@@ -98,7 +98,7 @@ class RunningReduce(_Running):
         except Exception as e:
             self.fail(e, time, pair, f)
         self.state.added(STATE_TIME, new)
-        self.state.changed(STATE_TIME, out)
+        self.state.changed(STATE_TIME, out, distinct=True)  # (one pair per key of pending)
         if self.every_key:
             out = list(state.items())
         self.send_by(0, out, time)

@@ -28,7 +28,7 @@ from timely.state.keyed import KeyedState, apply_delta
 
 ops_st = st.lists(
     st.tuples(
-        st.sampled_from(["set", "del", "snap", "time"]),
+        st.sampled_from(["set", "del", "snap", "time", "batch"]),
         st.integers(0, 12),  # a key, or a per-time table's epoch
         st.integers(0, 99),
     ),
@@ -57,6 +57,15 @@ def replay(
                 state.touched(carried, [key])
             else:
                 state.changed(carried, [(key, value)])  # the value reported with the key
+        elif op == "batch":  # keys set at once, each once, their values in one list
+            table = state.table(carried)
+            pairs = []
+            for k in range(key, key + 3):
+                table.pop(k, None)
+                table[k] = value + k
+                pairs.append((k, value + k))
+            state.changed(carried, pairs, distinct=True)
+            pairs.clear()  # the caller's own list again (running_reduce sends it on)
         elif op == "del":
             if state.table(carried).pop(key, None) is not None:
                 state.touched(carried, [key])
@@ -112,6 +121,55 @@ def test_a_chain_applied_in_one_pass_gives_the_last_whole_snapshot(
     if steps:
         first = steps[0][0]
         assert timely.state.keyed.apply_deltas(first, [d for _, d, _ in steps]) == steps[-1][2]
+
+
+_changed = KeyedState.changed
+
+
+def _changed_once(self: KeyedState[Any], time: Any, pairs: Any, distinct: bool = False) -> None:
+    """The mutant: a list of distinct pairs taken as every change at its time, over the
+    changes recorded before it since the last snapshot."""
+    if self._changes is not None and distinct:
+        self._changes[time] = timely.state.keyed._Pairs(pairs)
+    else:
+        _changed(self, time, pairs)
+
+
+def _changed_forgetting(
+    self: KeyedState[Any], time: Any, pairs: Any, distinct: bool = False
+) -> None:
+    """The mutant: a change after a list of distinct pairs starts again from nothing."""
+    if self._changes is not None and type(self._changes.get(time)) is timely.state.keyed._Pairs:
+        del self._changes[time]
+    _changed(self, time, pairs, distinct)
+
+
+@pytest.mark.parametrize("mutant", [_changed_once, _changed_forgetting])
+def test_mutation_a_list_of_changes_merged_wrongly_is_caught(
+    monkeypatch: pytest.MonkeyPatch, mutant: Any
+) -> None:
+    """Changes reported as one list of distinct pairs (running_reduce's) are kept as that
+    list until another change comes at the same time: one that drops the changes before
+    the list, or the list itself, gives a delta that is not the whole snapshot."""
+    ops = [
+        *(("batch", k, 0) for k in (10, 13, 16, 19)),  # (a delta smaller than its table)
+        ("set", 9, 2),
+        ("snap", 0, 0),
+        ("set", 8, 4),
+        ("batch", 0, 1),
+        ("set", 1, 6),
+        ("snap", 0, 0),
+        ("batch", 3, 5),
+        ("set", 4, 8),
+        ("snap", 0, 0),
+    ]
+    for every in (1, 2):
+        for base, delta, whole in replay(ops, every):
+            assert apply_delta(base, delta) == whole
+    with monkeypatch.context() as m:
+        m.setattr(KeyedState, "changed", mutant)
+        steps = replay(ops, 1)
+    assert any(apply_delta(base, delta) != whole for base, delta, whole in steps)
 
 
 def test_mutation_applying_changes_in_place_loses_the_order(
