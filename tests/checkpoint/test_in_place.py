@@ -24,6 +24,10 @@ from hypothesis import strategies as st
 from timely.checkpoint import store as store_module
 from timely.checkpoint.store import CheckpointStore, epoch_dir, part_name
 
+pytestmark = pytest.mark.usefixtures("folders_only")
+"""The layout of a store not on a local disk (parts in folders of their own); on a local disk
+parts go into links files (``test_links.py``)."""
+
 
 def write_over_stale(root: Path, stale: int | None, size: int) -> None:
     """A part of ``size`` bytes written where an earlier run left ``stale`` bytes (None:

@@ -508,7 +508,7 @@ def test_a_collection_run_late_keeps_what_its_commit_kept(
         # With everything after the oldest kept gone, that one is what a restore finds.
         fallback = tmp_path / f"fallback-{kept[-1]}"
         shutil.copytree(root, fallback)
-        forget(fallback, [e for e in left if e > kept[0]])
+        forget(fallback, list(range(kept[0] + 1, max(everything) + 1)))
         copy = CheckpointStore(str(fallback))
         found = copy.newest(fingerprint, "late")
         assert found is not None and found[0] == kept[0], (kept, sorted(left))
@@ -531,7 +531,7 @@ def test_a_restore_that_would_need_inputs_no_longer_kept_fails_clearly(tmp_path:
         coordinator.part_written(epoch, store.write_part(epoch, 0, 1, serialization.encode(part)))
     coordinator.settle()  # old checkpoints are deleted off the driver's thread
     assert sorted(manifests(tmp_path)) == [2]  # one kept; the inputs before it are gone
-    (tmp_path / "ckpt-000000000002" / "part-0-of-1.bin").write_bytes(b"torn")
+    damage(tmp_path, manifests(tmp_path)[2]["parts"][0])
     with pytest.raises(CheckpointError, match="keep_checkpoints="):
         coordinator.load_restore()
 
@@ -583,16 +583,22 @@ def test_a_chain_that_is_not_its_base_s_is_skipped_for_the_one_before(tmp_path: 
 
 
 def forget(root: Path, epochs: list[int]) -> None:
-    """Take the checkpoints at ``epochs`` out of the store: their folders, and their lines
-    in the commit logs."""
+    """Take the checkpoints at ``epochs`` out of the store, as if never committed: their
+    folders, and their lines in the commit logs with the floor each commit wrote before
+    its line (the line just before it, when a floor: no collection wrote one between
+    two commits here)."""
     for epoch in epochs:
         shutil.rmtree(root / epoch_dir(epoch), ignore_errors=True)
     for log in root.glob(f"{links.LOG}*"):
-        kept = [
-            line
-            for line in log.read_bytes().split(b"\n")
-            if not (line[9:11] == b"c " and int(line[11:].split(b" ", 1)[0]) in epochs)
-        ]
+        kept: list[bytes] = []
+        for line in log.read_bytes().split(b"\n"):
+            if line[9:11] == b"c " and int(line[11:].split(b" ", 1)[0]) in epochs:
+                while kept and not kept[-1]:
+                    kept.pop()
+                if kept and kept[-1][9:11] == b"f ":
+                    kept.pop()
+                continue
+            kept.append(line)
         log.write_bytes(b"\n".join(kept))
 
 

@@ -4,7 +4,6 @@ random delivery orders, must give exactly the outputs of a run without failures.
 from __future__ import annotations
 
 import operator
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.checkpoint.layout import committed, damage
 from tests.checkpoint.pipelines import PIPELINES, build
 from timely import Dataflow
 from timely.checkpoint.store import CheckpointStore
@@ -94,18 +94,15 @@ def test_damaged_checkpoint_falls_back_to_the_previous_one(tmp_path: Path) -> No
     flow, _ = build("running", epochs[:6])
     flow._inputs[0].advance_to(6)
     flow.activate(workers=2, backend="inline", checkpoint=str(tmp_path)).close()
-    newest = sorted(p for p in os.listdir(tmp_path))[-1]
-    part = tmp_path / newest / "part-1-of-2.bin"
-    data = bytearray(part.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    part.write_bytes(bytes(data))
+    newest = committed(tmp_path)[-1]
+    damage(tmp_path, newest, worker=1)
     partial = tmp_path / "ckpt-000000000099"  # written by a worker, never committed
     partial.mkdir()
     (partial / "part-0-of-2.bin").write_bytes(b"half")
 
     flow, got = build("running", epochs)
     session = flow.activate(workers=2, backend="inline", checkpoint=str(tmp_path))
-    assert session.restored_epoch == int(newest.split("-")[1]) - 1
+    assert session.restored_epoch == newest - 1
     for h in flow._inputs:
         h.close()
     session.join()

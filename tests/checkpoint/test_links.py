@@ -1,6 +1,7 @@
-"""Links files and commit logs (:mod:`timely.checkpoint.links`): an incremental chain's
-deltas appended after its whole part, and the commits of checkpoints made only of such
-links as lines of a log, on a real local directory.
+"""Links files and commit logs (:mod:`timely.checkpoint.links`): a worker's parts appended
+after the part it last wrote to a folder (an incremental chain's deltas, or whole parts),
+and the commits of checkpoints made only of such parts as lines of a log, on a real local
+directory.
 
 The log's reader is checked against a model under damage (a crash that tears the last
 line before more are appended, a flipped byte anywhere), with mutants of the reader and
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.checkpoint.test_inline_recovery import running_sums
+from tests.checkpoint.test_subsume import manifests, part
+from timely.checkpoint import coordinator as coordinator_module
 from timely.checkpoint import links
-from timely.checkpoint.store import RECYCLE, CheckpointStore, epoch_dir
+from timely.checkpoint.config import CheckpointConfig
+from timely.checkpoint.coordinator import CheckpointCoordinator
+from timely.checkpoint.store import RECYCLE, CheckpointError, CheckpointStore, epoch_dir
 
 # -- the commit log, against a model ----------------------------------------------------------
 
@@ -451,3 +457,250 @@ def test_a_manifest_naming_a_link_in_a_links_file_says_format_3(tmp_path: Path) 
     store.commit(6, 1, "fp", "flow", [{**part, "chain": chain}])
     assert json.loads((tmp_path / epoch_dir(6) / "MANIFEST.json").read_text())["format"] == 3
     assert store.load(6)[1] == [b"6"]
+
+
+def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> list[str]:
+    """Parts of one incremental chain (each a delta on the one before, with its chain as
+    the coordinator records it), committed one by one and collected every fourth commit,
+    as the coordinator does; what the store holds then. Every checkpoint kept reads
+    back."""
+    store = CheckpointStore(str(root))
+    chain: list[dict[str, Any]] = []
+    for epoch in range(epochs):
+        data = bytes([epoch]) * 100
+        info = store.write_part(epoch, 0, 1, data, base=None if epoch == 0 else epoch - 1)
+        store.commit(epoch, 1, "fp", "flow", [{**info, "chain": chain}])
+        chain = [{"epoch": epoch, **{k: v for k, v in info.items() if k != "base"}}, *chain]
+        if epoch % 4 == 3:
+            store.collect_garbage(keep, starts=dict.fromkeys(range(epoch + 1), 0), upto=epoch)
+    assert store.epochs() == [0, *range(epochs - keep, epochs)]
+    for kept in range(epochs - keep, epochs):
+        manifest, parts = store.load(kept)
+        assert manifest["epoch"] == kept and parts[-1] == bytes([kept]) * 100
+    # (a links file's name ends with its writer's own tag)
+    return sorted(
+        re.sub(r"-\w+\.bin$", "-<tag>.bin", str(p.relative_to(root)))
+        if p.name.startswith("links-")
+        else str(p.relative_to(root))
+        for p in root.rglob("*")
+        if RECYCLE not in p.parts
+    )
+
+
+def test_a_chains_links_and_commits_make_no_file_of_their_own(tmp_path: Path) -> None:
+    """An incremental chain's deltas go to one links file after its whole part, and their
+    commits to one log (:mod:`timely.checkpoint.links`): eleven checkpoints after the
+    first make no folder or file, and the commits no longer kept are checkpoints no more
+    (a floor in the log; the whole part's manifest gone, its part a link)."""
+    assert chain_run(tmp_path) == [
+        "ckpt-000000000000",
+        "ckpt-000000000000/links-0-of-1-<tag>.bin",
+        "ckpt-000000000000/part-0-of-1.bin",
+        "commits-000000000000.log",
+    ]
+
+
+def test_deltas_written_to_folders_of_their_own_are_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a store that never continues a links file (each delta in a folder of
+    its own, with its manifest, as before)."""
+
+    class Forgetful(dict[int, Any]):
+        def __setitem__(self, key: int, value: Any) -> None:
+            pass
+
+    init = CheckpointStore.__init__
+
+    def forgetful(self: CheckpointStore, uri: str) -> None:
+        init(self, uri)
+        self._chains = Forgetful()
+
+    monkeypatch.setattr(CheckpointStore, "__init__", forgetful)
+    with pytest.raises(AssertionError):
+        test_a_chains_links_and_commits_make_no_file_of_their_own(tmp_path)
+
+
+def test_a_kept_manifest_unreadable_for_now_deletes_none_of_its_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept checkpoint of an earlier run (the collection reads its manifest for the
+    links its chain needs) whose manifest cannot be read for now: the collection deletes
+    nothing, and the checkpoint still loads with its whole chain. Taking the error as
+    "no links" (as the collection once did) deleted the chain's older parts."""
+    store = CheckpointStore(str(tmp_path))
+    linked: dict[int, dict[str, Any]] = {}
+    for e in range(1, 5):  # a whole part, then deltas, each on the one before
+        info = store.write_part(e, 0, 1, part(e, 0, 1), base=e - 1 if e > 1 else None)
+        chain = [{"epoch": b, **linked[b]} for b in range(e - 1, 0, -1)]
+        linked[e] = {k: info[k] for k in ("path", "size", "crc32", "offset") if k in info}
+        if e in (1, 4):
+            store.commit(e, 1, "fp", "f", [{**info, "chain": chain}])
+    # 4's parts are all links (in the links file after the whole part at 1): its commit is
+    # a line in the log of that folder, which cannot be read for now.
+    manifest = links.log_name(1)
+    assert (tmp_path / manifest).exists() and not (tmp_path / epoch_dir(4)).exists()
+    read = CheckpointStore.read
+
+    def flaky(self: CheckpointStore, relpath: str) -> bytes:
+        if relpath == manifest:
+            raise OSError(5, "Input/output error", relpath)
+        return read(self, relpath)
+
+    monkeypatch.setattr(CheckpointStore, "read", flaky)
+    store.collect_garbage(1)
+    monkeypatch.setattr(CheckpointStore, "read", read)
+    chains = store._load(4)[2]
+    assert [len(c) for c in chains] == [3]  # links 3, 2 and 1, read and verified
+    assert (tmp_path / epoch_dir(1) / "MANIFEST.json").exists()  # nothing touched
+    store.collect_garbage(1)  # readable again: the links stay, 1 is no checkpoint now
+    assert [len(c) for c in store._load(4)[2]] == [3]
+    assert manifests(tmp_path) == [4]
+
+
+# -- whole parts: a run without incremental checkpoints ----------------------------------------
+
+
+def whole_run(
+    root: Path, epochs: int, keep: int = 2, workers: int = 2, size: int = 100
+) -> tuple[CheckpointCoordinator, list[tuple[int, list[str]]]]:
+    """A checkpoint of whole parts every epoch, each worker writing through a store of its
+    own (as on Ray), committed by a coordinator; after each commit, the epochs listed as
+    checkpoints and what the store holds. Every kept checkpoint reads back at the end."""
+    coordinator = CheckpointCoordinator(
+        CheckpointConfig(uri=str(root), keep=keep), "flow", "fp", workers, []
+    )
+    stores = [CheckpointStore(str(root)) for _ in range(workers)]
+    seen = []
+    for epoch in range(epochs):
+        for w, store in enumerate(stores):
+            data = bytes([epoch % 251, w]) * (size // 2)
+            coordinator.part_written(epoch, store.write_part(epoch, w, workers, data))
+        seen.append((epoch, sorted(manifests(root))))
+    coordinator.settle()
+    for epoch in coordinator.committed[-keep:]:
+        assert coordinator.store.load(epoch)[1] == [
+            bytes([epoch % 251, w]) * (size // 2) for w in range(workers)
+        ]
+    return coordinator, seen
+
+
+def layout(root: Path) -> list[str]:
+    """What a store holds, links files' tags taken out."""
+    return sorted(
+        re.sub(r"-\w+\.bin$", "-<tag>.bin", str(p.relative_to(root)))
+        if p.name.startswith(links.LINKS)
+        else str(p.relative_to(root))
+        for p in root.rglob("*")
+        if RECYCLE not in p.parts
+    )
+
+
+def test_whole_parts_go_into_links_files_and_their_commits_into_a_log(tmp_path: Path) -> None:
+    """After each worker's first part, every whole part goes after it in its links file
+    and every commit into one log: 30 checkpoints make no other folder or file. Each
+    commit's floor leaves exactly the checkpoints kept listed, and the first one's
+    manifest goes as soon as it is not kept."""
+    _, seen = whole_run(tmp_path, 30)
+    assert seen[:3] == [(0, [0]), (1, [0, 1]), (2, [1, 2])]
+    assert all(listed == [max(0, e - 1), e][-(e + 1) :] for e, listed in seen)
+    assert layout(tmp_path) == [
+        "ckpt-000000000000",
+        "ckpt-000000000000/links-0-of-2-<tag>.bin",
+        "ckpt-000000000000/links-1-of-2-<tag>.bin",
+        "ckpt-000000000000/part-0-of-2.bin",
+        "ckpt-000000000000/part-1-of-2.bin",
+        "commits-000000000000.log",
+    ]
+
+
+def test_commits_without_a_floor_are_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a commit that writes no floor (the commits no longer kept stay listed
+    as checkpoints until a collection, every few dozen commits)."""
+    commit = CheckpointStore.commit
+
+    def without_floor(self: CheckpointStore, *args: Any, floor: int | None = None) -> bool:
+        return commit(self, *args)
+
+    monkeypatch.setattr(CheckpointStore, "commit", without_floor)
+    with pytest.raises(AssertionError):
+        test_whole_parts_go_into_links_files_and_their_commits_into_a_log(tmp_path)
+
+
+def test_a_full_links_file_begins_a_folder_and_the_old_one_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole part that would take a links file past ``FILE_BYTES`` begins a folder of
+    its own; once no kept checkpoint has bytes in the older folder, the collection soon
+    deletes it with its log, and every kept checkpoint reads back."""
+    monkeypatch.setattr(links, "FILE_BYTES", 1000)  # a folder's part, then 10 in its file
+    coordinator, _ = whole_run(tmp_path, 40)
+    folders = sorted(p.name for p in tmp_path.glob("ckpt-*"))
+    assert folders == [epoch_dir(33)]  # (0, 11, 22 and 33 were made)
+    assert sorted(p.name for p in tmp_path.glob("commits-*")) == [links.log_name(33)]
+    assert sorted(coordinator.store.manifests()) == [38, 39]
+
+
+def test_a_collection_that_takes_a_part_for_its_own_folders_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: the coordinator taking a checkpoint's bytes to be in its own folder
+    (its chain's start, as before whole parts went into links files): the collection
+    deletes the folder the kept checkpoints' links files are in."""
+    monkeypatch.setattr(links, "FILE_BYTES", 1000)
+    monkeypatch.setattr(coordinator_module, "home", lambda entry: entry.get("epoch", 10**9))
+    with pytest.raises((AssertionError, CheckpointError)):
+        whole_run(tmp_path, 40)
+
+
+def test_a_whole_part_after_a_delta_begins_a_folder() -> None:
+    """Each incremental chain keeps its own folder and log (so that the commits a
+    collection keeps in a log are its newest): a links file that holds a delta takes no
+    whole part; one of whole parts alone takes them while within ``FILE_BYTES``."""
+    chain = links.Chain("/nowhere", epoch_dir(0), 0, 1, 0, "t")
+    assert chain.takes_whole(100)
+    chain.end, chain.deltas = 100, True
+    assert not chain.takes_whole(100)
+    chain.deltas = False
+    assert not chain.takes_whole(links.FILE_BYTES - 99)
+
+
+def test_whole_parts_after_deltas_in_one_file_are_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: a whole part appended after a chain's deltas (chains share a log, and
+    a collection keeping a chain and the checkpoint before it leaves the commits between
+    them listed)."""
+    monkeypatch.setattr(
+        links.Chain, "takes_whole", lambda self, size: self.end + size <= links.FILE_BYTES
+    )
+    with pytest.raises(AssertionError):
+        test_a_log_goes_with_its_chain_and_a_floor_hides_what_is_not_kept(tmp_path)
+
+
+def test_a_collection_run_late_deletes_nothing_a_later_commit_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collection runs on a thread of its own, so it may run after later commits,
+    whose floors hide the checkpoints it was asked to keep. Those were in the folder the
+    later ones are in too (each worker's whole parts one after the other in its links
+    file): every collection the run asked for, run after the whole run, leaves the newest
+    checkpoints readable. (Caught: a collection that looked only at the checkpoints still
+    listed, and deleted the folder as no kept one's.)"""
+    asked: list[tuple[list[int], dict[int, int]]] = []
+
+    def held(self: Any, kept: list[int], starts: dict[int, int]) -> None:
+        asked.append((kept, starts))
+
+    monkeypatch.setattr(coordinator_module._Collector, "collect", held)
+    coordinator, _ = whole_run(tmp_path, 30)
+    monkeypatch.undo()
+    assert len(asked) >= 2
+    collector = coordinator_module._Collector(coordinator.store, 2)
+    for kept, starts in asked:
+        collector.collect(kept, starts)
+        collector.settle()
+        for epoch in coordinator.committed[-2:]:
+            assert coordinator.store.load(epoch)[1] == [bytes([epoch, w]) * 50 for w in (0, 1)]

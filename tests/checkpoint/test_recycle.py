@@ -15,7 +15,6 @@ folder renamed over one in use, one renamed over a folder another writer has jus
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,10 @@ plans = st.lists(
     min_size=1,
     max_size=25,
 )
+
+pytestmark = pytest.mark.usefixtures("folders_only")
+"""The layout of a store not on a local disk (folders retired whole and recycled); on a local disk
+parts go into links files (``test_links.py``)."""
 
 
 def counting_store(root: Path) -> tuple[CheckpointStore, list[int]]:
@@ -403,65 +406,3 @@ def test_workers_that_never_list_again_are_caught(
         short = made_apart(tmp_path / "short", 12, monkeypatch)
         monkeypatch.setattr(CheckpointStore, "_relist", lambda self: self._recycled)
         assert made_apart(tmp_path / "long", 40, monkeypatch) == short
-
-
-def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> list[str]:
-    """Parts of one incremental chain (each a delta on the one before, with its chain as
-    the coordinator records it), committed one by one and collected every fourth commit,
-    as the coordinator does; what the store holds then. Every checkpoint kept reads
-    back."""
-    store = CheckpointStore(str(root))
-    chain: list[dict[str, Any]] = []
-    for epoch in range(epochs):
-        data = bytes([epoch]) * 100
-        info = store.write_part(epoch, 0, 1, data, base=None if epoch == 0 else epoch - 1)
-        store.commit(epoch, 1, "fp", "flow", [{**info, "chain": chain}])
-        chain = [{"epoch": epoch, **{k: v for k, v in info.items() if k != "base"}}, *chain]
-        if epoch % 4 == 3:
-            store.collect_garbage(keep, starts=dict.fromkeys(range(epoch + 1), 0), upto=epoch)
-    assert store.epochs() == [0, *range(epochs - keep, epochs)]
-    for kept in range(epochs - keep, epochs):
-        manifest, parts = store.load(kept)
-        assert manifest["epoch"] == kept and parts[-1] == bytes([kept]) * 100
-    # (a links file's name ends with its writer's own tag)
-    return sorted(
-        re.sub(r"-\w+\.bin$", "-<tag>.bin", str(p.relative_to(root)))
-        if p.name.startswith("links-")
-        else str(p.relative_to(root))
-        for p in root.rglob("*")
-        if RECYCLE not in p.parts
-    )
-
-
-def test_a_chains_links_and_commits_make_no_file_of_their_own(tmp_path: Path) -> None:
-    """An incremental chain's deltas go to one links file after its whole part, and their
-    commits to one log (:mod:`timely.checkpoint.links`): eleven checkpoints after the
-    first make no folder or file, and the commits no longer kept are checkpoints no more
-    (a floor in the log; the whole part's manifest gone, its part a link)."""
-    assert chain_run(tmp_path) == [
-        "ckpt-000000000000",
-        "ckpt-000000000000/links-0-of-1-<tag>.bin",
-        "ckpt-000000000000/part-0-of-1.bin",
-        "commits-000000000000.log",
-    ]
-
-
-def test_deltas_written_to_folders_of_their_own_are_caught(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The mutant: a store that never continues a links file (each delta in a folder of
-    its own, with its manifest, as before)."""
-
-    class Forgetful(dict[int, Any]):
-        def __setitem__(self, key: int, value: Any) -> None:
-            pass
-
-    init = CheckpointStore.__init__
-
-    def forgetful(self: CheckpointStore, uri: str) -> None:
-        init(self, uri)
-        self._chains = Forgetful()
-
-    monkeypatch.setattr(CheckpointStore, "__init__", forgetful)
-    with pytest.raises(AssertionError):
-        test_a_chains_links_and_commits_make_no_file_of_their_own(tmp_path)

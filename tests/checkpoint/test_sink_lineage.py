@@ -29,8 +29,8 @@ from connectors.committed import (
 from connectors.files import CsvSink, JsonLinesSink, TextSink, read_committed
 from connectors.parquet import ParquetSink
 from connectors.parquet import read_committed as read_parquet
+from tests.checkpoint.layout import committed, damage, uncommit
 from timely import Dataflow, UserFunctionError
-from timely.checkpoint.store import epoch_dir
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 
@@ -90,21 +90,6 @@ def reference(tmp_path: Path, n: int, workers: int = 2) -> list[tuple[int, Any]]
     return jsonl_rows(out)
 
 
-def damage(ckpt: str, epoch: int) -> None:
-    """Flip 8 bytes in the middle of one part of the checkpoint at ``epoch``."""
-    part = sorted(glob.glob(f"{ckpt}/{epoch_dir(epoch)}/part-*.bin"))[0]
-    data = bytearray(Path(part).read_bytes())
-    middle = len(data) // 2
-    for i in range(middle, middle + 8):
-        data[i] ^= 0xFF
-    Path(part).write_bytes(bytes(data))
-
-
-def checkpoints(ckpt: str) -> list[int]:
-    found = glob.glob(f"{ckpt}/ckpt-*/MANIFEST.json")
-    return sorted(int(Path(m).parent.name.split("-")[1]) for m in found)
-
-
 def inodes(out: str) -> dict[str, int]:
     """Each part file and its inode: a part written again (renamed over) gets a new one."""
     return {p: os.stat(p).st_ino for p in glob.glob(f"{out}/epoch=*/part-*")}
@@ -131,7 +116,7 @@ def first_run(out: str, ckpt: str, n: int = 8) -> None:
     """``n`` epochs with a checkpoint after each: the sink is committed through ``n - 1``."""
     running(JsonLinesSink(out), n).run(workers=2, backend="inline", checkpoint=ckpt)
     assert committed_epoch(out) == n - 1
-    assert checkpoints(ckpt) == [n - 3, n - 2, n - 1]  # keep_checkpoints=3
+    assert committed(ckpt) == [n - 3, n - 2, n - 1]  # keep_checkpoints=3
 
 
 # -- resumes of the same lineage ------------------------------------------------------------
@@ -168,7 +153,7 @@ def test_a_run_that_starts_over_in_its_lineage_skips_everything_committed(
         options: dict[str, Any] = {"resume": False}
     else:
         options = {}
-        for epoch in checkpoints(ckpt):
+        for epoch in committed(ckpt):
             damage(ckpt, epoch)
     before = inodes(out)
     checked = compared(monkeypatch)
@@ -193,7 +178,7 @@ def test_a_run_that_ended_past_its_last_checkpoint_resumes_without_refusal(
     running(JsonLinesSink(out), 8).run(
         workers=2, backend="inline", checkpoint=ckpt, checkpoint_every=3
     )
-    assert checkpoints(ckpt) == [2, 5] and committed_epoch(out) == 7
+    assert committed(ckpt) == [2, 5] and committed_epoch(out) == 7
     running(JsonLinesSink(out), 8).run(
         workers=2, backend="inline", checkpoint=ckpt, checkpoint_every=3
     )
@@ -238,9 +223,9 @@ def test_a_resume_after_the_driver_died_between_the_two_commits(
     monkeypatch.undo()
     if after == "the sink's commit":
         assert committed_epoch(out) == 2
-        os.remove(f"{ckpt}/{epoch_dir(2)}/MANIFEST.json")
+        uncommit(ckpt, 2)
     else:
-        assert committed_epoch(out) == 1 and 2 in checkpoints(ckpt)
+        assert committed_epoch(out) == 1 and 2 in committed(ckpt)
     session = running(JsonLinesSink(out), 8).activate(workers=2, backend="inline", checkpoint=ckpt)
     session.join()
     assert session.restored_epoch == (1 if after == "the sink's commit" else 2)
@@ -291,7 +276,7 @@ def test_a_replay_digest_that_differs_is_caught(
 
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     first_run(out, ckpt)
-    for epoch in checkpoints(ckpt):
+    for epoch in committed(ckpt):
         damage(ckpt, epoch)
     original = committed_module.digest
 
@@ -355,7 +340,7 @@ def test_another_dataflow_in_the_same_lineage_is_refused(tmp_path: Path) -> None
     lineage is the same, the fingerprint is not, and the sink refuses."""
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     first_run(out, ckpt)
-    for epoch in checkpoints(ckpt):
+    for epoch in committed(ckpt):
         damage(ckpt, epoch)
     with pytest.raises(OutputConflict, match="another dataflow"):
         other_dataflow(JsonLinesSink(out), 8).run(workers=2, backend="inline", checkpoint=ckpt)
@@ -432,7 +417,7 @@ def test_spark_sink_resumes_past_a_damaged_newest_checkpoint(spark: Any, tmp_pat
 
     options = {"checkpoint": ckpt, "checkpoint_every": 2}  # fewer commits: fewer Spark jobs
     running(sink(), 6).run(workers=2, backend="inline", **options)
-    assert checkpoints(ckpt) == [1, 3, 5]
+    assert committed(ckpt) == [1, 3, 5]
     damage(ckpt, 5)
     running(sink(), 8).run(workers=2, backend="inline", **options)
     expected = reference(tmp_path, 8)

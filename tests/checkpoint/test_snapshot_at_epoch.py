@@ -12,7 +12,6 @@ first).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 
 import timely.worker.snapshots
 from timely import Dataflow, Source, Vertex, pipeline
-from timely.checkpoint.store import CheckpointStore, decode_part
+from timely.checkpoint.store import CheckpointStore
 from timely.worker.snapshots import Snapshots
 
 Epochs = list[list[tuple[int, int]]]
@@ -70,12 +69,11 @@ def snapshots(root: Path) -> dict[int, dict[int, list[int]]]:
     """Per committed checkpoint, the vertex's snapshot in it."""
     store = CheckpointStore(str(root))
     out = {}
-    for manifest in sorted(root.glob("*/MANIFEST.json")):
-        info = json.loads(manifest.read_text())
+    for epoch, info in store.manifests().items():
         (part,) = info["parts"]
-        vertices = decode_part(store.read(part["path"]))["vertices"]
+        vertices = store.whole_part(epoch, part)["vertices"]
         (snap,) = [s for s in vertices.values() if s.get("kind") == "in-place"]
-        out[info["epoch"]] = {int(k): v for k, v in snap["state"].items()}
+        out[epoch] = {int(k): v for k, v in snap["state"].items()}
     return out
 
 

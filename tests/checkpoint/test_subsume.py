@@ -33,9 +33,12 @@ import pytest
 from timely.checkpoint import coordinator as coordinator_module
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import CheckpointCoordinator
-from timely.checkpoint.links import log_name
 from timely.checkpoint.store import RECYCLE, CheckpointError, CheckpointStore, epoch_dir
 from timely.comm import serialization
+
+pytestmark = pytest.mark.usefixtures("folders_only")
+"""The layout of a store not on a local disk (subsumed folders retired whole); on a local
+disk parts go into links files (``test_links.py``)."""
 
 
 def part(epoch: int, worker: int, workers: int, pad: int = 0) -> bytes:
@@ -260,43 +263,6 @@ def test_the_newest_is_committed_before_the_others_go(
         coordinator.parts_written([r for e in (1, 2, 3) for r in written(stores, e, [0, 1])])
     assert coordinator.subsumed == []
     assert coordinator.store.epochs() == [1, 2, 3]
-
-
-def test_a_kept_manifest_unreadable_for_now_deletes_none_of_its_links(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A kept checkpoint of an earlier run (the collection reads its manifest for the
-    links its chain needs) whose manifest cannot be read for now: the collection deletes
-    nothing, and the checkpoint still loads with its whole chain. Taking the error as
-    "no links" (as the collection once did) deleted the chain's older parts."""
-    store = CheckpointStore(str(tmp_path))
-    links: dict[int, dict[str, Any]] = {}
-    for e in range(1, 5):  # a whole part, then deltas, each on the one before
-        info = store.write_part(e, 0, 1, part(e, 0, 1), base=e - 1 if e > 1 else None)
-        chain = [{"epoch": b, **links[b]} for b in range(e - 1, 0, -1)]
-        links[e] = {k: info[k] for k in ("path", "size", "crc32", "offset") if k in info}
-        if e in (1, 4):
-            store.commit(e, 1, "fp", "f", [{**info, "chain": chain}])
-    # 4's parts are all links (in the links file after the whole part at 1): its commit is
-    # a line in the log of that folder, which cannot be read for now.
-    manifest = log_name(1)
-    assert (tmp_path / manifest).exists() and not (tmp_path / epoch_dir(4)).exists()
-    read = CheckpointStore.read
-
-    def flaky(self: CheckpointStore, relpath: str) -> bytes:
-        if relpath == manifest:
-            raise OSError(5, "Input/output error", relpath)
-        return read(self, relpath)
-
-    monkeypatch.setattr(CheckpointStore, "read", flaky)
-    store.collect_garbage(1)
-    monkeypatch.setattr(CheckpointStore, "read", read)
-    chains = store._load(4)[2]
-    assert [len(c) for c in chains] == [3]  # links 3, 2 and 1, read and verified
-    assert (tmp_path / epoch_dir(1) / "MANIFEST.json").exists()  # nothing touched
-    store.collect_garbage(1)  # readable again: the links stay, 1 is no checkpoint now
-    assert [len(c) for c in store._load(4)[2]] == [3]
-    assert manifests(tmp_path) == [4]
 
 
 class _Intake:

@@ -16,17 +16,32 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from time import thread_time_ns
-from typing import Any
+from typing import Any, Literal
 
 from timely.checkpoint.aimd import AIMD
 from timely.checkpoint.cadence import AutoCadence, Request
 from timely.checkpoint.config import CheckpointConfig
-from timely.checkpoint.store import RECYCLE_BYTES, CheckpointError, CheckpointStore, Share
+from timely.checkpoint.store import (
+    RECYCLE_BYTES,
+    CheckpointError,
+    CheckpointStore,
+    Share,
+    home,
+)
 from timely.comm.messages import Advance, InputCommand, Send
 from timely.routing.bins import DEFAULT_BINS
 from timely.sinks import Sink, SinkLineage, display_location
 
 Restore = tuple[int, list[Share]]
+Fate = Literal["retire", "drop", "sweep", "collect"]
+"""What becomes of a checkpoint's files once no longer kept. ``retire``: its folder goes
+whole, to be written over (:meth:`CheckpointStore.retire`). With links files
+(:attr:`CheckpointStore.appends`), where a folder may hold later checkpoints' parts:
+``drop``, its manifest goes at once (:meth:`CheckpointStore.drop_commit`); ``sweep``, a
+commit in a log, hidden by the next commit's floor: its bytes go with their folder at a
+sweep (every :data:`SWEEP_EVERY` collections) or once no kept checkpoint has bytes in
+that folder. ``collect``: left to the next collection, which decides soon (large parts,
+or links of an incremental chain)."""
 """A checkpoint to start from: its epoch and each new worker's share of it (which the
 worker reads itself)."""
 
@@ -144,10 +159,12 @@ class CheckpointCoordinator:
         """A checkpoint was left to the collection since the last one (or none has run:
         the store may hold an earlier run's). Else the commits retired every one they
         left unkept, and the collection waits :data:`SWEEP_EVERY` times longer."""
-        self._retirable: dict[int, bool] = {}
-        """Per checkpoint committed and kept, whether it may be retired whole once no
-        longer kept (:meth:`CheckpointStore.retire`): its parts are small enough to be
-        written over (:data:`~timely.checkpoint.store.RECYCLE_BYTES`)."""
+        self._oldest_folder = -1
+        """The oldest folder a kept checkpoint had bytes in at the last commit, with links
+        files (:attr:`CheckpointStore.appends`)."""
+        self._fates: dict[int, Fate] = {}
+        """Per checkpoint committed and kept, what becomes of its files once no longer
+        kept (:meth:`_fate`)."""
         # A fixed interval is measured as "auto"'s is (a controller pinned to it), so that
         # every run with checkpoint_every reports what checkpointing costs it.
         controller = (
@@ -324,27 +341,43 @@ class CheckpointCoordinator:
 
     def _subsume(self, epoch: int, parts: list[dict[str, Any]]) -> None:
         """The checkpoint at ``epoch`` is complete, but a later one completed with it and
-        is committed instead (see :meth:`parts_written`): its files go to be written over
-        at once, as an unkept commit's do, unless they may be links of an incremental
-        chain (the collection keeps those the chains need) or are large."""
+        is committed instead (see :meth:`parts_written`): its files go as an unkept
+        commit's do (:meth:`_fate`)."""
         self.subsumed.append(epoch)
         if self.config.incremental:
             return  # (the collection runs every COLLECT_EVERY commits of a chain)
-        if not (self._recyclable(parts) and self.store.retire(epoch, committed=False)):
+        fate = self._fate(parts)
+        if fate == "collect" or (fate == "retire" and not self.store.retire(epoch, False)):
             self._unretired = True  # left to the collection: soon, not SWEEP_EVERY times later
 
-    def _recyclable(self, parts: Iterable[dict[str, Any]]) -> bool:
-        """Whether a checkpoint of these parts may be written over whole once no longer
-        needed: not incremental (its parts may be links of a chain), none large."""
-        return not self.config.incremental and all(p["size"] <= RECYCLE_BYTES for p in parts)
+    def _fate(self, parts: Iterable[dict[str, Any]], by_manifest: bool = False) -> Fate:
+        """What becomes of a checkpoint's files once it is no longer kept (``by_manifest``:
+        it was committed by a ``MANIFEST.json`` in its folder)."""
+        if self.config.incremental or any(p["size"] > RECYCLE_BYTES for p in parts):
+            return "collect"
+        if not self.store.appends:
+            return "retire"
+        return "drop" if by_manifest else "sweep"
 
     def _commit(self, epoch: int) -> float:
         """Commit the complete checkpoint at ``epoch``; returns when it was complete."""
         parts = self._parts[epoch]
         workers = self.workers if self.workers_at is None else self.workers_at(epoch)
         at = self._part_at[epoch]  # the last part's: when the checkpoint was complete
+        start = min([epoch, *(link["epoch"] for p in parts.values() for link in p["chain"])])
+        # Keep the newest `keep` checkpoints and, with incremental ones, the newest one
+        # before the newest chain began: a damaged link then still leaves a checkpoint to
+        # fall back to (the checkpoints of a chain share its links).
+        kept = [*self.committed[max(0, len(self.committed) + 1 - self.config.keep) :], epoch]
+        # (Commits come in epoch order: the newest before ``start`` is found by bisection,
+        # not by a pass over every commit of the run, at every commit.)
+        before = bisect.bisect_left(self.committed, start)
+        if self.config.incremental and before and self.committed[before - 1] not in kept:
+            kept.insert(0, self.committed[before - 1])
         try:
-            self.store.commit(epoch, workers, self.fingerprint, self.name, list(parts.values()))
+            by_manifest = self.store.commit(
+                epoch, workers, self.fingerprint, self.name, list(parts.values()), floor=kept[0]
+            )
         except OSError as e:
             raise CheckpointError(f"cannot commit the checkpoint at epoch {epoch}: {e}") from e
         self.committed.append(epoch)
@@ -352,19 +385,15 @@ class CheckpointCoordinator:
         for done in [e for e in self._parts if e <= epoch]:
             del self._parts[done]
             self._part_at.pop(done, None)
-        start = min([epoch, *(link["epoch"] for p in parts.values() for link in p["chain"])])
-        self._starts[epoch] = start
+        # The folders its bytes are in, from the first: a links file's may be older still.
+        self._starts[epoch] = min(home(e) for p in parts.values() for e in (p, *p["chain"]))
         self._written = {k: i for k, i in self._written.items() if k[0] >= start}
-        # Keep the newest `keep` checkpoints and, with incremental ones, the newest one
-        # before the newest chain began: a damaged link then still leaves a checkpoint to
-        # fall back to (the checkpoints of a chain share its links).
-        kept = self.committed[-self.config.keep :]
-        # (Commits come in epoch order: the newest before ``start`` is found by bisection,
-        # not by a pass over every commit of the run, at every commit.)
-        before = bisect.bisect_left(self.committed, start)
-        if self.config.incremental and before and self.committed[before - 1] not in kept:
-            kept.insert(0, self.committed[before - 1])
         self._starts = {c: e for c, e in self._starts.items() if c >= kept[0]}
+        if self.store.appends and (oldest := min(self._starts.values())) > self._oldest_folder:
+            # The folders before it hold no kept checkpoint's bytes now: collected soon,
+            # not SWEEP_EVERY times later (small parts are left to the collection there).
+            self._oldest_folder = oldest
+            self._unretired = True
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
         # newest damaged falls back to an older one and must replay from there.
         if len(self.committed) > len(kept) and kept[0] > self._trimmed:
@@ -372,7 +401,7 @@ class CheckpointCoordinator:
             if len(self._input_log) >= 2 * self._input_kept:
                 self._input_log = trim_inputs(self._input_log, self._trimmed)
                 self._input_kept = max(TRIM_AT, len(self._input_log))
-        self._retire(epoch, parts, kept)
+        self._retire(epoch, parts, kept, by_manifest)
         for sink in self.sinks:
             sink.commit(epoch)
         self._uncollected = (kept, dict(self._starts))
@@ -385,15 +414,24 @@ class CheckpointCoordinator:
             self._collect()
         return at
 
-    def _retire(self, epoch: int, parts: dict[int, dict[str, Any]], kept: list[int]) -> None:
-        """The checkpoint that this commit at ``epoch`` leaves unkept goes to be written
-        over at once (:meth:`CheckpointStore.retire`), unless its files are large or may
-        be links of an incremental chain (the collection decides those)."""
-        retirable = self._retirable
-        retirable[epoch] = self._recyclable(parts.values())
-        for old in [e for e in retirable if e < kept[0]]:
-            if not (retirable.pop(old) and self.store.retire(old)):
-                self._unretired = True
+    def _retire(
+        self, epoch: int, parts: dict[int, dict[str, Any]], kept: list[int], by_manifest: bool
+    ) -> None:
+        """The checkpoint that this commit at ``epoch`` leaves unkept goes as its
+        :meth:`_fate` says."""
+        fates = self._fates
+        fates[epoch] = self._fate(parts.values(), by_manifest)
+        for old in [e for e in fates if e < kept[0]]:
+            fate = fates.pop(old)
+            if (fate == "retire" and self.store.retire(old)) or fate == "sweep":
+                continue
+            if fate == "drop":
+                try:
+                    self.store.drop_commit(old)
+                    continue
+                except OSError:
+                    pass
+            self._unretired = True  # left to the collection: soon
 
     def _collect(self) -> None:
         """Have the old checkpoints the commits so far left deleted (on the collector's

@@ -1,19 +1,26 @@
-"""An incremental chain's links appended to one file, and their commits to one log.
+"""A worker's parts appended to one file, and their commits to one log.
 
-With incremental checkpoints every epoch, each commit made a folder, a part file in it
-and a manifest file: on ext4 in a run holding 1M keys, a new folder cost ~0.2-0.4 ms of
-system time and a new file ~0.1 ms (issue 30), as much as the ~160 KB delta's encoding
-and write together. On a local store a delta part goes instead into its chain's *links
-file*, and a checkpoint all of whose parts are such links is committed by a line in a
-*commit log*, so that a link costs a write at an offset and its commit an append:
+With a checkpoint every epoch, each commit made a folder, a part file in it and a
+manifest file, or, where the last kept checkpoint's folder was retired to be written
+over, renamed them into place: on ext4 in a run holding 1M keys, a new folder cost
+~0.2-0.4 ms of system time and a new file ~0.1 ms (issue 30), as much as the ~160 KB
+delta's encoding and write together, and a word count's ~38 system calls a checkpoint
+left the next epoch's kernels colder. On a local store a part goes instead into its
+worker's *links file*, and a checkpoint all of whose parts are there is committed by a
+line in a *commit log*, so that a part costs a write at an offset and its commit an
+append:
 
-    ckpt-000000000040/part-0-of-2.bin       worker 0's part at 40, written whole (or a
-                                            delta whose base is not in a links file)
-    ckpt-000000000040/links-0-of-2-<tag>.bin  worker 0's deltas after it, one after the
-                                            other (``tag``: its writer's own); a
-                                            manifest entry names its ``offset``
+    ckpt-000000000040/part-0-of-2.bin       worker 0's part at 40, written to a folder
+                                            (the first, or the first after its links
+                                            file was full, or a delta whose base is not
+                                            in a links file)
+    ckpt-000000000040/links-0-of-2-<tag>.bin  worker 0's parts after it, one after the
+                                            other (``tag``: its writer's own): the deltas
+                                            of its incremental chain, and whole parts
+                                            while the file is within :data:`FILE_BYTES`;
+                                            a manifest entry names the ``offset``
     commits-000000000040.log                the commits of checkpoints whose parts are all
-                                            links, the oldest chain among them from 40
+                                            in links files, the oldest of their folders 40
 
 A log's line is ``<crc32 of the rest, 8 hex digits> <kind> <epoch> <payload>``, written
 whole by one ``write`` between newlines (a line torn by a crash is cut off by the next
@@ -23,10 +30,11 @@ sets a floor (the collection's: the commits above it in the file at epochs below
 checkpoints no more, as a manifest it deletes). A later line for an epoch is the newer
 commit.
 
-A links file belongs to the folder of the part its chain continues, under a name of its
-writer's own: the collection keeps that folder while a kept checkpoint's chain needs it,
-and never recycles a links file, so nothing else is ever written where a link was, even
-by a worker lost but still running. A log is deleted with its chain's folder. Only a
+A links file belongs to the folder of the part it continues, under a name of its
+writer's own: the collection keeps that folder while a kept checkpoint has bytes in it
+(a part, or a link of a part's chain), and never recycles a links file, so nothing else
+is ever written where a part was, even by a worker lost but still running. A log is
+deleted with its folder. Only a
 directory on a local disk (:func:`appendable`) has links files and logs: they stay open.
 """
 
@@ -44,6 +52,13 @@ LOG = "commits-"
 _SUFFIX = ".log"
 _APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+FILE_BYTES = 8 << 20
+"""A whole part goes into a worker's links file (after the part it last wrote to a folder)
+only while the file stays within this many bytes; else to a folder of its own, where a
+new links file begins. A folder is deleted once no kept checkpoint has bytes in it (by
+the collection after the next few commits), so this bounds what a run keeps on disk
+beyond its kept checkpoints to about this much a worker (a delta always follows its base,
+in whatever file that is)."""
 _OCTAL = re.compile(r"\\([0-7]{3})")
 """An escape in the mount table (a space, a tab, a newline, a backslash in a path)."""
 _IOV_MAX = 1024
@@ -90,11 +105,11 @@ class _Open:
 
 
 class Chain(_Open):
-    """One worker's links file: the deltas after its part at ``last``, in the folder
-    ``folder`` (a path under the store's root), appended in order. Only one thread writes
+    """One worker's links file: its parts after the one in the folder ``folder`` (a path
+    under the store's root), appended in order, the latest at ``last``. Only one thread writes
     a worker's parts at a time (the loop, or the writer thread while parts wait there)."""
 
-    __slots__ = ("end", "last", "path", "relpath", "workers")
+    __slots__ = ("deltas", "end", "last", "path", "relpath", "workers")
 
     def __init__(
         self, root: str, folder: str, worker: int, workers: int, last: int, tag: str
@@ -107,16 +122,26 @@ class Chain(_Open):
         """The epoch of the latest part on this chain: the next delta continues it only if
         this is its base."""
         self.end = 0
+        self.deltas = False
+        """Whether a delta is in the file: a whole part then begins a folder of its own,
+        so that each incremental chain has its own folder and log, and a log's commits
+        the collection keeps are its newest (a chain's and the one before it, kept to
+        fall back to, are in two logs)."""
 
-    def append(self, epoch: int, pieces: list[Any], size: int) -> int:
-        """Write the part at ``epoch`` (``pieces``, ``size`` bytes) after the last; returns
-        its offset. The file is made on first use."""
+    def takes_whole(self, size: int) -> bool:
+        """Whether a whole part of ``size`` bytes goes here next."""
+        return not self.deltas and self.end + size <= FILE_BYTES
+
+    def append(self, epoch: int, pieces: list[Any], size: int, delta: bool) -> int:
+        """Write the part at ``epoch`` (``pieces``, ``size`` bytes; a ``delta`` or whole)
+        after the last; returns its offset. The file is made on first use."""
         if self._fd is None:
             self._fd = os.open(self.path, _NEW, 0o666)
         offset = self.end
         write_all(self._fd, pieces, offset)
         self.end = offset + size
         self.last = epoch
+        self.deltas = self.deltas or delta
         return offset
 
 
@@ -165,11 +190,13 @@ class Log(_Open):
     """The commit log a coordinator appends to, kept open while its chains' folder is the
     same (a commit a write, not an open, a write and a close)."""
 
-    __slots__ = ("path",)
+    __slots__ = ("floor", "path")
 
     def __init__(self, path: str) -> None:
         super().__init__()
         self.path = path
+        self.floor = -1
+        """The highest floor appended through this object."""
         self._fd = os.open(path, _APPEND, 0o666)
 
     def append(self, data: bytes) -> None:

@@ -6,7 +6,7 @@ accept: ``file://``, ``s3://``, ``gs://``, ``hdfs://``)::
     ckpt-000000000041/part-0-of-2.bin      worker 0's snapshot after epoch 41 (msgpack)
     ckpt-000000000041/part-1-of-2.bin
     ckpt-000000000041/MANIFEST.json        written last: the commit
-    ckpt-000000000041/links-0-of-2-<tag>.bin  on a local disk, incremental deltas
+    ckpt-000000000041/links-0-of-2-<tag>.bin  on a local disk, worker 0's later parts
     commits-000000000041.log               after part-0, and their commits (below)
     LINEAGE.json                           the directory's lineage id, written once
     .recycle/                              a local store's files of deleted checkpoints,
@@ -24,10 +24,11 @@ fails its size and checksum. The manifest and ``LINEAGE.json`` are written to a 
 name and renamed, so a reader never sees half of one on a local or POSIX store (object
 stores write whole objects anyway).
 
-On a local disk an incremental chain's deltas are appended to a links file after the
-part they continue, and a checkpoint made only of such links is committed by a line in a
-commit log rather than a manifest in a folder of its own (:mod:`timely.checkpoint.links`:
-no folder or file made per checkpoint, issue 30). The collection treats a log's lines
+On a local disk a worker's parts are appended to a links file after the part it last
+wrote to a folder (an incremental chain's deltas, and whole parts while the file is
+small), and a checkpoint made only of such parts is committed by a line in a commit log
+rather than a manifest in a folder of its own (:mod:`timely.checkpoint.links`: no folder
+or file made per checkpoint, issue 30). The collection treats a log's lines
 as the manifests they hold; where a folder's manifest and a log's line commit the same
 epoch (two runs'), the later committed is the checkpoint.
 
@@ -189,6 +190,15 @@ class CheckpointStore:
         log, self._log = self._log, None
         if log is not None:
             log.close()
+
+    @property
+    def appends(self) -> bool:
+        """Whether parts go into links files here (:mod:`timely.checkpoint.links`): a
+        checkpoint's folder may then hold later checkpoints' parts, so none is retired
+        whole (:meth:`retire`); the collection deletes a folder once no kept checkpoint
+        has bytes in it."""
+        _ = self.fs
+        return self._appends
 
     @property
     def root(self) -> str:
@@ -384,6 +394,13 @@ class CheckpointStore:
         names.append(moved)
         return True
 
+    def drop_commit(self, epoch: int) -> None:
+        """The committed checkpoint at ``epoch``, no longer kept, is a checkpoint no more:
+        its ``MANIFEST.json`` goes. Its parts stay, for the collection (in a store that
+        keeps links files, later checkpoints' parts may be in its folder)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self._path(epoch_dir(epoch), "MANIFEST.json"))
+
     def _drop_manifest(self, relpath: str, room: list[int]) -> None:
         """Take a checkpoint's manifest away (its parts stay, links of a chain): on a
         local store into :data:`RECYCLE` while ``room[0]`` allows (counted down), for the
@@ -452,17 +469,24 @@ class CheckpointStore:
         one's deltas are on; ``moved``: its sources' partitions are not those a restore on
         as many workers gives it).
 
-        On a local disk a delta on the part this store (or a :meth:`sibling`) wrote last
-        for the worker goes to the links file after that part (``offset`` in what is
-        returned): no folder and no file made (:mod:`timely.checkpoint.links`); any other
-        part, to a folder of its own."""
+        On a local disk a part goes to the links file after the part this store (or a
+        :meth:`sibling`) last wrote to a folder for the worker (``offset`` in what is
+        returned): no folder and no file made (:mod:`timely.checkpoint.links`). A delta
+        goes there when its base is the last part in that file, a whole part while the
+        file holds no delta and stays within :data:`~timely.checkpoint.links.FILE_BYTES`
+        (:meth:`~timely.checkpoint.links.Chain.takes_whole`); any other part, to a folder
+        of its own."""
         _ = self.fs
         pieces = _as_pieces(data)
         size = _size(pieces)
-        chain = self._chains.get(worker) if base is not None else None
-        if chain is not None and chain.last == base and chain.workers == workers:
+        chain = self._chains.get(worker)
+        if (
+            chain is not None
+            and chain.workers == workers
+            and (chain.last == base if base is not None else chain.takes_whole(size))
+        ):
             try:
-                offset = chain.append(epoch, pieces, size)
+                offset = chain.append(epoch, pieces, size, delta=base is not None)
             except FileExistsError:  # (a tag taken: the part goes to a folder, a new chain)
                 self._chains.pop(worker, None)
                 return self.write_part(epoch, worker, workers, pieces, base, moved)
@@ -499,11 +523,20 @@ class CheckpointStore:
         return info
 
     def commit(
-        self, epoch: int, workers: int, fingerprint: str, name: str, parts: list[dict[str, Any]]
-    ) -> None:
+        self,
+        epoch: int,
+        workers: int,
+        fingerprint: str,
+        name: str,
+        parts: list[dict[str, Any]],
+        floor: int | None = None,
+    ) -> bool:
         """Write the manifest: from now on the checkpoint at ``epoch`` exists. One whose
-        parts are all links (:meth:`write_part`) is committed by a line in the commit log
-        of its oldest chain's folder, another by a ``MANIFEST.json`` in its own folder."""
+        parts are all in links files (:meth:`write_part`) is committed by a line in the
+        commit log of the oldest folder they are in, after a floor line at ``floor`` if
+        given (the oldest checkpoint kept: the log's commits before it go in the same
+        write, not at the next collection); another by a ``MANIFEST.json`` in its own
+        folder. Returns whether it was the latter."""
         entries = sorted(parts, key=lambda p: p["worker"])
         # A part or a link of its chain in a links file: what a timely before them misreads.
         linked = any("offset" in e for p in entries for e in (p, *(p.get("chain") or ())))
@@ -519,12 +552,10 @@ class CheckpointStore:
         # Compact: json's C encoder (indent= takes the pure-Python one, ~0.2 ms a commit).
         data = json.dumps(manifest, separators=(",", ":")).encode()
         _ = self.fs
-        if not (
-            self._appends and entries and all("offset" in p and p.get("chain") for p in entries)
-        ):
+        if not (self._appends and entries and all("offset" in p for p in entries)):
             self.write(f"{epoch_dir(epoch)}/MANIFEST.json", data)
-            return
-        path = self._path(links.log_name(min(p["chain"][-1]["epoch"] for p in entries)))
+            return True
+        path = self._path(links.log_name(min(home(p) for p in entries)))
         log = self._log
         try:
             if log is None or log.path != path:
@@ -532,7 +563,14 @@ class CheckpointStore:
                 if log is not None:
                     log.close()
                 log = self._log = links.Log(path)
-            log.append(links.line("c", epoch, data))
+            record = links.line("c", epoch, data)
+            if floor is not None and log.floor < floor <= epoch:
+                record = links.line("f", floor) + record
+                log.append(record)
+                log.floor = floor
+            else:
+                log.append(record)
+            return False
         except OSError as e:
             self._log = None
             if log is not None:
@@ -832,19 +870,22 @@ class CheckpointStore:
         if not marks or (len(committed) <= keep and (not epochs or epochs[0] >= marks[0])):
             return  # (with no more than ``keep`` commits, only older folders are left over)
         oldest_kept, newest_kept = marks[0], marks[-1]
-        needed: set[int] = set()  # the parts the kept incremental checkpoints are deltas on
+        needed: set[int] = set()  # the folders the kept checkpoints have bytes in
         known = starts or {}
-        for epoch in kept:
+        # ``also`` counts even when no longer listed: a later commit's floor may hide it
+        # (the commits after ``upto`` are not looked at, and may have bytes in the same
+        # folders as it: a worker's whole parts one after the other in its links file).
+        for epoch in sorted({*kept, *also}):
             if epoch in known:  # every part from the chains' start on may be a link
                 needed.update(e for e in epochs if known[epoch] <= e < epoch)
                 continue
+            if epoch not in kept:
+                continue  # (neither listed nor known: nothing to read)
             try:
                 manifest = self._read_manifest(epoch, logged, strict=True)  # (a restore's)
                 if manifest is None:
                     continue  # retired by a commit meanwhile: no longer kept
-                needed.update(
-                    link["epoch"] for p in manifest["parts"] for link in p.get("chain", [])
-                )
+                needed.update(home(e) for p in manifest["parts"] for e in (p, *p.get("chain", [])))
             except OSError:
                 # Unreadable now (a permission, an I/O error, a store that timed out), not
                 # damaged: the links it names may be needed. Delete nothing; the next
@@ -917,6 +958,13 @@ _IN_PLACE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 """A part under its own name: a file left there by an earlier run (a checkpoint never
 committed, or one a run with ``resume=False`` writes again) is written over."""
 _OVER = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+def home(entry: dict[str, Any]) -> int:
+    """The epoch of the checkpoint folder that holds a manifest entry's bytes (a part, a
+    link of its chain): its own, or the one whose links file it is in."""
+    folder = entry["path"].split("/", 1)[0]
+    return int(folder[len(_PREFIX) :])
 
 
 def _write_local(
