@@ -215,8 +215,8 @@ def test_a_log_goes_with_its_chain_and_a_floor_hides_what_is_not_kept(tmp_path: 
     the third's only 11. Both restore."""
     store = CheckpointStore(str(tmp_path))
     chained(store, range(12), whole_every=4)
-    starts = {e: e - e % 4 for e in range(12)}
-    store.collect_garbage(1, also=[7, 11], starts=starts, upto=11)
+    folders = {e: frozenset({e - e % 4}) for e in range(12)}
+    store.collect_garbage(1, also=[7, 11], folders=folders, upto=11)
     assert sorted(store.manifests()) == [7, 11]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != RECYCLE) == [
         "ckpt-000000000004",
@@ -264,7 +264,9 @@ def recycled_after_a_collection(root: Path) -> list[str]:
     deletes two old chains (each part 50 bytes, each links file 150)."""
     store = CheckpointStore(str(root))
     chained(store, range(12), whole_every=4)
-    store.collect_garbage(1, also=[11], starts={e: e - e % 4 for e in range(12)}, upto=11)
+    store.collect_garbage(
+        1, also=[11], folders={e: frozenset({e - e % 4}) for e in range(12)}, upto=11
+    )
     assert not (root / epoch_dir(0)).exists() and not (root / epoch_dir(4)).exists()
     pool = root / RECYCLE
     return sorted(p.name for p in pool.iterdir() if p.is_file() and p.stat().st_size == 150)
@@ -323,7 +325,7 @@ def test_an_unreadable_log_is_skipped_by_a_restore_and_stops_a_collection(
     found = store.newest("fp", "flow")
     assert found is not None and found[0] == 4  # 5-7 are in the log that cannot be read
     before = sorted(str(p) for p in tmp_path.rglob("*"))
-    store.collect_garbage(1, starts={e: e - e % 4 for e in range(8)}, upto=7)
+    store.collect_garbage(1, folders={e: frozenset({e - e % 4}) for e in range(8)}, upto=7)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
     monkeypatch.setattr(CheckpointStore, "read", read)
     assert store.newest("fp", "flow")[0] == 7  # type: ignore[index]
@@ -363,12 +365,12 @@ def test_a_later_runs_commits_after_an_old_floor_are_collected_too(tmp_path: Pat
     log already (that one hides only the lines before it)."""
     chained(CheckpointStore(str(tmp_path)), range(6), whole_every=6)
     a = CheckpointStore(str(tmp_path))
-    a.collect_garbage(1, starts=dict.fromkeys(range(6), 0), upto=5)
+    a.collect_garbage(1, folders=dict.fromkeys(range(6), frozenset({0})), upto=5)
     assert sorted(a.manifests()) == [5]
     b = CheckpointStore(str(tmp_path))
     chained(b, range(4), whole_every=6)
     assert {1, 2, 3} <= set(b.manifests())
-    b.collect_garbage(1, starts=dict.fromkeys(range(4), 0), upto=3)
+    b.collect_garbage(1, folders=dict.fromkeys(range(4), frozenset({0})), upto=3)
     assert sorted(b.manifests()) == [3, 5]  # (A's 5 is another run's: see the docs)
 
 
@@ -472,7 +474,9 @@ def chain_run(root: Path, epochs: int = 12, keep: int = 2) -> list[str]:
         store.commit(epoch, 1, "fp", "flow", [{**info, "chain": chain}])
         chain = [{"epoch": epoch, **{k: v for k, v in info.items() if k != "base"}}, *chain]
         if epoch % 4 == 3:
-            store.collect_garbage(keep, starts=dict.fromkeys(range(epoch + 1), 0), upto=epoch)
+            store.collect_garbage(
+                keep, folders=dict.fromkeys(range(epoch + 1), frozenset({0})), upto=epoch
+            )
     assert store.epochs() == [0, *range(epochs - keep, epochs)]
     for kept in range(epochs - keep, epochs):
         manifest, parts = store.load(kept)
@@ -517,7 +521,7 @@ def test_deltas_written_to_folders_of_their_own_are_caught(
         self._chains = Forgetful()
 
     monkeypatch.setattr(CheckpointStore, "__init__", forgetful)
-    with pytest.raises(AssertionError):
+    with pytest.raises((AssertionError, CheckpointError)):  # (or its deltas' folders go)
         test_a_chains_links_and_commits_make_no_file_of_their_own(tmp_path)
 
 
@@ -562,11 +566,13 @@ def test_a_kept_manifest_unreadable_for_now_deletes_none_of_its_links(
 
 
 def whole_run(
-    root: Path, epochs: int, keep: int = 2, workers: int = 2, size: int = 100
-) -> tuple[CheckpointCoordinator, list[tuple[int, list[str]]]]:
-    """A checkpoint of whole parts every epoch, each worker writing through a store of its
-    own (as on Ray), committed by a coordinator; after each commit, the epochs listed as
-    checkpoints and what the store holds. Every kept checkpoint reads back at the end."""
+    root: Path, epochs: int, keep: int = 2, sizes: tuple[int, ...] = (100, 100)
+) -> tuple[CheckpointCoordinator, list[tuple[int, list[int]]]]:
+    """A checkpoint of whole parts every epoch, each worker (one a size in ``sizes``)
+    writing through a store of its own (as on Ray), committed by a coordinator; after each
+    commit, the epochs listed as checkpoints. Every kept checkpoint reads back at the
+    end."""
+    workers = len(sizes)
     coordinator = CheckpointCoordinator(
         CheckpointConfig(uri=str(root), keep=keep), "flow", "fp", workers, []
     )
@@ -574,13 +580,13 @@ def whole_run(
     seen = []
     for epoch in range(epochs):
         for w, store in enumerate(stores):
-            data = bytes([epoch % 251, w]) * (size // 2)
+            data = bytes([epoch % 251, w]) * (sizes[w] // 2)
             coordinator.part_written(epoch, store.write_part(epoch, w, workers, data))
         seen.append((epoch, sorted(manifests(root))))
     coordinator.settle()
     for epoch in coordinator.committed[-keep:]:
         assert coordinator.store.load(epoch)[1] == [
-            bytes([epoch % 251, w]) * (size // 2) for w in range(workers)
+            bytes([epoch % 251, w]) * (sizes[w] // 2) for w in range(workers)
         ]
     return coordinator, seen
 
@@ -636,11 +642,88 @@ def test_a_full_links_file_begins_a_folder_and_the_old_one_goes(
     its own; once no kept checkpoint has bytes in the older folder, the collection soon
     deletes it with its log, and every kept checkpoint reads back."""
     monkeypatch.setattr(links, "FILE_BYTES", 1000)  # a folder's part, then 10 in its file
-    coordinator, _ = whole_run(tmp_path, 40)
+    coordinator, seen = whole_run(tmp_path, 40)
     folders = sorted(p.name for p in tmp_path.glob("ckpt-*"))
     assert folders == [epoch_dir(33)]  # (0, 11, 22 and 33 were made)
     assert sorted(p.name for p in tmp_path.glob("commits-*")) == [links.log_name(33)]
     assert sorted(coordinator.store.manifests()) == [38, 39]
+    # Whichever folder and log a commit went to, only the kept ones were listed after it.
+    assert all(listed == [e - 1, e] for e, listed in seen[1:])
+
+
+def test_a_worker_with_small_parts_keeps_no_other_workers_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker's parts are small (little state), the other's fill a links file every
+    other checkpoint: the small one's folder stays while kept checkpoints have bytes in
+    it, but the large one's older folders go (the collection keeps each kept
+    checkpoint's own folders, not every folder since the oldest of them; before, 60
+    checkpoints left 30 folders). After ``FILE_PARTS`` parts the small one moves on too."""
+    monkeypatch.setattr(links, "FILE_BYTES", 1000)
+    monkeypatch.setattr(links, "FILE_PARTS", 40)
+    whole_run(tmp_path, 60, sizes=(10, 400))
+    folders = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("ckpt-*"))
+    assert folders[0] == 41 and len(folders) <= 3, folders  # (the small one's, since 41)
+    assert len(list(tmp_path.glob("commits-*"))) <= 3
+
+
+def test_a_collection_keeping_every_folder_since_the_oldest_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: each kept checkpoint keeping every folder from its oldest one on (as
+    the collection once kept a chain's range of folders)."""
+    collect = coordinator_module._Collector.collect
+
+    def ranges(self: Any, kept: list[int], folders: dict[int, frozenset[int]]) -> None:
+        collect(self, kept, {e: frozenset(range(min(f), e + 1)) for e, f in folders.items()})
+
+    monkeypatch.setattr(coordinator_module._Collector, "collect", ranges)
+    with pytest.raises(AssertionError):
+        test_a_worker_with_small_parts_keeps_no_other_workers_folders(tmp_path, monkeypatch)
+
+
+def test_a_commit_torn_by_a_full_disk_hides_no_checkpoint_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit's line and its floor go in one write; a short one (a full disk) fails the
+    commit. Whatever part of it reached the log, the checkpoints kept before stay listed
+    and restorable (the floor comes after the line: torn, it hides nothing kept)."""
+    store = CheckpointStore(str(tmp_path))
+    for epoch in range(5):  # keep 1: each commit's floor at itself
+        parts = [store.write_part(epoch, w, 2, bytes([epoch, w]) * 50) for w in (0, 1)]
+        store.commit(epoch, 2, "fp", "flow", parts, floor=epoch)
+    store.drop_commit(0)  # (the first, in its folder: as the coordinator drops it)
+    assert sorted(store.manifests()) == [4]
+    write = links._write_once
+
+    def short(fd: int, data: bytes) -> None:
+        os.write(fd, data[: len(data) - 5])
+        raise OSError(28, "No space left on device")
+
+    parts = [store.write_part(5, w, 2, bytes([5, w]) * 50) for w in (0, 1)]
+    assert all("offset" in p for p in parts)  # (committed by a line in the log)
+    monkeypatch.setattr(links, "_write_once", short)
+    with pytest.raises(CheckpointError):
+        store.commit(5, 2, "fp", "flow", parts, floor=5)
+    monkeypatch.setattr(links, "_write_once", write)
+    assert sorted(store.manifests()) == [4, 5]  # (5's line whole, its floor torn)
+    assert store.load(4)[1] == [bytes([4, w]) * 50 for w in (0, 1)]
+
+
+def test_a_floor_before_its_commit_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutant: the floor written before the commit's line, so that a write torn in
+    the line leaves the floor, which hides the checkpoint kept before."""
+    append = links.Log.append
+
+    def floor_first(self: links.Log, data: bytes) -> None:
+        lines = [line for line in data.split(b"\n") if line]
+        append(self, b"".join(b"\n%s\n" % line for line in reversed(lines)))
+
+    monkeypatch.setattr(links.Log, "append", floor_first)
+    with pytest.raises(AssertionError):
+        test_a_commit_torn_by_a_full_disk_hides_no_checkpoint_kept(tmp_path, monkeypatch)
 
 
 def test_a_collection_that_takes_a_part_for_its_own_folders_is_caught(
@@ -665,6 +748,8 @@ def test_a_whole_part_after_a_delta_begins_a_folder() -> None:
     assert not chain.takes_whole(100)
     chain.deltas = False
     assert not chain.takes_whole(links.FILE_BYTES - 99)
+    chain.end, chain.parts = 0, links.FILE_PARTS  # (a log of that many lines: enough)
+    assert not chain.takes_whole(100)
 
 
 def test_whole_parts_after_deltas_in_one_file_are_caught(
@@ -689,18 +774,18 @@ def test_a_collection_run_late_deletes_nothing_a_later_commit_needs(
     file): every collection the run asked for, run after the whole run, leaves the newest
     checkpoints readable. (Caught: a collection that looked only at the checkpoints still
     listed, and deleted the folder as no kept one's.)"""
-    asked: list[tuple[list[int], dict[int, int]]] = []
+    asked: list[tuple[list[int], dict[int, frozenset[int]]]] = []
 
-    def held(self: Any, kept: list[int], starts: dict[int, int]) -> None:
-        asked.append((kept, starts))
+    def held(self: Any, kept: list[int], folders: dict[int, frozenset[int]]) -> None:
+        asked.append((kept, folders))
 
     monkeypatch.setattr(coordinator_module._Collector, "collect", held)
     coordinator, _ = whole_run(tmp_path, 30)
     monkeypatch.undo()
     assert len(asked) >= 2
     collector = coordinator_module._Collector(coordinator.store, 2)
-    for kept, starts in asked:
-        collector.collect(kept, starts)
+    for kept, folders in asked:
+        collector.collect(kept, folders)
         collector.settle()
         for epoch in coordinator.committed[-2:]:
             assert coordinator.store.load(epoch)[1] == [bytes([epoch, w]) * 50 for w in (0, 1)]

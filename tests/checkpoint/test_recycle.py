@@ -337,7 +337,7 @@ def collections_asked(root: Path, monkeypatch: pytest.MonkeyPatch, retire: bool)
 
     asked = 0
 
-    def count(self: Any, kept: list[int], starts: dict[int, int]) -> None:
+    def count(self: Any, kept: list[int], folders: dict[int, frozenset[int]]) -> None:
         nonlocal asked
         asked += 1
 

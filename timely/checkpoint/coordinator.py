@@ -32,16 +32,18 @@ from timely.comm.messages import Advance, InputCommand, Send
 from timely.routing.bins import DEFAULT_BINS
 from timely.sinks import Sink, SinkLineage, display_location
 
-Restore = tuple[int, list[Share]]
 Fate = Literal["retire", "drop", "sweep", "collect"]
 """What becomes of a checkpoint's files once no longer kept. ``retire``: its folder goes
 whole, to be written over (:meth:`CheckpointStore.retire`). With links files
 (:attr:`CheckpointStore.appends`), where a folder may hold later checkpoints' parts:
 ``drop``, its manifest goes at once (:meth:`CheckpointStore.drop_commit`); ``sweep``, a
-commit in a log, hidden by the next commit's floor: its bytes go with their folder at a
-sweep (every :data:`SWEEP_EVERY` collections) or once no kept checkpoint has bytes in
-that folder. ``collect``: left to the next collection, which decides soon (large parts,
-or links of an incremental chain)."""
+commit in a log, hidden by a later commit's floor in that log (or, once the commits have
+moved to another log, by the floor the store writes into it then): its bytes go with
+their folder, at the collection that follows the oldest folder kept moving on, or a
+sweep (every :data:`SWEEP_EVERY` collections). ``collect``: left to the next collection,
+which decides soon (large parts, or links of an incremental chain)."""
+
+Restore = tuple[int, list[Share]]
 """A checkpoint to start from: its epoch and each new worker's share of it (which the
 worker reads itself)."""
 
@@ -82,10 +84,12 @@ is needed, and a restore takes the newest usable one whatever is there."""
 
 
 SWEEP_EVERY = 8
-"""While commits retire every checkpoint they leave unkept (``CheckpointStore.retire``),
-the collection (a listing of the store and a look for every manifest, on a thread that
-takes the GIL from the loop) runs this many times less often: it finds only what a
-superseded or failed attempt left."""
+"""While commits see to every checkpoint they leave unkept themselves (retired whole,
+``CheckpointStore.retire``; or, with links files, its manifest dropped or its log line
+hidden by a floor), the collection (a listing of the store and a look for every
+manifest, on a thread that takes the GIL from the loop) runs this many times less
+often: it finds only what a superseded or failed attempt left, and, with links files,
+is asked for sooner when the oldest folder a kept checkpoint needs moves on."""
 
 
 class CheckpointCoordinator:
@@ -126,8 +130,9 @@ class CheckpointCoordinator:
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
         self._trimmed = -1
         """The driver's inputs up to this epoch are no longer logged: no restore before it."""
-        self._starts: dict[int, int] = {}
-        """Per committed checkpoint, the epoch of the whole parts its chains start from."""
+        self._folders: dict[int, frozenset[int]] = {}
+        """Per committed checkpoint kept, the folders its bytes are in (its parts' and
+        their chains' links': :func:`~timely.checkpoint.store.home`), for the collection."""
         self._written: dict[tuple[int, int], dict[str, Any]] = {}
         """Per ``(epoch, worker)``, the part written, with the chain of parts it is a delta
         on (incremental checkpoints): kept until no committed chain needs it."""
@@ -152,13 +157,14 @@ class CheckpointCoordinator:
         self._next_request = time.monotonic() + (config.interval or 0.0)
         self._collector: _Collector | None = None
         """Deletes old checkpoints off the computing thread (made at the first commit)."""
-        self._uncollected: tuple[list[int], dict[int, int]] | None = None
+        self._uncollected: tuple[list[int], dict[int, frozenset[int]]] | None = None
         """What the newest commit not yet collected keeps (see :data:`COLLECT_EVERY`)."""
         self._commits_uncollected = 0
         self._unretired = True
-        """A checkpoint was left to the collection since the last one (or none has run:
-        the store may hold an earlier run's). Else the commits retired every one they
-        left unkept, and the collection waits :data:`SWEEP_EVERY` times longer."""
+        """A checkpoint was left to the collection since the last one, or with links
+        files the oldest folder kept moved on (or none has run: the store may hold an
+        earlier run's). Else the commits saw to every one they left unkept, and the
+        collection waits :data:`SWEEP_EVERY` times longer."""
         self._oldest_folder = -1
         """The oldest folder a kept checkpoint had bytes in at the last commit, with links
         files (:attr:`CheckpointStore.appends`)."""
@@ -385,11 +391,12 @@ class CheckpointCoordinator:
         for done in [e for e in self._parts if e <= epoch]:
             del self._parts[done]
             self._part_at.pop(done, None)
-        # The folders its bytes are in, from the first: a links file's may be older still.
-        self._starts[epoch] = min(home(e) for p in parts.values() for e in (p, *p["chain"]))
+        self._folders[epoch] = frozenset(home(e) for p in parts.values() for e in (p, *p["chain"]))
         self._written = {k: i for k, i in self._written.items() if k[0] >= start}
-        self._starts = {c: e for c, e in self._starts.items() if c >= kept[0]}
-        if self.store.appends and (oldest := min(self._starts.values())) > self._oldest_folder:
+        self._folders = {c: f for c, f in self._folders.items() if c >= kept[0]}
+        if self.store.appends and (
+            (oldest := min(min(f) for f in self._folders.values())) > self._oldest_folder
+        ):
             # The folders before it hold no kept checkpoint's bytes now: collected soon,
             # not SWEEP_EVERY times later (small parts are left to the collection there).
             self._oldest_folder = oldest
@@ -404,7 +411,7 @@ class CheckpointCoordinator:
         self._retire(epoch, parts, kept, by_manifest)
         for sink in self.sinks:
             sink.commit(epoch)
-        self._uncollected = (kept, dict(self._starts))
+        self._uncollected = (kept, dict(self._folders))
         self._commits_uncollected += 1
         if self._commits_uncollected >= (
             COLLECT_EVERY
@@ -518,19 +525,19 @@ class _Collector:
         self.store = store
         self.keep = keep
         self._lock = threading.Condition()
-        self._wanted: tuple[list[int], dict[int, int]] | None = None
+        self._wanted: tuple[list[int], dict[int, frozenset[int]]] | None = None
         self._busy = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._cpu = 0
         """The deletions' CPU time since :meth:`take_cpu` (ns)."""
 
-    def collect(self, kept: list[int], starts: dict[int, int]) -> None:
-        """Delete what the commits so far no longer need (``kept``, ``starts``: see
+    def collect(self, kept: list[int], folders: dict[int, frozenset[int]]) -> None:
+        """Delete what the commits so far no longer need (``kept``, ``folders``: see
         :meth:`CheckpointStore.collect_garbage`), soon."""
         with self._lock:
             self._raise()
-            self._wanted = (kept, starts)
+            self._wanted = (kept, folders)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="timely-checkpoint-gc", daemon=True
@@ -564,11 +571,11 @@ class _Collector:
                 if self._wanted is None:
                     self._thread = None
                     return
-                kept, starts = self._wanted
+                kept, folders = self._wanted
                 self._wanted, self._busy = None, True
             cpu = thread_time_ns()
             try:
-                self.store.collect_garbage(self.keep, also=kept, starts=starts, upto=kept[-1])
+                self.store.collect_garbage(self.keep, also=kept, folders=folders, upto=kept[-1])
             except BaseException as e:  # raised on the driver's thread
                 with self._lock:
                     self._error = e

@@ -10,14 +10,16 @@ worker's *links file*, and a checkpoint all of whose parts are there is committe
 line in a *commit log*, so that a part costs a write at an offset and its commit an
 append:
 
-    ckpt-000000000040/part-0-of-2.bin       worker 0's part at 40, written to a folder
-                                            (the first, or the first after its links
-                                            file was full, or a delta whose base is not
-                                            in a links file)
+    ckpt-000000000040/part-0-of-2.bin       worker 0's part at 40, written to a folder:
+                                            its first, the first after a restore or a
+                                            change of the worker count, a whole part
+                                            after a delta or once its links file is
+                                            full, or a delta whose base is not last in
+                                            a links file
     ckpt-000000000040/links-0-of-2-<tag>.bin  worker 0's parts after it, one after the
                                             other (``tag``: its writer's own): the deltas
-                                            of its incremental chain, and whole parts
-                                            while the file is within :data:`FILE_BYTES`;
+                                            of its incremental chain, or whole parts (up
+                                            to :data:`FILE_BYTES`, :data:`FILE_PARTS`);
                                             a manifest entry names the ``offset``
     commits-000000000040.log                the commits of checkpoints whose parts are all
                                             in links files, the oldest of their folders 40
@@ -26,8 +28,10 @@ A log's line is ``<crc32 of the rest, 8 hex digits> <kind> <epoch> <payload>``, 
 whole by one ``write`` between newlines (a line torn by a crash is cut off by the next
 writer's leading newline and fails its checksum): kind ``c`` commits the checkpoint at
 ``epoch`` (the payload is its manifest, as ``MANIFEST.json`` would hold it), kind ``f``
-sets a floor (the collection's: the commits above it in the file at epochs below it are
-checkpoints no more, as a manifest it deletes). A later line for an epoch is the newer
+sets a floor (the commits above it in the file at epochs below it are checkpoints no
+more, as a manifest deleted): a commit writes one after its line, at the oldest
+checkpoint kept (and into the log it wrote to before, when that is another), and the
+collection one where a commit's did not reach. A later line for an epoch is the newer
 commit.
 
 A links file belongs to the folder of the part it continues, under a name of its
@@ -55,10 +59,15 @@ _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 FILE_BYTES = 8 << 20
 """A whole part goes into a worker's links file (after the part it last wrote to a folder)
 only while the file stays within this many bytes; else to a folder of its own, where a
-new links file begins. A folder is deleted once no kept checkpoint has bytes in it (by
-the collection after the next few commits), so this bounds what a run keeps on disk
-beyond its kept checkpoints to about this much a worker (a delta always follows its base,
-in whatever file that is)."""
+new links file begins (as after :data:`FILE_PARTS` parts). A folder is deleted once no
+kept checkpoint has bytes in it (by the collection after the next few commits), so this
+bounds what a run keeps on disk beyond its kept checkpoints to about this much a worker
+(a delta always follows its base, in whatever file that is)."""
+FILE_PARTS = 256
+"""Nor more whole parts than this: a folder's commit log holds a line per checkpoint, of
+every worker's part (~200 bytes each), and a collection and a restore read it whole, so
+a worker whose parts are small (one with little state) begins a folder this often too,
+and lets the older ones go."""
 _OCTAL = re.compile(r"\\([0-7]{3})")
 """An escape in the mount table (a space, a tab, a newline, a backslash in a path)."""
 _IOV_MAX = 1024
@@ -109,7 +118,7 @@ class Chain(_Open):
     under the store's root), appended in order, the latest at ``last``. Only one thread writes
     a worker's parts at a time (the loop, or the writer thread while parts wait there)."""
 
-    __slots__ = ("deltas", "end", "last", "path", "relpath", "workers")
+    __slots__ = ("deltas", "end", "last", "parts", "path", "relpath", "workers")
 
     def __init__(
         self, root: str, folder: str, worker: int, workers: int, last: int, tag: str
@@ -122,6 +131,8 @@ class Chain(_Open):
         """The epoch of the latest part on this chain: the next delta continues it only if
         this is its base."""
         self.end = 0
+        self.parts = 0
+        """Parts written here."""
         self.deltas = False
         """Whether a delta is in the file: a whole part then begins a folder of its own,
         so that each incremental chain has its own folder and log, and a log's commits
@@ -130,7 +141,7 @@ class Chain(_Open):
 
     def takes_whole(self, size: int) -> bool:
         """Whether a whole part of ``size`` bytes goes here next."""
-        return not self.deltas and self.end + size <= FILE_BYTES
+        return not self.deltas and self.end + size <= FILE_BYTES and self.parts < FILE_PARTS
 
     def append(self, epoch: int, pieces: list[Any], size: int, delta: bool) -> int:
         """Write the part at ``epoch`` (``pieces``, ``size`` bytes; a ``delta`` or whole)
@@ -142,6 +153,7 @@ class Chain(_Open):
         self.end = offset + size
         self.last = epoch
         self.deltas = self.deltas or delta
+        self.parts += 1
         return offset
 
 

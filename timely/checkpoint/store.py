@@ -158,7 +158,7 @@ class CheckpointStore:
         """Links files and commit logs are kept here (:mod:`timely.checkpoint.links`): a
         directory on a local disk (:func:`~timely.checkpoint.links.appendable`)."""
         self._chains: dict[int, links.Chain] = {}
-        """Per worker writing here, the links file its next delta may go to: after the
+        """Per worker writing here, the links file its next part may go to: after the
         part it last wrote to a folder. Shared with :meth:`sibling` stores (a worker's
         parts go through one or the other, in order)."""
         self._log: links.Log | None = None
@@ -533,10 +533,11 @@ class CheckpointStore:
     ) -> bool:
         """Write the manifest: from now on the checkpoint at ``epoch`` exists. One whose
         parts are all in links files (:meth:`write_part`) is committed by a line in the
-        commit log of the oldest folder they are in, after a floor line at ``floor`` if
-        given (the oldest checkpoint kept: the log's commits before it go in the same
-        write, not at the next collection); another by a ``MANIFEST.json`` in its own
-        folder. Returns whether it was the latter."""
+        commit log of the oldest folder they are in, followed by a floor line at
+        ``floor`` if given (the oldest checkpoint kept: the log's commits before it stop
+        being checkpoints in the same write, not at the next collection; and those of the
+        log it last wrote to, when that is another); another by a ``MANIFEST.json`` in its
+        own folder. Returns whether it was the latter."""
         entries = sorted(parts, key=lambda p: p["worker"])
         # A part or a link of its chain in a links file: what a timely before them misreads.
         linked = any("offset" in e for p in entries for e in (p, *(p.get("chain") or ())))
@@ -554,6 +555,8 @@ class CheckpointStore:
         _ = self.fs
         if not (self._appends and entries and all("offset" in p for p in entries)):
             self.write(f"{epoch_dir(epoch)}/MANIFEST.json", data)
+            if self._log is not None:
+                self._floor(self._log, floor)  # (the commits have moved on from it)
             return True
         path = self._path(links.log_name(min(home(p) for p in entries)))
         log = self._log
@@ -561,12 +564,14 @@ class CheckpointStore:
             if log is None or log.path != path:
                 self._log = None
                 if log is not None:
+                    self._floor(log, floor)  # (the commits have moved on from it)
                     log.close()
                 log = self._log = links.Log(path)
             record = links.line("c", epoch, data)
             if floor is not None and log.floor < floor <= epoch:
-                record = links.line("f", floor) + record
-                log.append(record)
+                # After the commit, in the same write: torn, it hides nothing kept (a
+                # floor hides only the lines before it, at epochs below it).
+                log.append(record + links.line("f", floor))
                 log.floor = floor
             else:
                 log.append(record)
@@ -576,6 +581,16 @@ class CheckpointStore:
             if log is not None:
                 log.close()
             raise CheckpointError(f"cannot append to the commit log {path}: {e}") from e
+
+    @staticmethod
+    def _floor(log: links.Log, floor: int | None) -> None:
+        """The floor in a log the commits have moved on from (another folder's now): its
+        commits before it stop being checkpoints now, not at the next collection (which
+        writes it if this fails)."""
+        if floor is not None and log.floor < floor:
+            with contextlib.suppress(OSError):
+                log.append(links.line("f", floor))
+                log.floor = floor
 
     def lineage(self, name: str, fingerprint: str) -> str:
         """The lineage id of this directory, made (a random id) on first use. Every run
@@ -842,15 +857,16 @@ class CheckpointStore:
         self,
         keep: int,
         also: Iterable[int] = (),
-        starts: dict[int, int] | None = None,
+        folders: dict[int, frozenset[int]] | None = None,
         upto: int | None = None,
     ) -> None:
         """Delete all but the newest ``keep`` committed checkpoints (and those in ``also``),
         and any uncommitted directory older than the oldest one kept. The parts a kept
         checkpoint's chain needs stay, without their manifest: they are no checkpoint to
         restore from any more (the driver's inputs before the oldest kept one are gone).
-        ``starts``: per committed checkpoint, the epoch its chains start from, as the
-        coordinator knows it (a kept one it does not know has its manifest read).
+        ``folders``: per committed checkpoint, the folders its bytes are in (its parts'
+        and their chains' links': :func:`home`), as the coordinator knows them (a kept one
+        it does not know has its manifest read).
         ``upto``: the newest commit when the collection was asked for; later checkpoints
         are left out, as if not yet written (a collection run late, on another thread,
         would otherwise count them among the newest ``keep`` and drop an older one that
@@ -860,8 +876,8 @@ class CheckpointStore:
         except CheckpointError:
             return  # a commit log unreadable for now: its links may be needed (see below)
         logged = self._logged(logs)
-        folders = set(self._folders())
-        epochs = sorted(e for e in {*folders, *logged} if upto is None or e <= upto)
+        present = set(self._folders())
+        epochs = sorted(e for e in {*present, *logged} if upto is None or e <= upto)
         committed = [e for e in epochs if e in logged or self._has_manifest(e)]
         kept = sorted({*committed[-keep:], *(e for e in also if e in committed)})
         # ``also`` is the coordinator's kept commits: one that a later commit retired while
@@ -871,13 +887,13 @@ class CheckpointStore:
             return  # (with no more than ``keep`` commits, only older folders are left over)
         oldest_kept, newest_kept = marks[0], marks[-1]
         needed: set[int] = set()  # the folders the kept checkpoints have bytes in
-        known = starts or {}
+        known = folders or {}
         # ``also`` counts even when no longer listed: a later commit's floor may hide it
         # (the commits after ``upto`` are not looked at, and may have bytes in the same
         # folders as it: a worker's whole parts one after the other in its links file).
         for epoch in sorted({*kept, *also}):
-            if epoch in known:  # every part from the chains' start on may be a link
-                needed.update(e for e in epochs if known[epoch] <= e < epoch)
+            if epoch in known:
+                needed.update(known[epoch])
                 continue
             if epoch not in kept:
                 continue  # (neither listed nor known: nothing to read)
@@ -902,7 +918,7 @@ class CheckpointStore:
             dirs = sum(1 for n in waiting if n.startswith(_DIR))
             room = [RECYCLE_FILES - (len(waiting) - dirs), RECYCLE_DIRS - dirs]
         for epoch in epochs:
-            if epoch in kept or epoch not in folders:
+            if epoch in kept or epoch not in present:
                 continue  # (a commit in a log only: see the logs below)
             if epoch < newest_kept and epoch in needed:
                 # Kept for the chains only: no longer a checkpoint to restore from (the
