@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.checkpoint.test_incremental import damage
 from tests.checkpoint.test_inline_recovery import running_sums
 from tests.checkpoint.test_subsume import manifests, part
 from timely.checkpoint import coordinator as coordinator_module
@@ -789,3 +790,121 @@ def test_a_collection_run_late_deletes_nothing_a_later_commit_needs(
         collector.settle()
         for epoch in coordinator.committed[-2:]:
             assert coordinator.store.load(epoch)[1] == [bytes([epoch, w]) * 50 for w in (0, 1)]
+
+
+def test_a_worker_that_left_and_joined_again_begins_a_folder(tmp_path: Path) -> None:
+    """Inline, every worker's parts go through one store. Worker 2 of 3 leaves the run
+    live; the collection deletes the folder of its links file once no kept checkpoint has
+    bytes there; a worker 2 of 3 joins again: its parts go to a folder of their own, not
+    after its old chain in a file no longer there, and the checkpoints restore."""
+    members: dict[int, int] = {}
+    coordinator = CheckpointCoordinator(
+        CheckpointConfig(uri=str(tmp_path), keep=2), "flow", "fp", 3, []
+    )
+    coordinator.workers_at = members.__getitem__
+    store = coordinator.store
+    for epoch, n in enumerate([3] * 5 + [2] * 20 + [3] * 3):
+        members[epoch] = n
+        for w in range(n):
+            data = bytes([epoch, w]) * 50
+            coordinator.part_written(epoch, store.write_part(epoch, w, n, data))
+    coordinator.settle()
+    for epoch in coordinator.committed[-2:]:
+        assert store.load(epoch)[1] == [bytes([epoch, w]) * 50 for w in range(3)]
+
+
+def test_a_commit_that_fails_in_a_new_log_hides_nothing_in_the_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit whose parts moved to another folder's log writes the floor into the old
+    log only once its own line is in: when the new log cannot be written (a full disk),
+    the checkpoints kept before stay listed."""
+    store = CheckpointStore(str(tmp_path))
+    committed: list[int] = []
+
+    def commit(epoch: int) -> None:
+        parts = [store.write_part(epoch, w, 2, bytes([epoch, w]) * 50) for w in (0, 1)]
+        store.commit(epoch, 2, "fp", "flow", parts, floor=[*committed[-1:], epoch][0])
+        committed.append(epoch)
+
+    for epoch in range(5):
+        commit(epoch)
+    store._chains.pop(0).close()  # (worker 0's links file full: its next part to a folder)
+    commit(5)
+    commit(6)  # (its parts in folders 0 and 5: log 0)
+    store._chains.pop(1).close()
+    commit(7)
+    parts = [store.write_part(8, w, 2, bytes([8, w]) * 50) for w in (0, 1)]  # (log 5)
+    write = links._write_once
+
+    def full(fd: int, data: bytes) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(links.log_name(5)):
+            raise OSError(28, "No space left on device")
+        write(fd, data)
+
+    monkeypatch.setattr(links, "_write_once", full)
+    with pytest.raises(CheckpointError, match="commit log"):
+        store.commit(8, 2, "fp", "flow", parts, floor=7)
+    assert {6, 7} <= set(store.manifests())
+
+
+def test_the_incremental_fallback_is_one_the_last_commit_kept(tmp_path: Path) -> None:
+    """keep 1, incremental: when the oldest chain starts again, the newest commit before it
+    may be a link by now (its manifest dropped by a collection): the fallback is the newest
+    before the chain of those the last commit kept, which restores."""
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(coordinator_module, "COLLECT_EVERY", 1)
+    try:
+        coordinator = CheckpointCoordinator(
+            CheckpointConfig(uri=str(tmp_path), keep=1, incremental=3), "f", "fp", 2, []
+        )
+        stores = [coordinator.store.sibling(), coordinator.store.sibling()]
+        last: list[int | None] = [None, None]
+
+        def checkpoint(epoch: int, whole: tuple[bool, bool]) -> None:
+            for w in (0, 1):
+                base = None if whole[w] else last[w]
+                info = stores[w].write_part(epoch, w, 2, bytes([epoch, w]) * 20, base=base)
+                coordinator.part_written(epoch, info)
+                last[w] = epoch
+            coordinator.settle()
+
+        checkpoint(0, (True, True))
+        checkpoint(1, (True, True))
+        for epoch in range(2, 6):
+            checkpoint(epoch, (False, False))
+        checkpoint(6, (False, True))  # worker 1 begins a chain; worker 0's from 1 goes on
+        checkpoint(7, (False, False))
+        checkpoint(8, (True, False))  # worker 0 begins one: the oldest chain is from 6
+        listed = sorted(coordinator.store.manifests())
+        assert len(listed) == 2 and listed[-1] == 8
+        for epoch in listed:  # the fallback too
+            coordinator.store.load(epoch)
+    finally:
+        monkeypatch.undo()
+
+
+def test_a_run_resumed_from_an_earlier_ones_checkpoint_never_starts_over_silently(
+    tmp_path: Path,
+) -> None:
+    """A run resumed from an earlier run's checkpoint at 5 logs none of the driver's
+    inputs up to 5. Once its own commit left 5 unkept, a recovery that finds that commit
+    damaged cannot start from nothing: it stops with an error naming what to do."""
+
+    def run(epochs: range) -> CheckpointCoordinator:
+        coordinator = CheckpointCoordinator(
+            CheckpointConfig(uri=str(tmp_path), keep=1), "f", "fp", 1, []
+        )
+        coordinator.initial_restore()
+        for epoch in epochs:
+            info = coordinator.store.write_part(epoch, 0, 1, bytes([epoch]) * 40)
+            coordinator.part_written(epoch, info)
+        coordinator.settle()
+        return coordinator
+
+    run(range(6)).store.close()
+    coordinator = run(range(6, 7))
+    assert coordinator.restored_epoch == 5 and sorted(coordinator.store.manifests()) == [6]
+    damage(tmp_path, coordinator.store.manifests()[6]["parts"][0])
+    with pytest.raises(CheckpointError, match="keep_checkpoints="):
+        coordinator.load_restore()

@@ -11,7 +11,6 @@ what to drop. The session calls it and stays a thin loop around the backend.
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -165,9 +164,11 @@ class CheckpointCoordinator:
         files the oldest folder kept moved on (or none has run: the store may hold an
         earlier run's). Else the commits saw to every one they left unkept, and the
         collection waits :data:`SWEEP_EVERY` times longer."""
-        self._oldest_folder = -1
-        """The oldest folder a kept checkpoint had bytes in at the last commit, with links
+        self._kept_folders: frozenset[int] = frozenset()
+        """The folders the kept checkpoints had bytes in at the last commit, with links
         files (:attr:`CheckpointStore.appends`)."""
+        self._kept: list[int] = []
+        """The checkpoints the last commit kept (the newest ``keep`` and a fallback)."""
         self._fates: dict[int, Fate] = {}
         """Per checkpoint committed and kept, what becomes of its files once no longer
         kept (:meth:`_fate`)."""
@@ -247,6 +248,9 @@ class CheckpointCoordinator:
                 f"driver's inputs up to epoch {self._trimmed} are no longer kept: the run "
                 "cannot be recovered; keep more checkpoints (keep_checkpoints=) or check the store"
             )
+        if initial and found is not None:
+            # An earlier run's checkpoint: this run logs none of the inputs before it.
+            self._trimmed = max(self._trimmed, epoch)
         for sink in self.sinks:
             sink.abort_after(epoch)
         self.restored_epoch = epoch
@@ -375,11 +379,12 @@ class CheckpointCoordinator:
         # before the newest chain began: a damaged link then still leaves a checkpoint to
         # fall back to (the checkpoints of a chain share its links).
         kept = [*self.committed[max(0, len(self.committed) + 1 - self.config.keep) :], epoch]
-        # (Commits come in epoch order: the newest before ``start`` is found by bisection,
-        # not by a pass over every commit of the run, at every commit.)
-        before = bisect.bisect_left(self.committed, start)
-        if self.config.incremental and before and self.committed[before - 1] not in kept:
-            kept.insert(0, self.committed[before - 1])
+        if self.config.incremental:
+            # The newest before the chain began of those the last commit kept: a commit
+            # it left unkept may be a link now, no checkpoint (its manifest dropped).
+            fallback = max((c for c in self._kept if c < start), default=None)
+            if fallback is not None and fallback not in kept:
+                kept.insert(0, fallback)
         try:
             by_manifest = self.store.commit(
                 epoch, workers, self.fingerprint, self.name, list(parts.values()), floor=kept[0]
@@ -394,13 +399,15 @@ class CheckpointCoordinator:
         self._folders[epoch] = frozenset(home(e) for p in parts.values() for e in (p, *p["chain"]))
         self._written = {k: i for k, i in self._written.items() if k[0] >= start}
         self._folders = {c: f for c, f in self._folders.items() if c >= kept[0]}
-        if self.store.appends and (
-            (oldest := min(min(f) for f in self._folders.values())) > self._oldest_folder
-        ):
-            # The folders before it hold no kept checkpoint's bytes now: collected soon,
-            # not SWEEP_EVERY times later (small parts are left to the collection there).
-            self._oldest_folder = oldest
-            self._unretired = True
+        self._kept = kept
+        if self.store.appends:
+            folders = frozenset().union(*self._folders.values())
+            self.store.kept(epoch, folders)
+            if not self._kept_folders <= folders:
+                # A folder holds no kept checkpoint's bytes now: collected soon, not
+                # SWEEP_EVERY times later (small parts are left to the collection there).
+                self._unretired = True
+            self._kept_folders = folders
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
         # newest damaged falls back to an older one and must replay from there.
         if len(self.committed) > len(kept) and kept[0] > self._trimmed:

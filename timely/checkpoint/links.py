@@ -118,13 +118,15 @@ class Chain(_Open):
     under the store's root), appended in order, the latest at ``last``. Only one thread writes
     a worker's parts at a time (the loop, or the writer thread while parts wait there)."""
 
-    __slots__ = ("deltas", "end", "last", "parts", "path", "relpath", "workers")
+    __slots__ = ("deltas", "end", "home", "last", "parts", "path", "relpath", "workers")
 
     def __init__(
         self, root: str, folder: str, worker: int, workers: int, last: int, tag: str
     ) -> None:
         super().__init__()
         self.relpath = f"{folder}/{links_name(worker, workers, tag)}"
+        self.home = int(folder.rsplit("-", 1)[1])
+        """The epoch of the folder."""
         self.path = f"{root}/{self.relpath}"
         self.workers = workers
         self.last = last
@@ -140,8 +142,13 @@ class Chain(_Open):
         fall back to, are in two logs)."""
 
     def takes_whole(self, size: int) -> bool:
-        """Whether a whole part of ``size`` bytes goes here next."""
-        return not self.deltas and self.end + size <= FILE_BYTES and self.parts < FILE_PARTS
+        """Whether a whole part of ``size`` bytes goes here next: the file holds no delta,
+        has room, and is still there (the collection deletes a folder no kept checkpoint
+        has bytes in: a worker that left the run live and joined it again finds its old
+        chain's gone)."""
+        if self.deltas or self.end + size > FILE_BYTES or self.parts >= FILE_PARTS:
+            return False
+        return self._fd is None or os.fstat(self._fd).st_nlink > 0
 
     def append(self, epoch: int, pieces: list[Any], size: int, delta: bool) -> int:
         """Write the part at ``epoch`` (``pieces``, ``size`` bytes; a ``delta`` or whole)

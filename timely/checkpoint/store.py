@@ -157,6 +157,9 @@ class CheckpointStore:
         self._appends = False
         """Links files and commit logs are kept here (:mod:`timely.checkpoint.links`): a
         directory on a local disk (:func:`~timely.checkpoint.links.appendable`)."""
+        self._kept = _Kept()
+        """What the coordinator's last commit kept (:meth:`kept`): shared with
+        :meth:`sibling` stores."""
         self._chains: dict[int, links.Chain] = {}
         """Per worker writing here, the links file its next part may go to: after the
         part it last wrote to a folder. Shared with :meth:`sibling` stores (a worker's
@@ -178,6 +181,7 @@ class CheckpointStore:
         in order: a delta goes after its base wherever that was written)."""
         other = CheckpointStore(self.uri)
         other._chains = self._chains
+        other._kept = self._kept
         return other
 
     def close(self) -> None:
@@ -190,6 +194,14 @@ class CheckpointStore:
         log, self._log = self._log, None
         if log is not None:
             log.close()
+
+    def kept(self, epoch: int, folders: frozenset[int]) -> None:
+        """The commit at ``epoch`` keeps checkpoints with bytes in ``folders`` (the
+        coordinator's, where parts are written through this store or a sibling: inline).
+        A whole part then continues a links file only in one of those folders, or in one
+        made after that commit: a worker that left the run live and joined it again must
+        not continue the file it left, whose folder the collection may be deleting."""
+        self._kept.epoch, self._kept.folders = epoch, folders
 
     @property
     def appends(self) -> bool:
@@ -483,12 +495,19 @@ class CheckpointStore:
         if (
             chain is not None
             and chain.workers == workers
-            and (chain.last == base if base is not None else chain.takes_whole(size))
+            and (
+                chain.last == base
+                if base is not None
+                else chain.takes_whole(size) and self._kept.continues(chain.home)
+            )
         ):
             try:
                 offset = chain.append(epoch, pieces, size, delta=base is not None)
-            except FileExistsError:  # (a tag taken: the part goes to a folder, a new chain)
+            except (FileExistsError, FileNotFoundError):
+                # A tag taken, or the folder gone (collected: the chain was left long ago):
+                # the part goes to a folder, a new chain.
                 self._chains.pop(worker, None)
+                chain.close()
                 return self.write_part(epoch, worker, workers, pieces, base, moved)
             except OSError as e:
                 self._chains.pop(worker, None)
@@ -559,14 +578,11 @@ class CheckpointStore:
                 self._floor(self._log, floor)  # (the commits have moved on from it)
             return True
         path = self._path(links.log_name(min(home(p) for p in entries)))
-        log = self._log
+        old = self._log
+        log = old if old is not None and old.path == path else None
         try:
-            if log is None or log.path != path:
-                self._log = None
-                if log is not None:
-                    self._floor(log, floor)  # (the commits have moved on from it)
-                    log.close()
-                log = self._log = links.Log(path)
+            if log is None:
+                log = links.Log(path)
             record = links.line("c", epoch, data)
             if floor is not None and log.floor < floor <= epoch:
                 # After the commit, in the same write: torn, it hides nothing kept (a
@@ -575,12 +591,17 @@ class CheckpointStore:
                 log.floor = floor
             else:
                 log.append(record)
-            return False
         except OSError as e:
-            self._log = None
             if log is not None:
-                log.close()
+                log.close()  # (opened again at the next commit)
+            if log is old:
+                self._log = None
             raise CheckpointError(f"cannot append to the commit log {path}: {e}") from e
+        if old is not None and old is not log:
+            self._floor(old, floor)  # (committed: the commits have moved on from it)
+            old.close()
+        self._log = log
+        return False
 
     @staticmethod
     def _floor(log: links.Log, floor: int | None) -> None:
@@ -974,6 +995,21 @@ _IN_PLACE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 """A part under its own name: a file left there by an earlier run (a checkpoint never
 committed, or one a run with ``resume=False`` writes again) is written over."""
 _OVER = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+class _Kept:
+    """What the coordinator's last commit kept, as :meth:`CheckpointStore.kept` says."""
+
+    __slots__ = ("epoch", "folders")
+
+    def __init__(self) -> None:
+        self.epoch = -1
+        """The last commit (-1: none known here: a Ray worker's store)."""
+        self.folders: frozenset[int] = frozenset()
+
+    def continues(self, folder: int) -> bool:
+        """Whether a links file in ``folder`` may take a whole part."""
+        return self.epoch < 0 or folder > self.epoch or folder in self.folders
 
 
 def home(entry: dict[str, Any]) -> int:
