@@ -908,3 +908,38 @@ def test_a_run_resumed_from_an_earlier_ones_checkpoint_never_starts_over_silentl
     damage(tmp_path, coordinator.store.manifests()[6]["parts"][0])
     with pytest.raises(CheckpointError, match="keep_checkpoints="):
         coordinator.load_restore()
+
+
+def test_after_a_restore_that_fell_back_the_fallback_is_the_one_restored(
+    tmp_path: Path,
+) -> None:
+    """keep 1, incremental: the newest checkpoint is damaged, a recovery restores the
+    fallback before it; when a chain begins after the damaged one, the next fallback is
+    the checkpoint restored, not the damaged one (which the last commit had kept)."""
+    coordinator = CheckpointCoordinator(
+        CheckpointConfig(uri=str(tmp_path), keep=1, incremental=3), "f", "fp", 1, []
+    )
+    store = coordinator.store.sibling()
+    last: list[int | None] = [None]
+
+    def checkpoint(epoch: int, whole: bool) -> None:
+        info = store.write_part(epoch, 0, 1, bytes([epoch]) * 30, base=None if whole else last[0])
+        coordinator.part_written(epoch, info)
+        last[0] = epoch
+
+    for epoch in range(6):
+        checkpoint(epoch, epoch in (0, 4))
+    coordinator.settle()
+    damage(tmp_path, coordinator.store.manifests()[5]["parts"][0])
+    restored = coordinator.load_restore()
+    assert restored is not None and restored[0] == 3
+    store.close()
+    last[0] = None
+    for epoch in range(4, 8):
+        checkpoint(epoch, epoch == 6)  # (4 and 5 again: not committed; a chain from 6)
+    coordinator.settle()
+    assert coordinator.committed[-1] == 7
+    for epoch in sorted(coordinator.store.manifests()):
+        if epoch in (3, 7):
+            coordinator.store.load(epoch)
+    assert 3 in coordinator.store.manifests()

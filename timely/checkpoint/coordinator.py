@@ -254,6 +254,8 @@ class CheckpointCoordinator:
         for sink in self.sinks:
             sink.abort_after(epoch)
         self.restored_epoch = epoch
+        # Those after it were found damaged, or are another run's: no fallback any more.
+        self._kept = sorted({*(c for c in self._kept if c < epoch), *([epoch] * (epoch >= 0))})
         self._parts.clear()
         self._part_at.clear()
         self._requested = None
