@@ -155,7 +155,9 @@ def test_mutation_changes_left_unreported_are_caught(monkeypatch: pytest.MonkeyP
     """A table whose changes are not reported (an operator breaking the contract, or a
     delta taken from the wrong record of them) writes stale deltas: a restore loses
     the running values, and the sweep sees it."""
-    monkeypatch.setattr(timely.state.keyed.KeyedState, "changed", lambda self, time, pairs: None)
+    monkeypatch.setattr(
+        timely.state.keyed.KeyedState, "changed", lambda self, time, pairs, distinct=False: None
+    )
     _, wrong = sweep(
         "running", EPOCHS, True, workers=3, seed=1, first_wrong=True, checkpoint_incremental=2
     )

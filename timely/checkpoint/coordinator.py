@@ -38,9 +38,9 @@ whole, to be written over (:meth:`CheckpointStore.retire`). With links files
 ``drop``, its manifest goes at once (:meth:`CheckpointStore.drop_commit`); ``sweep``, a
 commit in a log, hidden by a later commit's floor in that log (or, once the commits have
 moved to another log, by the floor the store writes into it then): its bytes go with
-their folder, at the collection that follows the oldest folder kept moving on, or a
-sweep (every :data:`SWEEP_EVERY` collections). ``collect``: left to the next collection,
-which decides soon (large parts, or links of an incremental chain)."""
+their folder, at the collection asked for once that folder holds no kept checkpoint's
+bytes, or at a sweep (every :data:`SWEEP_EVERY` collections). ``collect``: left to the
+next collection, which decides soon (large parts, or links of an incremental chain)."""
 
 Restore = tuple[int, list[Share]]
 """A checkpoint to start from: its epoch and each new worker's share of it (which the
@@ -88,7 +88,7 @@ SWEEP_EVERY = 8
 hidden by a floor), the collection (a listing of the store and a look for every
 manifest, on a thread that takes the GIL from the loop) runs this many times less
 often: it finds only what a superseded or failed attempt left, and, with links files,
-is asked for sooner when the oldest folder a kept checkpoint needs moves on."""
+is asked for sooner once a folder holds no kept checkpoint's bytes."""
 
 
 class CheckpointCoordinator:
@@ -161,9 +161,9 @@ class CheckpointCoordinator:
         self._commits_uncollected = 0
         self._unretired = True
         """A checkpoint was left to the collection since the last one, or with links
-        files the oldest folder kept moved on (or none has run: the store may hold an
-        earlier run's). Else the commits saw to every one they left unkept, and the
-        collection waits :data:`SWEEP_EVERY` times longer."""
+        files a folder no longer holds a kept checkpoint's bytes (or none has run: the
+        store may hold an earlier run's). Else the commits saw to every one they left
+        unkept, and the collection waits :data:`SWEEP_EVERY` times longer."""
         self._kept_folders: frozenset[int] = frozenset()
         """The folders the kept checkpoints had bytes in at the last commit, with links
         files (:attr:`CheckpointStore.appends`)."""
