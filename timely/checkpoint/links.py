@@ -125,8 +125,8 @@ class Chain(_Open):
     ) -> None:
         super().__init__()
         self.relpath = f"{folder}/{links_name(worker, workers, tag)}"
-        self.home = int(folder.rsplit("-", 1)[1])
-        """The epoch of the folder."""
+        self.home = last
+        """The epoch of the folder (of the part the file continues)."""
         self.path = f"{root}/{self.relpath}"
         self.workers = workers
         self.last = last

@@ -411,7 +411,7 @@ class CheckpointStore:
         its ``MANIFEST.json`` goes. Its parts stay, for the collection (in a store that
         keeps links files, later checkpoints' parts may be in its folder)."""
         with contextlib.suppress(FileNotFoundError):
-            self.fs.delete_file(self._path(epoch_dir(epoch), "MANIFEST.json"))
+            self._drop_manifest(epoch_dir(epoch), [0, 0])  # (deleted: no room to recycle)
 
     def _drop_manifest(self, relpath: str, room: list[int]) -> None:
         """Take a checkpoint's manifest away (its parts stay, links of a chain): on a
