@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from timely.checkpoint.aimd import AIMD
+from timely.checkpoint.history import Recent
 
 clock = time.perf_counter
 """What a request to the workers is timed on (seconds; a test gives a fake one)."""
@@ -124,8 +125,9 @@ class AutoCadence:
         self.controller = controller
         self.parallel = max(1, parallel)
         self.min_window = MIN_WINDOW if min_window is None else min_window
-        self.measurements: list[Measurement] = []
-        """Every window measured in this run, in order."""
+        self.measurements: Recent[Measurement] = Recent()
+        """The windows measured in this run, in order: the latest
+        :data:`~timely.checkpoint.history.HISTORY` or more (``.total``: how many)."""
         self._work: dict[int, tuple[float, float]] = {}
         """Per checkpoint epoch, the work and the workers' CPU reported with its parts so
         far."""

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from timely.checkpoint.aimd import AIMD
 from timely.checkpoint.cadence import AutoCadence, Request
 from timely.checkpoint.config import CheckpointConfig
+from timely.checkpoint.history import Recent
 from timely.checkpoint.store import (
     RECYCLE_BYTES,
     CheckpointError,
@@ -119,12 +120,13 @@ class CheckpointCoordinator:
         self.sinks = sinks
         self.restored_epoch = -1
         """The epoch of the checkpoint the workers last started from (-1: none)."""
-        self.committed: list[int] = []
-        """Epochs of the checkpoints committed in this run, in order."""
-        self.subsumed: list[int] = []
+        self.committed: Recent[int] = Recent(config.keep + 1)  # (the kept are the newest)
+        """Epochs of the checkpoints committed in this run, in order: the latest
+        :data:`~timely.checkpoint.history.HISTORY` or more (``.total``: how many)."""
+        self.subsumed: Recent[int] = Recent()
         """Epochs of the checkpoints complete but not committed, a later one committed in
-        their place (:meth:`parts_written`), in order."""
-        self.commit_times: list[float] = []
+        their place (:meth:`parts_written`), in order: the latest ones (``.total``)."""
+        self.commit_times: Recent[float] = Recent(config.keep + 1)
         """When each of ``committed`` was committed (``time.monotonic()``)."""
         self._parts: dict[int, dict[int, dict[str, Any]]] = {}
         self._trimmed = -1
@@ -412,7 +414,7 @@ class CheckpointCoordinator:
             self._kept_folders = folders
         # Keep the inputs after the oldest checkpoint still kept: a restore that finds the
         # newest damaged falls back to an older one and must replay from there.
-        if len(self.committed) > len(kept) and kept[0] > self._trimmed:
+        if self.committed.total > len(kept) and kept[0] > self._trimmed:
             self._trimmed = kept[0]
             if len(self._input_log) >= 2 * self._input_kept:
                 self._input_log = trim_inputs(self._input_log, self._trimmed)

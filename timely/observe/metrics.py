@@ -177,7 +177,7 @@ class _Collector:
         yield CounterMetricFamily(
             "timely_checkpoints_committed",
             "Checkpoints committed in this session.",
-            value=len(view["committed"]),
+            value=view["commits"],
         )
         yield CounterMetricFamily(
             "timely_checkpoints_subsumed",

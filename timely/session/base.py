@@ -25,6 +25,7 @@ from progress import Antichain
 from timely.checkpoint.cadence import Measurement
 from timely.checkpoint.config import CheckpointConfig
 from timely.checkpoint.coordinator import CheckpointCoordinator, Restore
+from timely.checkpoint.history import Recent
 from timely.comm.messages import Advance, Close, InputCommand, Send
 from timely.errors import ConfigError, UserFunctionError, WorkerDied
 from timely.eventlog import (
@@ -243,28 +244,31 @@ class Session(ABC):
         return -1 if self.coordinator is None else self.coordinator.restored_epoch
 
     @property
-    def committed(self) -> list[int]:
-        """Epochs of the checkpoints committed in this session, in order."""
-        return [] if self.coordinator is None else self.coordinator.committed
+    def committed(self) -> Recent[int]:
+        """Epochs of the checkpoints committed in this session, in order: all of them, or
+        in a long run the latest :data:`~timely.checkpoint.history.HISTORY` or more (the
+        kept ones among them); ``.total`` counts them all."""
+        return Recent() if self.coordinator is None else self.coordinator.committed
 
     @property
-    def subsumed(self) -> list[int]:
+    def subsumed(self) -> Recent[int]:
         """Epochs of the checkpoints complete but not committed in this session, in order:
         the driver found a later one complete with each and committed that one instead
-        (on Ray, when it falls behind its workers)."""
-        return [] if self.coordinator is None else self.coordinator.subsumed
+        (on Ray, when it falls behind its workers). The latest, as :attr:`committed`."""
+        return Recent() if self.coordinator is None else self.coordinator.subsumed
 
     @property
-    def commit_times(self) -> list[float]:
-        """When each of ``committed`` was committed (``time.monotonic()``)."""
-        return [] if self.coordinator is None else self.coordinator.commit_times
+    def commit_times(self) -> Recent[float]:
+        """When each of ``committed`` was committed (``time.monotonic()``), entry for entry."""
+        return Recent() if self.coordinator is None else self.coordinator.commit_times
 
     @property
     def cadence(self) -> list[Measurement]:
-        """With ``checkpoint_every`` (``"auto"`` or a fixed ``k``), every window of commits
-        measured, in order (:class:`~timely.checkpoint.cadence.Measurement`: the interval it
-        ran under, the share of the run's CPU checkpointing cost, the interval chosen after it:
-        with a fixed ``k``, ``k``); empty with ``checkpoint_interval`` or no checkpoints."""
+        """With ``checkpoint_every`` (``"auto"`` or a fixed ``k``), the windows of commits
+        measured, in order, the latest as :attr:`committed`
+        (:class:`~timely.checkpoint.cadence.Measurement`: the interval it ran under, the
+        share of the run's CPU checkpointing cost, the interval chosen after it: with a
+        fixed ``k``, ``k``); empty with ``checkpoint_interval`` or no checkpoints."""
         if self.coordinator is None or self.coordinator.cadence is None:
             return []
         return self.coordinator.cadence.measurements
@@ -531,7 +535,7 @@ class Session(ABC):
             return
         coordinator.maybe_request(self._request_checkpoint)
         target = self._rescale_to
-        if target is not None and len(coordinator.committed) > self._rescale_after:
+        if target is not None and coordinator.committed.total > self._rescale_after:
             raise _RescaleNow(target)
 
     # -- rescaling ----------------------------------------------------------------------------
@@ -581,7 +585,7 @@ class Session(ABC):
         with self._rescale_lock:
             if workers == self.workers and self._rescale_to is None:
                 return
-            self._rescale_after = len(coordinator.committed)
+            self._rescale_after = coordinator.committed.total
             self._rescale_asked = time.monotonic()
             self._rescale_to = workers
         coordinator.request_soon()
@@ -934,10 +938,10 @@ class Session(ABC):
         coordinator = self.coordinator
         assert coordinator is not None
         cadence = coordinator.cadence
-        measured = 0 if cadence is None else len(cadence.measurements)
+        measured = 0 if cadence is None else cadence.measurements.total
         coordinator.parts_written(reports, handling)
         self.view.committed(coordinator.committed, coordinator.subsumed)
-        if cadence is not None and len(cadence.measurements) > measured:
+        if cadence is not None and cadence.measurements.total > measured:
             last = cadence.measurements[-1]
             self.view.cadence(last.next_interval, last.fraction)
             if cadence.pending() is not None:

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from timely.checkpoint.history import Recent
+
 KEEP_DECISIONS = 100
 """Controllers' decisions a view keeps (the latest)."""
 
@@ -47,8 +49,8 @@ class RunView:
         self._input_epoch = -1
         self._inputs_closed = False
         self._restarts = 0
-        self._committed: list[int] = []
-        self._subsumed: list[int] = []
+        self._committed: Recent[int] = Recent()
+        self._subsumed: Recent[int] = Recent()
         self._cadence: tuple[int, float] | None = None
         self.total_epochs: int | None = None
         """How many epochs the run has, once known (every driver input closed, no source)."""
@@ -105,10 +107,10 @@ class RunView:
         with self._lock:
             self._restarts = restarts
 
-    def committed(self, epochs: list[int], subsumed: list[int]) -> None:
+    def committed(self, epochs: Recent[int], subsumed: Recent[int]) -> None:
         """The epochs committed, and those subsumed (complete, a later one committed in
-        their place): the coordinator's own lists, kept as they are (they only grow; a copy
-        at every part cost a pass over every commit of the run)."""
+        their place): the coordinator's own records of the latest (``.total``: how many),
+        kept as they are (a copy at every part cost a pass over them)."""
         with self._lock:
             self._committed = epochs
             self._subsumed = subsumed
@@ -123,7 +125,8 @@ class RunView:
     def snapshot(self) -> dict[str, Any]:
         """A consistent copy: ``outputs`` (key -> :class:`OutputState`), ``input_epoch``
         (the furthest a driver input advanced, -1: none), ``restarts``, ``committed``
-        (checkpoint epochs), ``subsumed`` (how many checkpoints were), ``checkpoint_interval``
+        (the latest checkpoint epochs), ``commits`` (how many checkpoints were committed),
+        ``subsumed`` (how many were subsumed), ``checkpoint_interval``
         and ``coordination_fraction`` (with ``checkpoint_every="auto"``, the latest
         cycle's; None before one or without it),
         ``total_epochs``, ``workers`` (now), ``rescales`` and ``decisions`` (see
@@ -137,7 +140,8 @@ class RunView:
                 "input_epoch": self._input_epoch,
                 "restarts": self._restarts,
                 "committed": list(self._committed),
-                "subsumed": len(self._subsumed),
+                "commits": self._committed.total,
+                "subsumed": self._subsumed.total,
                 "checkpoint_interval": None if self._cadence is None else self._cadence[0],
                 "coordination_fraction": None if self._cadence is None else self._cadence[1],
                 "total_epochs": self.total_epochs,
