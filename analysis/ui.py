@@ -220,7 +220,7 @@ class _State:
             if view["ended"] and session.view.finished
             else ("ended" if view["ended"] else "running"),
             "restarts": view["restarts"],
-            "checkpoints": view["committed"],
+            "checkpoints": view["commits"],
             "checkpoint_interval": view.get("checkpoint_interval"),
             "coordination_fraction": view.get("coordination_fraction"),
             "operators": operators,

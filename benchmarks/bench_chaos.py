@@ -96,7 +96,7 @@ def one_run(case: Case, seed: int, events_per_run: int) -> dict[str, Any]:
         "sink_torn": verdict.sink_torn,
         "lost": len(verdict.lost) if error is None else None,
         "duplicated": len(verdict.duplicated),
-        "committed": len(got.committed),
+        "committed": got.commits,
         "longest_without_commit_s": got.longest_without_commit,
         "events": [
             {

@@ -523,6 +523,9 @@ class Outcome:
     out: dict[int, list[Any]]
     duplicates: list[int]
     committed: list[int] = field(default_factory=list)
+    """The latest commits (all of them in a run of fewer than ``HISTORY``)."""
+    commits: int = 0
+    """How many checkpoints were committed."""
     subsumed: list[int] = field(default_factory=list)
     """Checkpoints complete but committed as part of a later one (the driver found both
     complete at once)."""
@@ -667,23 +670,25 @@ def run(
         recorder.out,
         recorder.duplicates,
         committed=list(session.committed),
+        commits=session.committed.total,
         subsumed=list(session.subsumed),
         sink=sink_records(sink_dir),
         restarts=session.restarts,
         records=killer.records,
         seconds=time.monotonic() - start,
         error=error,
-        **cadence(recorder, killer.records, session.commit_times),
+        **cadence(recorder, killer.records, session.commit_times, session.committed.total),
     )
 
 
 def cadence(
-    recorder: Recorder, records: list[KillRecord], commit_times: list[float]
+    recorder: Recorder, records: list[KillRecord], commit_times: list[float], commits: int
 ) -> dict[str, Any]:
     """The longest gap between checkpoint commits while the dataflow ran, and the longest
     stretch it ran: stretches go from the first output to the first kill, from each
     recovery (the next new output) to the next kill, and from the last recovery to the
-    last output."""
+    last output. Of ``commits`` commits, ``commit_times`` are the latest (a long run's
+    record drops the oldest): the time before the first of them is left out."""
     if not recorder.arrived:
         return {}
     start, end = min(recorder.arrived.values()), max(recorder.arrived.values())
@@ -694,6 +699,9 @@ def cadence(
         stretches.append((start, r.at))
         start = r.at + r.latency
     stretches.append((start, end))
+    if commits > len(commit_times):
+        known = commit_times[0]
+        stretches = [(max(a, known), b) for a, b in stretches if b > known]
     worst, gaps = 0.0, 0
     for a, b in stretches:
         points = [a, *(t for t in commit_times if a < t < b), b]

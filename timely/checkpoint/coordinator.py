@@ -120,7 +120,7 @@ class CheckpointCoordinator:
         self.sinks = sinks
         self.restored_epoch = -1
         """The epoch of the checkpoint the workers last started from (-1: none)."""
-        self.committed: Recent[int] = Recent(config.keep + 1)  # (the kept are the newest)
+        self.committed: Recent[int] = Recent(config.keep + 1)  # (kept: the newest keep)
         """Epochs of the checkpoints committed in this run, in order: the latest
         :data:`~timely.checkpoint.history.HISTORY` or more (``.total``: how many)."""
         self.subsumed: Recent[int] = Recent()

@@ -246,8 +246,8 @@ class Session(ABC):
     @property
     def committed(self) -> Recent[int]:
         """Epochs of the checkpoints committed in this session, in order: all of them, or
-        in a long run the latest :data:`~timely.checkpoint.history.HISTORY` or more (the
-        kept ones among them); ``.total`` counts them all."""
+        in a long run the latest :data:`~timely.checkpoint.history.HISTORY` or more (and at
+        least the newest ``keep_checkpoints``); ``.total`` counts them all."""
         return Recent() if self.coordinator is None else self.coordinator.committed
 
     @property
