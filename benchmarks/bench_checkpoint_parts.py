@@ -23,17 +23,30 @@ checkpoints in the same round, the modes' order rotating from round to round:
 checkpoint every epoch, inline x1 and Ray x2 (300 epochs, so that its windows of
 ``MIN_WINDOW`` close; issue 30's goal: within 3 points).
 
+``--probe``: what the report misses, told apart in one run (issue 30). A run
+checkpoints every epoch but every :data:`SKIP`-th, so that a cycle of two epochs sits
+among cycles of one; each commit is timed in the process's CPU. With ``C1`` a cycle of
+one epoch (``p`` + the checkpoint's cost ``c``, its after-effect on the next epoch
+included) and ``C2`` one of two (``2p + c``), ``2 C1 - C2`` is ``c`` as a cycle's
+neighbours see it; its median over the run, over the median ``C1``, is the share a
+checkpoint every epoch would cost if that were all of it. Beside it: the measured share
+(a run without checkpoints against one with every epoch, process CPU), the report's
+(its timers), and how much slower than an epoch of the run without checkpoints an epoch
+of the probe's run is that follows no checkpoint (``C2 - C1``): what checkpoints cost
+every epoch, not only the one after them.
+
 A second table holds the whole checkpoint against the epoch's length (lines per epoch,
 30 epochs each): a checkpoint's cost is per epoch, its state (5,000 keys) the same size
 at every length, so the share it takes falls as epochs grow.
 
-    python -m benchmarks.bench_checkpoint_parts [--rounds N] [--reported]
+    python -m benchmarks.bench_checkpoint_parts [--rounds N] [--reported | --probe]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -45,10 +58,12 @@ from unittest import mock
 
 from benchmarks.bench_checkpoint import RESULTS, running_wordcount, text
 from benchmarks.tables import markdown
+from timely.checkpoint import coordinator as coordinator_module
 from timely.checkpoint import store as store_module
 from timely.checkpoint import writer as writer_module
 from timely.checkpoint.cadence import overall
 from timely.eventlog import clock
+from timely.worker import snapshots as snapshots_module
 
 MODES = ("every epoch", "no files", "loop only")
 
@@ -184,11 +199,139 @@ def reported(table: bool, backend: str, workers: int, pairs: int) -> dict[str, A
     }
 
 
+SKIP = 4
+"""``--probe``: every ``SKIP``-th epoch has no checkpoint."""
+
+
+@contextlib.contextmanager
+def _probing(commits: list[tuple[int, float]]) -> Iterator[None]:
+    """Checkpoints every epoch but every :data:`SKIP`-th (the schedule's grid, and the
+    next boundary it writes out for one segment, patched), each commit's epoch and the
+    process's CPU then appended to ``commits``."""
+    grid = snapshots_module._grid
+    commit = coordinator_module.CheckpointCoordinator._commit
+
+    def skipping(first: int, every: int | None, after: int, upto: int | None) -> list[int]:
+        epochs = grid(first, every, after, after + 2 * SKIP if upto is None else upto)
+        kept = [e for e in epochs if e % SKIP != SKIP - 1]
+        return kept[:1] if upto is None else kept
+
+    def boundary(self: Any, v: int) -> int | None:
+        after = self.snapped[v]
+        cached = self._boundaries.get(v)
+        if cached is not None and cached[0] == after:
+            return cached[1]  # type: ignore[no-any-return]
+        due = self.due(after, None)
+        found = due[0] if due else None
+        self._boundaries[v] = (after, found)
+        return found
+
+    def timed(self: Any, epoch: int) -> float:
+        at = commit(self, epoch)
+        commits.append((epoch, time.process_time()))
+        return at
+
+    with contextlib.ExitStack() as patches:
+        patches.enter_context(mock.patch.object(snapshots_module, "_grid", skipping))
+        patches.enter_context(
+            mock.patch.object(snapshots_module.Snapshots, "next_boundary", boundary)
+        )
+        patches.enter_context(
+            mock.patch.object(coordinator_module.CheckpointCoordinator, "_commit", timed)
+        )
+        yield
+
+
+def _probed(commits: list[tuple[int, float]]) -> tuple[float, float, int]:
+    """From a probing run's commits: the median ``2 C1 - C2`` and ``C1`` (CPU seconds)
+    over the cycles of two epochs between two of one, the first 10 cycles left out, and
+    how many there were; and the median ``C2 - C1`` (an epoch after no checkpoint)."""
+    cycles = [(e1 - e0, c1 - c0) for (e0, c0), (e1, c1) in itertools.pairwise(commits)][10:]
+    costs, ones, warm = [], [], []
+    for before, (length, two), after in zip(cycles, cycles[1:], cycles[2:]):
+        if length == 2 and before[0] == 1 and after[0] == 1:
+            one = (before[1] + after[1]) / 2
+            costs.append(2 * one - two)
+            ones.append(one)
+            warm.append(two - one)
+    if not costs:
+        raise RuntimeError("the probing run committed no cycle of two epochs between two of one")
+    return statistics.median(costs) / statistics.median(ones), statistics.median(warm), len(costs)
+
+
+def probe(table: bool, rounds: int) -> dict[str, Any]:
+    """Per round, in turn: a run without checkpoints, one with every epoch (measured
+    and reported), and the probing one (:func:`_probing`); 600 epochs each."""
+    epochs = 600
+    data = text(epochs, 400)
+
+    def cpu(**options: Any) -> tuple[float, list[Any]]:
+        windows: list[Any] = []
+        with tempfile.TemporaryDirectory() as root:
+            if options:
+                options["checkpoint"] = root
+            t0 = time.process_time()
+            running_wordcount(data, "inline", 1, table=table, cadence=windows, **options)
+            return time.process_time() - t0, windows
+
+    cpu(), cpu(checkpoint_every=1)  # warm
+    found: list[dict[str, float]] = []
+    for _ in range(rounds):
+        plain, _ = cpu()
+        every, windows = cpu(checkpoint_every=1)
+        commits: list[tuple[int, float]] = []
+        with _probing(commits):
+            cpu(checkpoint_every=1)
+        share, warm, n = _probed(commits)
+        found.append(
+            {
+                "measured": 1 - plain / every,
+                "reported": overall(windows),
+                "probe": share,
+                "warm_epoch": warm / (plain / epochs) - 1,
+                "probes": n,
+            }
+        )
+    return {
+        "api": "table" if table else "rows",
+        "rounds": found,
+        **{k: statistics.median(r[k] for r in found) for k in found[0]},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--reported", action="store_true", help="only the fraction reported")
+    ap.add_argument("--probe", action="store_true", help="only what the report misses")
     args = ap.parse_args()
+    if args.probe:
+        results = [probe(table, args.rounds) for table in (True, False)]
+        print(
+            markdown(
+                [
+                    "api",
+                    "measured (CPU)",
+                    "reported (timers)",
+                    "probe: a checkpoint and its next epoch",
+                    "an epoch after no checkpoint, against none",
+                ],
+                [
+                    (
+                        r["api"],
+                        f"{r['measured']:.3f}",
+                        f"{r['reported']:.3f}",
+                        f"{r['probe']:.3f}",
+                        f"{r['warm_epoch']:+.1%}",
+                    )
+                    for r in results
+                ],
+            )
+        )
+        (RESULTS / "checkpoint_probe.json").write_text(
+            json.dumps({"load_average": os.getloadavg(), "cases": results}, indent=1)
+        )
+        return
     if args.reported:
         cases = [(t, b, w) for b, w in (("inline", 1), ("ray", 2)) for t in (True, False)]
         found = [reported(t, b, w, 5) for t, b, w in cases]
