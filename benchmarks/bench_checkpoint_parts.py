@@ -10,8 +10,8 @@ checkpoints in the same round, the modes' order rotating from round to round:
 
 - **every epoch**: the run as it is.
 - **no files**: every file operation of the store is skipped (the parts' and manifests'
-  writes, the folders made and retired); the encoding, CRC-32 and all the bookkeeping
-  stay.
+  writes, a links file's parts and a commit log's lines, the folders made and retired);
+  the encoding, CRC-32 and all the bookkeeping stay.
 - **loop only**: nothing after the snapshot: no part encoded, written or hashed, no
   manifest, nothing retired; what is left is the scan, the snapshots (rows: their
   msgpack encoding, which is the copy), the hold-back of notifications and the
@@ -59,6 +59,7 @@ from unittest import mock
 from benchmarks.bench_checkpoint import RESULTS, running_wordcount, text
 from benchmarks.tables import markdown
 from timely.checkpoint import coordinator as coordinator_module
+from timely.checkpoint import links
 from timely.checkpoint import store as store_module
 from timely.checkpoint import writer as writer_module
 from timely.checkpoint.cadence import overall
@@ -66,6 +67,16 @@ from timely.eventlog import clock
 from timely.worker import snapshots as snapshots_module
 
 MODES = ("every epoch", "no files", "loop only")
+
+
+def _appended(chain: links.Chain, epoch: int, pieces: list[Any], size: int, delta: bool) -> int:
+    """``links.Chain.append`` without the file (``no files``): where the part would go."""
+    offset = chain.end
+    chain.end += size
+    chain.last = epoch
+    chain.deltas = chain.deltas or delta
+    chain.parts += 1
+    return offset
 
 
 @contextlib.contextmanager
@@ -82,6 +93,8 @@ def _patched(mode: str) -> Iterator[None]:
 
     if mode == "no files":
         put(store_cls, "write", nothing)
+        put(links.Chain, "append", _appended)  # (a links file's parts)
+        put(links.Log, "append", nothing)  # (a commit log's lines)
         put(store_cls, "_make_dir", nothing)
         put(store_cls, "retire", lambda self, epoch: True)
     elif mode == "loop only":
@@ -89,7 +102,8 @@ def _patched(mode: str) -> Iterator[None]:
         def unwritten(
             store: Any, epoch: int, worker: int, part: dict[str, Any], log: Any, workers: Any = None
         ) -> tuple[dict[str, Any], int]:
-            info = {"worker": worker, "path": "-", "size": 0, "crc32": 0, "base": part.get("base")}
+            path = f"{store_module.epoch_dir(epoch)}/-"  # (the coordinator reads its folder)
+            info = {"worker": worker, "path": path, "size": 0, "crc32": 0, "base": part.get("base")}
             return info, clock()
 
         put(writer_module, "write_encoded", unwritten)
