@@ -45,6 +45,7 @@ from tests.checkpoint import pipelines
 from tests.checkpoint.mutable import dict_state
 from tests.checkpoint.pipelines import EpochSource
 from timely import Dataflow, Stream
+from timely.checkpoint.history import Recent
 
 KINDS = ("single", "double", "recovery", "pair", "sigkill")
 """How workers are killed at one kill event:
@@ -677,18 +678,18 @@ def run(
         records=killer.records,
         seconds=time.monotonic() - start,
         error=error,
-        **cadence(recorder, killer.records, session.commit_times, session.committed.total),
+        **cadence(recorder, killer.records, session.commit_times),
     )
 
 
 def cadence(
-    recorder: Recorder, records: list[KillRecord], commit_times: list[float], commits: int
+    recorder: Recorder, records: list[KillRecord], commit_times: Recent[float]
 ) -> dict[str, Any]:
     """The longest gap between checkpoint commits while the dataflow ran, and the longest
     stretch it ran: stretches go from the first output to the first kill, from each
     recovery (the next new output) to the next kill, and from the last recovery to the
-    last output. Of ``commits`` commits, ``commit_times`` are the latest (a long run's
-    record drops the oldest): the time before the first of them is left out."""
+    last output. ``commit_times`` holds the latest commits' (a long run's record drops the
+    oldest, ``.total`` counts them all): the time before the first of them is left out."""
     if not recorder.arrived:
         return {}
     start, end = min(recorder.arrived.values()), max(recorder.arrived.values())
@@ -699,7 +700,7 @@ def cadence(
         stretches.append((start, r.at))
         start = r.at + r.latency
     stretches.append((start, end))
-    if commits > len(commit_times):
+    if commit_times.total > len(commit_times):
         known = commit_times[0]
         stretches = [(max(a, known), b) for a, b in stretches if b > known]
     worst, gaps = 0.0, 0
