@@ -257,9 +257,10 @@ def _probing(commits: list[tuple[int, float]]) -> Iterator[None]:
 
 
 def _probed(commits: list[tuple[int, float]]) -> tuple[float, float, int]:
-    """From a probing run's commits: the median ``2 C1 - C2`` and ``C1`` (CPU seconds)
-    over the cycles of two epochs between two of one, the first 10 cycles left out, and
-    how many there were; and the median ``C2 - C1`` (an epoch after no checkpoint)."""
+    """From a probing run's commits, over the cycles of two epochs between two of one
+    (the first 10 cycles left out): the median ``2 C1 - C2`` over the median ``C1`` (a
+    checkpoint's share), the median ``C2 - C1`` (an epoch after no checkpoint, CPU
+    seconds), and how many such cycles there were."""
     cycles = [(e1 - e0, c1 - c0) for (e0, c0), (e1, c1) in itertools.pairwise(commits)][10:]
     costs, ones, warm = [], [], []
     for before, (length, two), after in zip(cycles, cycles[1:], cycles[2:]):
